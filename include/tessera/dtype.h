@@ -1,0 +1,58 @@
+#pragma once
+/// Element types.
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string_view>
+
+namespace tessera {
+
+enum class Dtype : std::uint8_t { kBool, kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
+
+inline constexpr Dtype kBool = Dtype::kBool;
+inline constexpr Dtype kUInt8 = Dtype::kUInt8;
+inline constexpr Dtype kInt32 = Dtype::kInt32;
+inline constexpr Dtype kInt64 = Dtype::kInt64;
+inline constexpr Dtype kFloat32 = Dtype::kFloat32;
+inline constexpr Dtype kFloat64 = Dtype::kFloat64;
+
+/// Bytes per element.
+constexpr std::size_t itemsize(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBool:
+    case Dtype::kUInt8:
+      return 1;
+    case Dtype::kInt32:
+    case Dtype::kFloat32:
+      return 4;
+    case Dtype::kInt64:
+    case Dtype::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+constexpr bool is_floating(Dtype d) { return d == Dtype::kFloat32 || d == Dtype::kFloat64; }
+constexpr bool is_integral(Dtype d) { return !is_floating(d) && d != Dtype::kBool; }
+
+/// "float32", "int64", ...
+std::string_view dtype_name(Dtype dtype);
+std::ostream& operator<<(std::ostream& os, Dtype dtype);
+
+/// The dtype both operands of a binary op are converted to: the larger of the two, where a
+/// floating type beats any integer type and bool is the smallest (NumPy/PyTorch style).
+Dtype promote_types(Dtype a, Dtype b);
+
+/// The C++ type of each dtype, and the dtype of each C++ type.
+template <typename T>
+struct DtypeOf;
+template <> struct DtypeOf<bool> { static constexpr Dtype value = kBool; };
+template <> struct DtypeOf<std::uint8_t> { static constexpr Dtype value = kUInt8; };
+template <> struct DtypeOf<std::int32_t> { static constexpr Dtype value = kInt32; };
+template <> struct DtypeOf<std::int64_t> { static constexpr Dtype value = kInt64; };
+template <> struct DtypeOf<float> { static constexpr Dtype value = kFloat32; };
+template <> struct DtypeOf<double> { static constexpr Dtype value = kFloat64; };
+template <typename T>
+inline constexpr Dtype dtype_of = DtypeOf<T>::value;
+
+}  // namespace tessera

@@ -1,0 +1,58 @@
+#pragma once
+/// Exceptions thrown by tessera. Every user error derives from tessera::Error; its message
+/// names the op in brackets, what was expected, what was got, and how to fix it.
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+/// Base of every user-facing error (bad shape, wrong device, bad dtype, memory, I/O).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A device that does not exist or cannot be used (no GPU, index out of range, ...).
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An op was given tensors that live on different devices. tessera never copies silently.
+class DeviceMismatchError : public DeviceError {
+ public:
+  using DeviceError::DeviceError;
+};
+
+/// Shapes that do not fit the op (broadcasting, matmul inner sizes, bad dims, views).
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A dtype the op does not support, or a value that does not fit the requested type.
+class DtypeError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A memory request that the device cannot satisfy (its limit or its physical memory).
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A file that cannot be read or written, or whose contents are malformed.
+class IOError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A broken invariant inside tessera: a bug in tessera, never in the caller's code.
+/// Deliberately not a tessera::Error, so user-error handlers do not swallow it.
+class InternalError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+}  // namespace tessera

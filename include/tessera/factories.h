@@ -1,0 +1,95 @@
+#pragma once
+/// Functions that create tensors. Each takes TensorOptions: a device and/or a dtype, e.g.
+/// `zeros({2, 3})`, `ones({2, 3}, try_gpu())`, `rand({2, 3}, {kFloat64, cpu(1)})`. Without a
+/// device they use default_device() (see DeviceScope). They throw DeviceError when the
+/// device does not exist and OutOfMemoryError when it cannot hold the tensor.
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/dtype.h"
+#include "tessera/shape.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+struct TensorOptions {
+  TensorOptions() = default;
+  TensorOptions(Device d) : device(d) {}
+  TensorOptions(Dtype t) : dtype(t) {}
+  TensorOptions(Dtype t, Device d) : device(d), dtype(t) {}
+  TensorOptions(Device d, Dtype t) : device(d), dtype(t) {}
+
+  std::optional<Device> device;
+  std::optional<Dtype> dtype;
+};
+
+/// A nested list of numbers for tensor(): `{1, 2, 3}` or `{{1., 2.}, {3., 4.}}`.
+class NestedList {
+ public:
+  NestedList(double v) : value_(v), kind_(Kind::kFloat) {}
+  NestedList(float v) : value_(v), kind_(Kind::kFloat) {}
+  NestedList(int v) : value_(v), kind_(Kind::kInt) {}
+  NestedList(long v) : value_(static_cast<double>(v)), kind_(Kind::kInt) {}
+  NestedList(long long v) : value_(static_cast<double>(v)), kind_(Kind::kInt) {}
+  NestedList(bool v) : value_(v ? 1.0 : 0.0), kind_(Kind::kBool) {}
+  NestedList(std::initializer_list<NestedList> items) : items_(items), kind_(Kind::kList) {}
+
+  enum class Kind { kBool, kInt, kFloat, kList };
+  Kind kind() const { return kind_; }
+  double value() const { return value_; }
+  const std::vector<NestedList>& items() const { return items_; }
+
+ private:
+  double value_ = 0;
+  std::vector<NestedList> items_;
+  Kind kind_;
+};
+
+/// A tensor from nested lists, like torch.tensor: the dtype is int64 for integers, float32
+/// when any entry is floating, bool for bools, unless options say otherwise. Throws
+/// ShapeError for ragged lists.
+Tensor tensor(const NestedList& values, TensorOptions options = {});
+
+/// A tensor of `shape` holding a copy of `data` (row-major); its dtype is T's unless the
+/// options give one. Throws ShapeError when sizes differ.
+Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const Shape& shape,
+                   TensorOptions options);
+template <typename T>
+Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions options = {}) {
+  if (!options.dtype) options.dtype = dtype_of<T>;
+  return from_vector(data.data(), dtype_of<T>, data.size(), shape, options);
+}
+/// A 1-D tensor from a vector.
+template <typename T>
+Tensor from_vector(const std::vector<T>& data, TensorOptions options = {}) {
+  return from_vector(data, Shape{static_cast<std::int64_t>(data.size())}, options);
+}
+
+/// Uninitialized values.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+/// Same shape, dtype and device as `t` unless options say otherwise.
+Tensor empty_like(const Tensor& t, TensorOptions options = {});
+Tensor zeros_like(const Tensor& t, TensorOptions options = {});
+Tensor ones_like(const Tensor& t, TensorOptions options = {});
+Tensor full_like(const Tensor& t, double value, TensorOptions options = {});
+
+/// [0, end) and [start, end) by step, 1-D. The dtype defaults to int64 when all arguments
+/// are integral, else float32. Throws Error for step 0 or a step of the wrong sign.
+Tensor arange(double end, TensorOptions options = {});
+Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+
+/// Uniform in [0, 1) and standard normal values from the default generator (manual_seed).
+/// Floating dtypes only (DtypeError otherwise).
+Tensor rand(const Shape& shape, TensorOptions options = {});
+Tensor randn(const Shape& shape, TensorOptions options = {});
+/// Uniform in [low, high), normal with mean and standard deviation.
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions options = {});
+Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options = {});
+
+}  // namespace tessera

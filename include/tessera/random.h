@@ -1,0 +1,15 @@
+#pragma once
+/// The random number generator behind rand/randn: counter-based (Philox 4x32-10), so the
+/// values depend only on the seed and on how many numbers were drawn before, never on the
+/// device, the thread count or the order in which threads run.
+#include <cstdint>
+
+namespace tessera {
+
+/// Reseeds the default generator; the following rand/randn calls repeat run after run.
+void manual_seed(std::uint64_t seed);
+
+/// The seed last given to manual_seed (default 0x7e55e4a).
+std::uint64_t initial_seed();
+
+}  // namespace tessera

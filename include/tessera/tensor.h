@@ -1,0 +1,149 @@
+#pragma once
+/// Tensor: a cheap handle to an n-dimensional view of storage that lives on one device.
+/// Copying a Tensor copies the handle, not the data; is_same() tells whether two handles
+/// are one tensor.
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/dtype.h"
+#include "tessera/shape.h"
+
+namespace tessera {
+
+class Tensor;
+
+namespace detail {
+struct TensorImpl;
+/// Copies every element of `t` to `dst` on the host as `as`, waiting for the device.
+void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op);
+/// Checks `t` has one element and writes it to `dst` as `as` (waits for the device).
+void read_item(const Tensor& t, void* dst, Dtype as);
+/// Host pointer to the first element of a CPU tensor, after waiting for its device.
+void* cpu_data(const Tensor& t, Dtype expected, const char* op);
+}  // namespace detail
+
+class Tensor {
+ public:
+  /// An undefined tensor; most calls on it throw Error.
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+
+  // ---- metadata (never waits) ----
+  const Shape& shape() const;
+  /// Size of dimension d; negative d counts from the end. Throws ShapeError.
+  std::int64_t size(int d) const;
+  int dim() const { return shape().size(); }
+  std::int64_t numel() const;
+  const Strides& strides() const;
+  std::int64_t stride(int d) const;
+  std::int64_t storage_offset() const;
+  Dtype dtype() const;
+  Device device() const;
+  std::size_t itemsize() const { return tessera::itemsize(dtype()); }
+  std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * itemsize(); }
+  bool is_contiguous() const;
+  /// Whether both handles are the same tensor (the seed's `Z.cuda(1) is Z`).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  /// Whether both view the same storage (e.g. a tensor and its transpose).
+  bool shares_storage(const Tensor& other) const;
+
+  // ---- moving between devices and dtypes (explicit, counted by the transfer ledger) ----
+  /// This tensor itself when already on `device` (no allocation), else a copy there.
+  Tensor to(Device device) const;
+  /// This tensor itself when already of `dtype`, else a converted copy on the same device.
+  Tensor to(Dtype dtype) const;
+  Tensor to(Device device, Dtype dtype) const;
+  /// Always allocates and copies, even onto the device the tensor is already on.
+  Tensor copy_to(Device device) const;
+  /// to(cpu()) and to(gpu(i)).
+  Tensor cpu() const;
+  Tensor cuda(int index = 0) const;
+  /// A copy on the same device with contiguous layout.
+  Tensor clone() const;
+  /// This tensor when contiguous, else clone().
+  Tensor contiguous() const;
+  /// Copies src's values into this tensor, converting dtype and broadcasting src to this
+  /// shape; src may live on any device (an explicit copy, counted). Returns *this.
+  Tensor& copy_(const Tensor& src);
+
+  // ---- views: share storage, never copy ----
+  /// Same data, new shape; one entry may be -1. Throws ShapeError when the layout does not
+  /// allow a view (use reshape).
+  Tensor view(const Shape& shape) const;
+  /// view() when possible, else a contiguous copy with the new shape.
+  Tensor reshape(const Shape& shape) const;
+  Tensor transpose(int dim0, int dim1) const;
+  /// transpose(0, 1) of a 2-D tensor.
+  Tensor t() const;
+  Tensor permute(const Shape& dims) const;
+  /// Elements [start, start + length) of `dim`.
+  Tensor narrow(int dim, std::int64_t start, std::int64_t length) const;
+  /// Python-style slice [start:end:step] of `dim`; negative indices count from the end.
+  Tensor slice(int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  /// Index `index` of `dim`, removing that dimension.
+  Tensor select(int dim, std::int64_t index) const;
+  /// select(0, index).
+  Tensor operator[](std::int64_t index) const { return select(0, index); }
+  Tensor unsqueeze(int dim) const;
+  /// Removes every size-1 dimension, or only `dim`.
+  Tensor squeeze() const;
+  Tensor squeeze(int dim) const;
+  /// Broadcast view to `shape` (stride 0 along expanded dims); -1 keeps a size.
+  Tensor expand(const Shape& shape) const;
+  Tensor flatten(int start_dim = 0, int end_dim = -1) const;
+
+  // ---- reading on the host (waits for the device; counted as a host wait and a
+  //      device-to-host copy when the device is not the host) ----
+  /// The single element, converted to T. Throws ShapeError unless numel() == 1.
+  template <typename T = float>
+  T item() const {
+    T value{};
+    detail::read_item(*this, &value, dtype_of<T>);
+    return value;
+  }
+  /// All elements in row-major order, converted to T.
+  template <typename T = float>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector");
+    return out;
+  }
+  /// Pointer to the first element of a CPU tensor whose dtype is T, after waiting for its
+  /// device. Throws DeviceError for non-CPU tensors and DtypeError for another T.
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(detail::cpu_data(*this, dtype_of<T>, "data"));
+  }
+  /// The printed form, e.g. "tensor([[1., 1.], [1., 1.]], device=cpu:1)".
+  std::string str() const;
+
+  // ---- in-place ops (same-device rule applies; return *this) ----
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(double value);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double value);
+  Tensor& fill_(double value);
+  Tensor& zero_();
+
+  detail::TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<detail::TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<detail::TensorImpl> impl_;
+};
+
+/// Prints like PyTorch: `tensor([[1., 1., 1.], [1., 1., 1.]], device=cuda:0)`. The device is
+/// shown unless it is the plain CPU. Waits for the device.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+}  // namespace tessera

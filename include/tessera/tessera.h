@@ -1,0 +1,16 @@
+#pragma once
+/// The whole public API of tessera.
+#include "tessera/cpu_devices.h"
+#include "tessera/device.h"
+#include "tessera/device_scope.h"
+#include "tessera/dtype.h"
+#include "tessera/error.h"
+#include "tessera/factories.h"
+#include "tessera/memory.h"
+#include "tessera/operators.h"
+#include "tessera/ops.h"
+#include "tessera/random.h"
+#include "tessera/shape.h"
+#include "tessera/tensor.h"
+#include "tessera/transfer_ledger.h"
+#include "tessera/version.h"

@@ -1,0 +1,92 @@
+#pragma once
+// The one seam a device kind implements (CPU, CUDA). The front end (src/ops, src/core) has
+// already checked devices, shapes and dtypes and allocated outputs, so a backend only
+// moves bytes and runs kernels. Kernels may run asynchronously, in order per device; a
+// backend keeps the tensors it was handed alive until its queued work is done.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tessera/device.h"
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+enum class UnaryOp : std::uint8_t { kNeg, kExp, kLog, kSqrt, kAbs, kRelu, kSigmoid, kTanh };
+
+enum class BinaryOp : std::uint8_t {
+  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
+  kEq, kNe, kLt, kLe, kGt, kGe,  // comparisons write bool
+};
+constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
+
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin };
+
+enum class RandomKind : std::uint8_t { kUniform, kNormal };
+
+struct DeviceInfo {
+  std::string name;            // "AMD EPYC", "NVIDIA H100 80GB HBM3"
+  std::size_t total_memory = 0;
+  int cores = 0;               // CPU cores or GPU multiprocessors
+  std::string details;         // free-form extra lines for `tessera info`
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual int device_count() const = 0;
+  // Why no (or no more) device of this kind is visible; "" when nothing is missing.
+  virtual std::string unavailable_reason() const = 0;
+  virtual DeviceInfo info(int index) const = 0;
+
+  // Memory. allocate returns nullptr when the device has no memory left (the front end
+  // turns that into OutOfMemoryError after emptying the cache once).
+  virtual void* allocate(int index, std::size_t bytes) = 0;
+  virtual void deallocate(int index, void* ptr, std::size_t bytes) = 0;
+  virtual std::size_t reserved(int index) const = 0;
+  virtual void empty_cache(int index) = 0;
+
+  // Host <-> device bytes for contiguous tensors. copy_from_host finishes reading `src`
+  // before it returns; copy_to_host waits for the device.
+  virtual void copy_from_host(const void* src, const Tensor& dst) = 0;
+  virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  // Same shape, any strides and dtypes; src and dst on devices of this backend (they may
+  // be two devices: the backend orders both devices' queues).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void synchronize(int index) = 0;
+
+  // Kernels. Inputs of elementwise kernels are already broadcast (expanded) to out's shape
+  // and converted to the compute dtype; out is freshly allocated or an in-place target.
+  virtual void fill(const Tensor& out, double value) = 0;
+  virtual void arange(const Tensor& out, double start, double step) = 0;
+  virtual void random(const Tensor& out, RandomKind kind, double a, double b,
+                      std::uint64_t seed, std::uint64_t offset) = 0;
+  virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // a (op) scalar, or scalar (op) a when scalar_first.
+  virtual void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                             const Tensor& out) = 0;
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b,
+                     const Tensor& out) = 0;
+  // Reduces `in` over the dims set in `dim_mask`; out has in's rank with those dims size 1.
+  // kArgMax/kArgMin reduce exactly one dim and write int64.
+  virtual void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask,
+                      const Tensor& out) = 0;
+  // Batched: a [B, M, K], b [B, K, N], out [B, M, N] contiguous; a and b may be transposed
+  // views in their last two dims.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // Softmax (or log-softmax) along `dim` of a contiguous tensor.
+  virtual void softmax(const Tensor& in, int dim, bool log, const Tensor& out) = 0;
+};
+
+// The registered backend of a kind, or nullptr when tessera was built without it.
+Backend* backend_for(DeviceKind kind);
+// Backend of a device that the caller has checked exists.
+Backend& backend_of(Device device);
+
+// Defined by the CPU backend and by the CUDA backend (or its no_cuda stub).
+Backend& cpu_backend();
+Backend* cuda_backend();
+
+}  // namespace tessera::detail

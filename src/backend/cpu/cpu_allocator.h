@@ -1,0 +1,29 @@
+#pragma once
+// A caching allocator for CPU tensor memory. See Note [CPU caching allocator].
+#include <cstddef>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera::detail {
+
+class CpuAllocator {
+ public:
+  // nullptr when the system has no memory for it.
+  void* allocate(std::size_t bytes);
+  void deallocate(void* ptr, std::size_t bytes);
+  // Bytes held: blocks in use plus cached free blocks.
+  std::size_t reserved() const;
+  void empty_cache();
+
+  // Block size actually used for a request (exposed for tests).
+  static std::size_t round_size(std::size_t bytes);
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by rounded size
+  std::size_t cached_bytes_ = 0;
+  std::size_t reserved_bytes_ = 0;
+};
+
+}  // namespace tessera::detail

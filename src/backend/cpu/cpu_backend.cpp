@@ -1,0 +1,122 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/copy_kernel.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+
+CpuBackend& cpu_backend_impl() {
+  // Never destroyed: tensors in static storage may be freed after main returns.
+  static CpuBackend* backend = new CpuBackend();
+  return *backend;
+}
+
+Backend& cpu_backend() { return cpu_backend_impl(); }
+
+CpuBackend::CpuBackend() {
+  for (auto& a : allocators_) a = std::make_unique<CpuAllocator>();
+}
+
+int CpuBackend::device_count() const { return num_cpu_devices(); }
+
+WorkQueue* CpuBackend::queue(int index) {
+  const CpuDeviceOptions& options = cpu_options();
+  if (options.count == 0 || !options.async_queues) return nullptr;
+  std::call_once(queues_once_, [&] {
+    for (int i = 0; i < options.count; ++i) queues_[i] = std::make_unique<WorkQueue>();
+  });
+  return queues_[index].get();
+}
+
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+DeviceInfo CpuBackend::info(int index) const {
+  DeviceInfo info;
+  info.name = cpu_model_name();
+  info.cores = static_cast<int>(std::thread::hardware_concurrency());
+  info.total_memory = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
+  const CpuDeviceOptions& options = cpu_options();
+  if (options.count > 0) {
+    info.details = fmt::format("logical device {} of {}, {}", index, options.count,
+                               options.async_queues ? "own in-order work queue"
+                                                    : "runs on the calling thread");
+  }
+  return info;
+}
+
+void* CpuBackend::allocate(int index, std::size_t bytes) {
+  return allocators_[index]->allocate(bytes);
+}
+
+void CpuBackend::deallocate(int index, void* ptr, std::size_t bytes) {
+  allocators_[index]->deallocate(ptr, bytes);
+}
+
+std::size_t CpuBackend::reserved(int index) const { return allocators_[index]->reserved(); }
+
+void CpuBackend::empty_cache(int index) { allocators_[index]->empty_cache(); }
+
+void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
+  const std::size_t bytes = dst.nbytes();
+  if (WorkQueue* q = queue(dst.device().index())) {
+    // The caller's buffer may be gone before the queue reaches this copy: stage it.
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + bytes);
+    q->submit([dst, staged] { std::memcpy(impl_of(dst).data(), staged->data(), staged->size()); });
+    return;
+  }
+  std::memcpy(impl_of(dst).data(), src, bytes);
+}
+
+void CpuBackend::copy_to_host(const Tensor& src, void* dst) {
+  if (WorkQueue* q = queue(src.device().index())) q->synchronize();
+  std::memcpy(dst, impl_of(src).data(), src.nbytes());
+}
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  const int s = src.device().index(), d = dst.device().index();
+  WorkQueue* qs = queue(s);
+  WorkQueue* qd = queue(d);
+  if (s == d || qs == nullptr || qd == nullptr) {
+    launch(d, [src, dst] { copy_kernel(src, dst); });
+    return;
+  }
+  // Two queues: run the copy on the source's queue once the destination's earlier work is
+  // done (it may still read dst), and hold the destination's queue until the copy is done.
+  const std::uint64_t dst_ready = qd->last_ticket();
+  const std::uint64_t copied = qs->submit([src, dst, qd, dst_ready] {
+    qd->wait(dst_ready);
+    copy_kernel(src, dst);
+  });
+  qd->submit([qs, copied] { qs->wait(copied); });
+}
+
+void CpuBackend::synchronize(int index) {
+  if (WorkQueue* q = queue(index)) q->synchronize();
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,71 @@
+#pragma once
+// The CPU backend: the plain CPU, or logical CPU devices each with its own in-order work
+// queue (see cpu_devices.h). Kernels run through launch(), which either runs them now or
+// queues them on the device's thread; lambdas capture Tensor handles by value, which
+// keeps their storage alive until the kernel has run.
+#include <array>
+#include <memory>
+#include <utility>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_allocator.h"
+#include "backend/cpu/work_queue.h"
+#include "core/device_registry.h"
+
+namespace tessera::detail {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  int device_count() const override;
+  std::string unavailable_reason() const override { return ""; }
+  DeviceInfo info(int index) const override;
+
+  void* allocate(int index, std::size_t bytes) override;
+  void deallocate(int index, void* ptr, std::size_t bytes) override;
+  std::size_t reserved(int index) const override;
+  void empty_cache(int index) override;
+
+  void copy_from_host(const void* src, const Tensor& dst) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void synchronize(int index) override;
+
+  void fill(const Tensor& out, double value) override;
+  void arange(const Tensor& out, double start, double step) override;
+  void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+              std::uint64_t offset) override;
+  void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                     const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+
+  // Runs `kernel` on `index`'s queue, or now when the device has none.
+  template <typename F>
+  void launch(int index, F&& kernel) {
+    if (WorkQueue* q = queue(index)) {
+      q->submit(std::function<void()>(std::forward<F>(kernel)));
+    } else {
+      kernel();
+    }
+  }
+  // The device's queue, or nullptr when its work runs on the calling thread.
+  WorkQueue* queue(int index);
+
+ private:
+  // Each logical device has its own allocator so its cache is its own; the plain CPU uses
+  // allocators_[0].
+  std::array<std::unique_ptr<CpuAllocator>, kMaxDevicesPerKind> allocators_;
+  std::array<std::unique_ptr<WorkQueue>, kMaxDevicesPerKind> queues_;
+  std::once_flag queues_once_;
+};
+
+CpuBackend& cpu_backend_impl();
+
+}  // namespace tessera::detail

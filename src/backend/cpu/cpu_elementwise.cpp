@@ -1,0 +1,215 @@
+// CPU elementwise kernels: fill, arange, random, unary, binary (tensor or scalar), where.
+#include <cmath>
+
+#include "backend/cpu/copy_kernel.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/strided_loop.h"
+#include "backend/elementwise_functors.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+using Row = std::array<std::int64_t, 3>;
+
+template <int N>
+StridedLayout<N> layout_of(const std::array<const Tensor*, N>& ts) {
+  std::array<const Strides*, N> strides;
+  std::array<std::int64_t, N> sizes;
+  for (int k = 0; k < N; ++k) {
+    strides[k] = &impl_of(*ts[k]).strides;
+    sizes[k] = static_cast<std::int64_t>(ts[k]->itemsize());
+  }
+  return make_layout<N>(ts[0]->shape(), strides, sizes);
+}
+
+// Runs a flat loop over a fresh contiguous output, split across the pool when large.
+template <typename F>
+void parallel_index_loop(std::int64_t n, F&& f) {
+  if (n < kParallelGrain || omp_in_parallel()) {
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+}  // namespace
+
+void CpuBackend::fill(const Tensor& out, double value) {
+  launch(out.device().index(), [out, value] {
+    dispatch_dtype(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T v = convert_value<T>(value);
+      for_each_row<1>(layout_of<1>({&out}), {impl_of(out).data()}, out.numel(),
+                      [v](std::array<char*, 1> p, std::int64_t n, const std::array<std::int64_t, 1>& st) {
+                        if (st[0] == sizeof(T)) {
+                          T* o = reinterpret_cast<T*>(p[0]);
+                          for (std::int64_t i = 0; i < n; ++i) o[i] = v;
+                        } else {
+                          for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
+                        }
+                      });
+    });
+  });
+}
+
+void CpuBackend::arange(const Tensor& out, double start, double step) {
+  launch(out.device().index(), [out, start, step] {
+    dispatch_dtype(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = reinterpret_cast<T*>(impl_of(out).data());
+      parallel_index_loop(out.numel(), [&](std::int64_t i) {
+        o[i] = convert_value<T>(start + static_cast<double>(i) * step);
+      });
+    });
+  });
+}
+
+void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b,
+                        std::uint64_t seed, std::uint64_t offset) {
+  launch(out.device().index(), [out, kind, a, b, seed, offset] {
+    dispatch_floating(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = reinterpret_cast<T*>(impl_of(out).data());
+      parallel_index_loop(out.numel(), [&](std::int64_t i) {
+        const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
+        if (kind == RandomKind::kNormal) {
+          o[i] = static_cast<T>(a + b * normal_double(r));
+        } else if constexpr (std::is_same_v<T, float>) {
+          o[i] = static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r);
+        } else {
+          o[i] = a + (b - a) * uniform_double(r);
+        }
+      });
+    });
+  });
+}
+
+void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
+  launch(out.device().index(), [op, in, out] {
+    const auto layout = layout_of<2>({&out, &in});
+    dispatch_dtype(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      dispatch_unary(op, [&](auto fn) {
+        for_each_row<2>(layout, {impl_of(out).data(), impl_of(in).data()}, out.numel(),
+                        [fn](std::array<char*, 2> p, std::int64_t n, const std::array<std::int64_t, 2>& st) {
+                          if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
+                            T* o = reinterpret_cast<T*>(p[0]);
+                            const T* x = reinterpret_cast<const T*>(p[1]);
+                            for (std::int64_t i = 0; i < n; ++i) o[i] = fn(x[i]);
+                          } else {
+                            for (std::int64_t i = 0; i < n; ++i) {
+                              *reinterpret_cast<T*>(p[0] + i * st[0]) =
+                                  fn(*reinterpret_cast<const T*>(p[1] + i * st[1]));
+                            }
+                          }
+                        });
+      });
+    });
+  });
+}
+
+namespace {
+
+// out[i] = fn(a[i], b[i]) over one row; strides in bytes. Contiguous and broadcast-scalar
+// rows get loops the compiler vectorizes.
+template <typename T, typename O, typename Fn>
+inline void binary_row(Fn fn, std::array<char*, 3> p, std::int64_t n, const Row& st) {
+  O* o = reinterpret_cast<O*>(p[0]);
+  const T* a = reinterpret_cast<const T*>(p[1]);
+  const T* b = reinterpret_cast<const T*>(p[2]);
+  if (st[0] == sizeof(O) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
+    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(fn(a[i], b[i]));
+  } else if (st[0] == sizeof(O) && st[1] == sizeof(T) && st[2] == 0) {
+    const T bv = *b;
+    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(fn(a[i], bv));
+  } else if (st[0] == sizeof(O) && st[1] == 0 && st[2] == sizeof(T)) {
+    const T av = *a;
+    for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(fn(av, b[i]));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      *reinterpret_cast<O*>(p[0] + i * st[0]) = static_cast<O>(fn(
+          *reinterpret_cast<const T*>(p[1] + i * st[1]), *reinterpret_cast<const T*>(p[2] + i * st[2])));
+    }
+  }
+}
+
+template <typename T, typename Fn>
+void binary_typed(Fn fn, bool comparison, const StridedLayout<3>& layout, std::array<char*, 3> ptrs,
+                  std::int64_t numel) {
+  if (comparison) {
+    if constexpr (std::is_same_v<decltype(fn(T{}, T{})), bool>) {
+      for_each_row<3>(layout, ptrs, numel, [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
+        binary_row<T, bool>(fn, p, n, st);
+      });
+    }
+  } else {
+    for_each_row<3>(layout, ptrs, numel, [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
+      binary_row<T, T>(fn, p, n, st);
+    });
+  }
+}
+
+}  // namespace
+
+void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  launch(out.device().index(), [op, a, b, out] {
+    const auto layout = layout_of<3>({&out, &a, &b});
+    const std::array<char*, 3> ptrs{impl_of(out).data(), impl_of(a).data(), impl_of(b).data()};
+    dispatch_dtype(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      dispatch_binary(op, [&](auto fn) {
+        binary_typed<T>(fn, is_comparison(op), layout, ptrs, out.numel());
+      });
+    });
+  });
+}
+
+void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                               const Tensor& out) {
+  launch(out.device().index(), [op, a, scalar, scalar_first, out] {
+    // The scalar becomes a one-element stride-0 operand, so one loop serves both forms.
+    const auto layout = layout_of<2>({&out, &a});
+    dispatch_dtype(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T s = convert_value<T>(scalar);
+      StridedLayout<3> l3;
+      l3.ndim = layout.ndim;
+      for (int d = 0; d < layout.ndim; ++d) {
+        l3.sizes[d] = layout.sizes[d];
+        l3.strides[0][d] = layout.strides[0][d];
+        l3.strides[scalar_first ? 2 : 1][d] = layout.strides[1][d];
+        l3.strides[scalar_first ? 1 : 2][d] = 0;
+      }
+      char* sp = reinterpret_cast<char*>(&s);
+      const std::array<char*, 3> ptrs{impl_of(out).data(), scalar_first ? sp : impl_of(a).data(),
+                                      scalar_first ? impl_of(a).data() : sp};
+      dispatch_binary(op, [&](auto fn) {
+        binary_typed<T>(fn, is_comparison(op), l3, ptrs, out.numel());
+      });
+    });
+  });
+}
+
+void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  launch(out.device().index(), [cond, a, b, out] {
+    const auto layout = layout_of<4>({&out, &cond, &a, &b});
+    dispatch_dtype(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for_each_row<4>(layout,
+                      {impl_of(out).data(), impl_of(cond).data(), impl_of(a).data(), impl_of(b).data()},
+                      out.numel(),
+                      [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
+                        for (std::int64_t i = 0; i < n; ++i) {
+                          const bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
+                          *reinterpret_cast<T*>(p[0] + i * st[0]) =
+                              *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
+                        }
+                      });
+    });
+  });
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,89 @@
+#pragma once
+// The math of each elementwise op, written once for every backend and dtype.
+#include <cmath>
+#include <type_traits>
+
+#include "backend/backend.h"
+#include "backend/philox.h"
+
+namespace tessera::detail {
+
+#define TESSERA_UNARY_FN(Name, expr)            \
+  struct Name {                                 \
+    template <typename T>                       \
+    TESSERA_HOST_DEVICE T operator()(T x) const { \
+      return expr;                              \
+    }                                           \
+  };
+
+TESSERA_UNARY_FN(NegFn, static_cast<T>(-x))
+TESSERA_UNARY_FN(ExpFn, static_cast<T>(std::exp(x)))
+TESSERA_UNARY_FN(LogFn, static_cast<T>(std::log(x)))
+TESSERA_UNARY_FN(SqrtFn, static_cast<T>(std::sqrt(x)))
+TESSERA_UNARY_FN(AbsFn, static_cast<T>(x < T(0) ? -x : x))
+TESSERA_UNARY_FN(ReluFn, static_cast<T>(x > T(0) ? x : T(0)))
+TESSERA_UNARY_FN(SigmoidFn, static_cast<T>(T(1) / (T(1) + std::exp(-x))))
+TESSERA_UNARY_FN(TanhFn, static_cast<T>(std::tanh(x)))
+#undef TESSERA_UNARY_FN
+
+#define TESSERA_BINARY_FN(Name, expr)                   \
+  struct Name {                                         \
+    template <typename T>                               \
+    TESSERA_HOST_DEVICE auto operator()(T a, T b) const { \
+      return expr;                                      \
+    }                                                   \
+  };
+
+TESSERA_BINARY_FN(AddFn, static_cast<T>(a + b))
+TESSERA_BINARY_FN(SubFn, static_cast<T>(a - b))
+TESSERA_BINARY_FN(MulFn, static_cast<T>(a * b))
+TESSERA_BINARY_FN(DivFn, static_cast<T>(a / b))
+TESSERA_BINARY_FN(PowFn, static_cast<T>(std::pow(a, b)))
+// NaN propagates through maximum/minimum, as in NumPy and PyTorch.
+TESSERA_BINARY_FN(MaximumFn, static_cast<T>((a != a || a > b) ? a : b))
+TESSERA_BINARY_FN(MinimumFn, static_cast<T>((a != a || a < b) ? a : b))
+TESSERA_BINARY_FN(EqFn, a == b)
+TESSERA_BINARY_FN(NeFn, a != b)
+TESSERA_BINARY_FN(LtFn, a < b)
+TESSERA_BINARY_FN(LeFn, a <= b)
+TESSERA_BINARY_FN(GtFn, a > b)
+TESSERA_BINARY_FN(GeFn, a >= b)
+#undef TESSERA_BINARY_FN
+
+// Calls f(functor) with the functor of `op`.
+template <typename F>
+decltype(auto) dispatch_unary(UnaryOp op, F&& f) {
+  switch (op) {
+    case UnaryOp::kNeg: return f(NegFn{});
+    case UnaryOp::kExp: return f(ExpFn{});
+    case UnaryOp::kLog: return f(LogFn{});
+    case UnaryOp::kSqrt: return f(SqrtFn{});
+    case UnaryOp::kAbs: return f(AbsFn{});
+    case UnaryOp::kRelu: return f(ReluFn{});
+    case UnaryOp::kSigmoid: return f(SigmoidFn{});
+    case UnaryOp::kTanh: return f(TanhFn{});
+  }
+  return f(NegFn{});
+}
+
+template <typename F>
+decltype(auto) dispatch_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::kAdd: return f(AddFn{});
+    case BinaryOp::kSub: return f(SubFn{});
+    case BinaryOp::kMul: return f(MulFn{});
+    case BinaryOp::kDiv: return f(DivFn{});
+    case BinaryOp::kPow: return f(PowFn{});
+    case BinaryOp::kMaximum: return f(MaximumFn{});
+    case BinaryOp::kMinimum: return f(MinimumFn{});
+    case BinaryOp::kEq: return f(EqFn{});
+    case BinaryOp::kNe: return f(NeFn{});
+    case BinaryOp::kLt: return f(LtFn{});
+    case BinaryOp::kLe: return f(LeFn{});
+    case BinaryOp::kGt: return f(GtFn{});
+    case BinaryOp::kGe: return f(GeFn{});
+  }
+  return f(AddFn{});
+}
+
+}  // namespace tessera::detail

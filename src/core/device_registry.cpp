@@ -1,0 +1,126 @@
+#include "core/device_registry.h"
+
+#include <array>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "core/check.h"
+
+namespace tessera::detail {
+namespace {
+
+std::array<std::array<DeviceCounters, kMaxDevicesPerKind>, 2> g_counters;
+
+std::mutex g_config_mutex;
+bool g_configured = false;
+std::atomic<bool> g_in_use{false};
+CpuDeviceOptions g_options;
+
+int parse_count_env(const char* name, const char* text) {
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= kMaxDevicesPerKind,
+                Error,
+                "[configure_cpu_devices] {}='{}' is not a device count; expected an integer "
+                "from 0 to {}",
+                name, text, kMaxDevicesPerKind);
+  return static_cast<int>(value);
+}
+
+// Caller holds g_config_mutex.
+void configure_from_env_locked() {
+  if (g_configured) return;
+  g_configured = true;
+  if (const char* n = std::getenv("TESSERA_CPU_DEVICES"); n != nullptr && *n != '\0') {
+    g_options.count = parse_count_env("TESSERA_CPU_DEVICES", n);
+  }
+  if (const char* a = std::getenv("TESSERA_CPU_ASYNC"); a != nullptr && *a != '\0') {
+    g_options.async_queues = std::string(a) != "0";
+  }
+}
+
+}  // namespace
+
+DeviceCounters& counters(Device device) {
+  return g_counters[static_cast<int>(device.kind())][device.index()];
+}
+
+const CpuDeviceOptions& cpu_options() {
+  if (!g_in_use.load(std::memory_order_acquire)) {
+    std::lock_guard lock(g_config_mutex);
+    configure_from_env_locked();
+  }
+  return g_options;
+}
+
+void mark_devices_in_use() {
+  if (g_in_use.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(g_config_mutex);
+  configure_from_env_locked();
+  g_in_use.store(true, std::memory_order_release);
+}
+
+bool is_host(Device device) { return device.is_cpu() && cpu_options().count == 0; }
+
+namespace {
+
+std::string device_list() {
+  std::string out;
+  for (Device d : available_devices()) out += (out.empty() ? "" : ", ") + d.str();
+  return out;
+}
+
+}  // namespace
+
+void check_device(Device device, const char* op) {
+  if (device.is_cpu()) {
+    const int count = num_cpu_devices();
+    if (device.index() < count) return;
+    if (cpu_options().count == 0) {
+      throw DeviceError(fmt::format(
+          "[{}] device {} does not exist: the CPU is a single device (cpu) unless it is split "
+          "into logical devices. Set TESSERA_CPU_DEVICES=N or call configure_cpu_devices() "
+          "before creating any tensor. Available devices: {}",
+          op, device.str(), device_list()));
+    }
+    throw DeviceError(fmt::format(
+        "[{}] device {} does not exist: {} logical CPU devices are configured (cpu:0 to "
+        "cpu:{}). Available devices: {}",
+        op, device.str(), count, count - 1, device_list()));
+  }
+  if (device.index() < num_gpus()) return;
+  throw DeviceError(fmt::format(
+      "[{}] device {} is not available: {}. Available devices: {}. Use try_gpu({}) to fall "
+      "back to the CPU when the GPU is missing.",
+      op, device.str(), gpu_unavailable_reason(), device_list(), device.index()));
+}
+
+}  // namespace tessera::detail
+
+namespace tessera {
+
+void configure_cpu_devices(const CpuDeviceOptions& options) {
+  using namespace detail;
+  TESSERA_CHECK(options.count >= 0 && options.count <= kMaxDevicesPerKind, Error,
+                "[configure_cpu_devices] count {} is out of range; expected 0 to {}",
+                options.count, kMaxDevicesPerKind);
+  std::lock_guard lock(g_config_mutex);
+  TESSERA_CHECK(!g_in_use.load(), Error,
+                "[configure_cpu_devices] called after the first tensor was created; call it "
+                "at the start of the program (or set TESSERA_CPU_DEVICES before it starts)");
+  g_configured = true;
+  g_options = options;
+}
+
+bool has_logical_cpu_devices() { return detail::cpu_options().count > 0; }
+
+int num_cpu_devices() {
+  const int n = detail::cpu_options().count;
+  return n == 0 ? 1 : n;
+}
+
+}  // namespace tessera

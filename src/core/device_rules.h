@@ -1,0 +1,36 @@
+#pragma once
+// The device rules, enforced here and nowhere else: every op's tensors share one device
+// (else DeviceMismatchError), and every copy across devices or host read is counted in the
+// transfer ledger.
+#include <cstddef>
+#include <initializer_list>
+
+#include "tessera/device.h"
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+struct Operand {
+  const char* name;  // "self", "other", "condition", ...
+  const Tensor* tensor;
+};
+
+// The one device all operands live on. Throws Error for an undefined operand and
+// DeviceMismatchError naming the op, each operand's device and the fix otherwise.
+Device common_device(const char* op, std::initializer_list<Operand> operands);
+
+// Fast path of common_device for the common two-operand case.
+inline Device common_device(const char* op, const Tensor& self, const Tensor& other) {
+  if (self.defined() && other.defined() && self.device() == other.device()) [[likely]] {
+    return self.device();
+  }
+  return common_device(op, {{"self", &self}, {"other", &other}});
+}
+
+// Ledger entries. A copy between two devices counts as h2d, d2h or d2d by whether either end
+// is the host (see is_host); a host read of device data also counts as a host wait.
+void record_copy(Device src, Device dst, std::size_t bytes);
+void record_host_read(Device src, std::size_t bytes);
+void record_host_write(Device dst, std::size_t bytes);
+
+}  // namespace tessera::detail

@@ -1,0 +1,114 @@
+// Storage allocation and per-device memory accounting. See Note [Memory accounting].
+#include "tessera/memory.h"
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/device_registry.h"
+#include "core/tensor_impl.h"
+
+// Note [Memory accounting]
+// in_use counts the bytes tensors asked for on each device (not the allocator's rounded
+// block sizes), so a test can assert exactly what an op allocated. The limit applies to
+// in_use; the backend's cache (reserved - in_use) is reclaimed before an allocation fails.
+
+namespace tessera {
+
+std::string format_bytes(std::size_t bytes) {
+  if (bytes == SIZE_MAX) return "unlimited";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 6) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+}  // namespace tessera
+
+namespace tessera::detail {
+namespace {
+
+[[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op,
+                            const char* why) {
+  const DeviceCounters& c = counters(device);
+  throw OutOfMemoryError(fmt::format(
+      "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}. "
+      "Free tensors you no longer need, use smaller batches, or raise the limit with "
+      "set_memory_limit({}, bytes).",
+      op, device.str(), format_bytes(bytes), bytes, format_bytes(c.in_use.load()),
+      format_bytes(c.limit.load()), why, device.str()));
+}
+
+}  // namespace
+
+Storage::Storage(Device device_in, std::size_t bytes_in, const char* op)
+    : bytes(bytes_in), device(device_in) {
+  DeviceCounters& c = counters(device);
+  const std::size_t limit = c.limit.load(std::memory_order_relaxed);
+  if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit");
+  const std::size_t before = c.in_use.fetch_add(bytes);
+  if (before + bytes > limit) {
+    c.in_use.fetch_sub(bytes);
+    throw_oom(device, bytes, op, "the request does not fit under the limit");
+  }
+  if (bytes > 0) {
+    Backend& backend = backend_of(device);
+    data = backend.allocate(device.index(), bytes);
+    if (data == nullptr) {
+      backend.empty_cache(device.index());
+      data = backend.allocate(device.index(), bytes);
+    }
+    if (data == nullptr) {
+      c.in_use.fetch_sub(bytes);
+      throw_oom(device, bytes, op, "the device has no memory left for it");
+    }
+  }
+  c.allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t now = before + bytes;
+  std::size_t peak = c.peak.load(std::memory_order_relaxed);
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+Storage::~Storage() {
+  if (data != nullptr) backend_of(device).deallocate(device.index(), data, bytes);
+  counters(device).in_use.fetch_sub(bytes);
+}
+
+}  // namespace tessera::detail
+
+namespace tessera {
+
+MemoryStats memory_stats(Device device) {
+  detail::check_device(device, "memory_stats");
+  const detail::DeviceCounters& c = detail::counters(device);
+  MemoryStats stats;
+  stats.in_use = c.in_use.load();
+  stats.peak = c.peak.load();
+  stats.limit = c.limit.load();
+  stats.allocations = c.allocations.load();
+  stats.reserved = detail::backend_of(device).reserved(device.index());
+  return stats;
+}
+
+void reset_peak_memory(Device device) {
+  detail::check_device(device, "reset_peak_memory");
+  detail::DeviceCounters& c = detail::counters(device);
+  c.peak.store(c.in_use.load());
+}
+
+void set_memory_limit(Device device, std::size_t bytes) {
+  detail::check_device(device, "set_memory_limit");
+  detail::counters(device).limit.store(bytes);
+}
+
+void empty_cache(Device device) {
+  detail::check_device(device, "empty_cache");
+  detail::backend_of(device).empty_cache(device.index());
+}
+
+}  // namespace tessera

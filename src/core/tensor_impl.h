@@ -1,0 +1,57 @@
+#pragma once
+// The data behind a Tensor handle. Metadata (shape, strides, offset, dtype) never changes
+// after construction, so work queued on a device can hold a handle without copying it.
+#include <cstddef>
+#include <memory>
+
+#include "tessera/device.h"
+#include "tessera/dtype.h"
+#include "tessera/shape.h"
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+// A block of device memory. Frees itself through the device's allocator and accounting.
+struct Storage {
+  // Throws OutOfMemoryError naming `op` when the device's limit or memory is exhausted.
+  Storage(Device device, std::size_t bytes, const char* op);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  Device device;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Strides strides;
+  std::int64_t offset = 0;  // in elements
+  Dtype dtype = kFloat32;
+  bool contiguous = true;  // cached: strides are the row-major strides of shape
+
+  char* data() const {
+    return static_cast<char*>(storage->data) + offset * static_cast<std::int64_t>(itemsize(dtype));
+  }
+  Device device() const { return storage->device; }
+  std::int64_t numel() const { return shape.numel(); }
+};
+
+inline TensorImpl& impl_of(const Tensor& t) { return *t.impl(); }
+
+// Row-major strides of `shape`.
+Strides contiguous_strides(const Shape& shape);
+bool is_contiguous_layout(const Shape& shape, const Strides& strides);
+
+// A new tensor with fresh, uninitialized storage. `op` names the op in an OOM message.
+// Checks that `device` exists (DeviceError otherwise).
+Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op);
+// A view of `base`'s storage with new metadata.
+Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
+                 std::int64_t offset);
+// Throws Error naming `op` when `t` is undefined.
+void check_defined(const Tensor& t, const char* op, const char* name = "tensor");
+
+}  // namespace tessera::detail

@@ -1,0 +1,125 @@
+// Printing tensors the way PyTorch does, with the device shown unless it is the host.
+#include <cmath>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/device_registry.h"
+#include "core/tensor_impl.h"
+
+namespace tessera {
+namespace {
+
+constexpr std::int64_t kSummarizeAbove = 1000;
+constexpr std::int64_t kEdgeItems = 3;
+
+struct Formatter {
+  Dtype dtype;
+  bool integral_floats = true;  // every finite value is a whole number: print "1."
+  bool scientific = false;
+  int width = 1;
+
+  explicit Formatter(Dtype d, const std::vector<double>& values) : dtype(d) {
+    if (!is_floating(d)) {
+      for (double v : values) width = std::max(width, static_cast<int>(raw(v).size()));
+      return;
+    }
+    double max_abs = 0, min_abs = INFINITY;
+    for (double v : values) {
+      if (!std::isfinite(v)) continue;
+      if (v != std::floor(v)) integral_floats = false;
+      max_abs = std::max(max_abs, std::abs(v));
+      if (v != 0) min_abs = std::min(min_abs, std::abs(v));
+    }
+    scientific = max_abs >= 1e8 || (!integral_floats && min_abs < 1e-4) ||
+                 (integral_floats && max_abs >= 1e8);
+    for (double v : values) width = std::max(width, static_cast<int>(raw(v).size()));
+  }
+
+  std::string raw(double v) const {
+    if (dtype == kBool) return v != 0 ? "True" : "False";
+    if (!is_floating(dtype)) return fmt::format("{}", static_cast<long long>(v));
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    if (scientific) return fmt::format("{:.4e}", v);
+    if (integral_floats) return fmt::format("{:.0f}.", v);
+    return fmt::format("{:.4f}", v);
+  }
+  std::string operator()(double v) const { return fmt::format("{:>{}}", raw(v), width); }
+};
+
+// Index lists to print per dim: all, or the first and last kEdgeItems with a gap.
+std::vector<std::int64_t> shown(std::int64_t n, bool summarize) {
+  std::vector<std::int64_t> idx;
+  if (!summarize || n <= 2 * kEdgeItems) {
+    for (std::int64_t i = 0; i < n; ++i) idx.push_back(i);
+  } else {
+    for (std::int64_t i = 0; i < kEdgeItems; ++i) idx.push_back(i);
+    idx.push_back(-1);  // "..."
+    for (std::int64_t i = n - kEdgeItems; i < n; ++i) idx.push_back(i);
+  }
+  return idx;
+}
+
+void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape, int d,
+               std::int64_t offset, int indent, bool summarize, const Formatter& f) {
+  const std::int64_t n = shape[d];
+  std::int64_t inner = 1;
+  for (int k = d + 1; k < shape.size(); ++k) inner *= shape[k];
+  os << '[';
+  bool first = true;
+  for (std::int64_t i : shown(n, summarize)) {
+    if (!first) {
+      if (d == shape.size() - 1) {
+        os << ", ";
+      } else {
+        os << ',' << std::string(static_cast<std::size_t>(shape.size() - 1 - d), '\n')
+           << std::string(static_cast<std::size_t>(indent + d + 1), ' ');
+      }
+    }
+    first = false;
+    if (i < 0) {
+      os << "...";
+      continue;
+    }
+    if (d == shape.size() - 1) {
+      os << f(v[static_cast<std::size_t>(offset + i)]);
+    } else {
+      print_rec(os, v, shape, d + 1, offset + i * inner, indent, summarize, f);
+    }
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  const std::vector<double> values = t.to_vector<double>();
+  const Formatter f(t.dtype(), values);
+  os << "tensor(";
+  if (t.dim() == 0) {
+    os << f.raw(values[0]);
+  } else if (t.numel() == 0) {
+    os << "[]";
+  } else {
+    print_rec(os, values, t.shape(), 0, 0, 7, t.numel() > kSummarizeAbove, f);
+  }
+  if (t.numel() == 0 && t.dim() > 1) os << ", size=" << t.shape().str();
+  if (!detail::is_host(t.device())) os << ", device=" << t.device().str();
+  if (t.dtype() != kFloat32 && t.dtype() != kInt64 && t.dtype() != kBool) {
+    os << ", dtype=" << dtype_name(t.dtype());
+  }
+  return os << ')';
+}
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << *this;
+  return os.str();
+}
+
+}  // namespace tessera

@@ -1,0 +1,217 @@
+// Front end of the elementwise ops: device rule, dtype promotion, broadcasting, then the
+// backend kernel. See Note [Scalar promotion].
+#include <cmath>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "ops/broadcast.h"
+#include "tessera/factories.h"
+#include "tessera/ops.h"
+
+// Note [Scalar promotion]
+// C++ scalars arrive as double, so `x + 1` and `x + 1.0` look the same. A scalar changes an
+// integer or bool tensor's dtype only when it is not a whole number (int + 0.5 -> float32);
+// a whole-number scalar with a bool tensor gives int64, as in PyTorch.
+
+namespace tessera {
+using detail::BinaryOp;
+using detail::UnaryOp;
+
+namespace {
+
+bool is_arithmetic(BinaryOp op) { return !detail::is_comparison(op); }
+
+void check_bool_arithmetic(BinaryOp op, Dtype dtype, const char* name) {
+  TESSERA_CHECK(dtype != kBool || op == BinaryOp::kAdd || op == BinaryOp::kMul ||
+                    op == BinaryOp::kMaximum || op == BinaryOp::kMinimum || !is_arithmetic(op),
+                DtypeError,
+                "[{}] is not defined for bool tensors; convert them with .to(kInt64) or "
+                ".to(kFloat32) first",
+                name);
+}
+
+Dtype compute_dtype(BinaryOp op, Dtype promoted) {
+  if ((op == BinaryOp::kDiv) && !is_floating(promoted)) return kFloat32;
+  return promoted;
+}
+
+Dtype scalar_dtype(Dtype t, double scalar) {
+  if (is_floating(t)) return t;
+  if (scalar != std::floor(scalar) || !std::isfinite(scalar)) return kFloat32;
+  return t == kBool ? kInt64 : t;
+}
+
+Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
+  const Device device = detail::common_device(name, a, b);
+  const Dtype dtype = compute_dtype(op, promote_types(a.dtype(), b.dtype()));
+  check_bool_arithmetic(op, dtype, name);
+  const Shape shape =
+      a.shape() == b.shape() ? a.shape() : detail::broadcast_shapes(name, a.shape(), b.shape());
+  const Tensor x = detail::prepare_operand(a, dtype, shape);
+  const Tensor y = detail::prepare_operand(b, dtype, shape);
+  Tensor out = detail::make_tensor(shape, detail::is_comparison(op) ? kBool : dtype, device, name);
+  detail::backend_of(device).binary(op, x, y, out);
+  return out;
+}
+
+Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool scalar_first) {
+  detail::check_defined(a, name);
+  const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
+  check_bool_arithmetic(op, dtype, name);
+  const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+  Tensor out = detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype,
+                                   a.device(), name);
+  detail::backend_of(a.device()).binary_scalar(op, x, s, scalar_first, out);
+  return out;
+}
+
+Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) {
+  detail::check_defined(a, name);
+  Dtype dtype = a.dtype();
+  if (float_only && !is_floating(dtype)) dtype = kFloat32;
+  TESSERA_CHECK(dtype != kBool, DtypeError,
+                "[{}] is not defined for bool tensors; convert with .to(kInt64) or .to(kFloat32)",
+                name);
+  const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+  Tensor out = detail::make_tensor(a.shape(), dtype, a.device(), name);
+  detail::backend_of(a.device()).unary(op, x, out);
+  return out;
+}
+
+// self (op)= other, computed in self's dtype.
+Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& other) {
+  const Device device = detail::common_device(name, self, other);
+  detail::check_writable(self, name);
+  const Dtype promoted = compute_dtype(op, promote_types(self.dtype(), other.dtype()));
+  TESSERA_CHECK(is_floating(self.dtype()) || !is_floating(promoted), DtypeError,
+                "[{}] the result is {} but self is {}; in-place ops cannot narrow a floating "
+                "result into an integer tensor. Use the out-of-place form",
+                name, dtype_name(promoted), dtype_name(self.dtype()));
+  check_bool_arithmetic(op, self.dtype(), name);
+  TESSERA_CHECK(detail::broadcast_shapes(name, self.shape(), other.shape()) == self.shape(),
+                ShapeError,
+                "[{}] other's shape {} does not broadcast to self's shape {} (an in-place result "
+                "keeps self's shape)",
+                name, other.shape().str(), self.shape().str());
+  // An operand that overlaps self in another layout (a.add_(a.t())) is read from a copy,
+  // so no element is read after it was overwritten.
+  Tensor src = other;
+  if (other.shares_storage(self) &&
+      !(other.strides() == self.strides() && other.storage_offset() == self.storage_offset())) {
+    src = other.clone();
+  }
+  const Tensor y = detail::prepare_operand(src, self.dtype(), self.shape());
+  detail::backend_of(device).binary(op, self, y, self);
+  return self;
+}
+
+Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
+  detail::check_defined(self, name);
+  detail::check_writable(self, name);
+  TESSERA_CHECK(is_floating(self.dtype()) || !is_floating(compute_dtype(op, scalar_dtype(self.dtype(), s))),
+                DtypeError,
+                "[{}] the result is floating but self is {}; in-place ops cannot narrow a "
+                "floating result into an integer tensor. Use the out-of-place form",
+                name, dtype_name(self.dtype()));
+  check_bool_arithmetic(op, self.dtype(), name);
+  detail::backend_of(self.device()).binary_scalar(op, self, s, false, self);
+  return self;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kAdd, "add", a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kSub, "sub", a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kMul, "mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kDiv, "div", a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kPow, "pow", a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kMaximum, "maximum", a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(BinaryOp::kMinimum, "minimum", a, b);
+}
+Tensor add(const Tensor& a, double b) { return scalar_op(BinaryOp::kAdd, "add", a, b, false); }
+Tensor sub(const Tensor& a, double b) { return scalar_op(BinaryOp::kSub, "sub", a, b, false); }
+Tensor sub(double a, const Tensor& b) { return scalar_op(BinaryOp::kSub, "sub", b, a, true); }
+Tensor mul(const Tensor& a, double b) { return scalar_op(BinaryOp::kMul, "mul", a, b, false); }
+Tensor div(const Tensor& a, double b) { return scalar_op(BinaryOp::kDiv, "div", a, b, false); }
+Tensor div(double a, const Tensor& b) { return scalar_op(BinaryOp::kDiv, "div", b, a, true); }
+Tensor pow(const Tensor& a, double e) { return scalar_op(BinaryOp::kPow, "pow", a, e, false); }
+Tensor maximum(const Tensor& a, double b) {
+  return scalar_op(BinaryOp::kMaximum, "maximum", a, b, false);
+}
+Tensor minimum(const Tensor& a, double b) {
+  return scalar_op(BinaryOp::kMinimum, "minimum", a, b, false);
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kEq, "eq", a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kNe, "ne", a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kLt, "lt", a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kLe, "le", a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kGt, "gt", a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kGe, "ge", a, b); }
+Tensor eq(const Tensor& a, double b) { return scalar_op(BinaryOp::kEq, "eq", a, b, false); }
+Tensor ne(const Tensor& a, double b) { return scalar_op(BinaryOp::kNe, "ne", a, b, false); }
+Tensor lt(const Tensor& a, double b) { return scalar_op(BinaryOp::kLt, "lt", a, b, false); }
+Tensor le(const Tensor& a, double b) { return scalar_op(BinaryOp::kLe, "le", a, b, false); }
+Tensor gt(const Tensor& a, double b) { return scalar_op(BinaryOp::kGt, "gt", a, b, false); }
+Tensor ge(const Tensor& a, double b) { return scalar_op(BinaryOp::kGe, "ge", a, b, false); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const Device device =
+      detail::common_device("where", {{"condition", &cond}, {"self", &a}, {"other", &b}});
+  TESSERA_CHECK(cond.dtype() == kBool, DtypeError,
+                "[where] condition must be bool, got {}; build it with a comparison such as "
+                "x > 0",
+                dtype_name(cond.dtype()));
+  const Dtype dtype = promote_types(a.dtype(), b.dtype());
+  const Shape shape = detail::broadcast_shapes(
+      "where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
+  Tensor out = detail::make_tensor(shape, dtype, device, "where");
+  detail::backend_of(device).where(detail::prepare_operand(cond, kBool, shape),
+                                   detail::prepare_operand(a, dtype, shape),
+                                   detail::prepare_operand(b, dtype, shape), out);
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  detail::check_defined(a, "where", "self");
+  return where(cond, a, full({}, b, {a.dtype(), a.device()}));
+}
+
+Tensor where(const Tensor& cond, double a, const Tensor& b) {
+  detail::check_defined(b, "where", "other");
+  return where(cond, full({}, a, {b.dtype(), b.device()}), b);
+}
+
+Tensor neg(const Tensor& a) { return unary_op(UnaryOp::kNeg, "neg", a, false); }
+Tensor exp(const Tensor& a) { return unary_op(UnaryOp::kExp, "exp", a, true); }
+Tensor log(const Tensor& a) { return unary_op(UnaryOp::kLog, "log", a, true); }
+Tensor sqrt(const Tensor& a) { return unary_op(UnaryOp::kSqrt, "sqrt", a, true); }
+Tensor abs(const Tensor& a) { return unary_op(UnaryOp::kAbs, "abs", a, false); }
+Tensor relu(const Tensor& a) { return unary_op(UnaryOp::kRelu, "relu", a, false); }
+Tensor sigmoid(const Tensor& a) { return unary_op(UnaryOp::kSigmoid, "sigmoid", a, true); }
+Tensor tanh(const Tensor& a) { return unary_op(UnaryOp::kTanh, "tanh", a, true); }
+
+Tensor& Tensor::add_(const Tensor& o) { return inplace_op(BinaryOp::kAdd, "add_", *this, o); }
+Tensor& Tensor::sub_(const Tensor& o) { return inplace_op(BinaryOp::kSub, "sub_", *this, o); }
+Tensor& Tensor::mul_(const Tensor& o) { return inplace_op(BinaryOp::kMul, "mul_", *this, o); }
+Tensor& Tensor::div_(const Tensor& o) { return inplace_op(BinaryOp::kDiv, "div_", *this, o); }
+Tensor& Tensor::add_(double v) { return inplace_scalar(BinaryOp::kAdd, "add_", *this, v); }
+Tensor& Tensor::sub_(double v) { return inplace_scalar(BinaryOp::kSub, "sub_", *this, v); }
+Tensor& Tensor::mul_(double v) { return inplace_scalar(BinaryOp::kMul, "mul_", *this, v); }
+Tensor& Tensor::div_(double v) { return inplace_scalar(BinaryOp::kDiv, "div_", *this, v); }
+
+Tensor& Tensor::fill_(double value) {
+  detail::check_defined(*this, "fill_");
+  detail::check_writable(*this, "fill_");
+  detail::backend_of(device()).fill(*this, value);
+  return *this;
+}
+
+Tensor& Tensor::zero_() { return fill_(0); }
+
+}  // namespace tessera

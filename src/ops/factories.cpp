@@ -1,0 +1,161 @@
+// Tensor factories. Each resolves its options (default device, float32), allocates on the
+// device and fills there; only tensor() and from_vector() carry host data across.
+#include "tessera/factories.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "ops/random.h"
+#include "tessera/device_scope.h"
+
+namespace tessera {
+using detail::make_tensor;
+
+namespace {
+
+Device device_of(const TensorOptions& o) { return o.device.value_or(default_device()); }
+Dtype dtype_of_options(const TensorOptions& o, Dtype fallback = kFloat32) {
+  return o.dtype.value_or(fallback);
+}
+
+Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
+  Tensor t = make_tensor(shape, dtype_of_options(options), device_of(options), op);
+  detail::backend_of(t.device()).fill(t, value);
+  return t;
+}
+
+TensorOptions like(const Tensor& t, TensorOptions options) {
+  detail::check_defined(t, "*_like");
+  if (!options.device) options.device = t.device();
+  if (!options.dtype) options.dtype = t.dtype();
+  return options;
+}
+
+// Walks a nested list: records the shape from the first path, checks every other path
+// against it, flattens the leaves and notes the widest leaf kind.
+void flatten_nested(const NestedList& list, int depth, Shape& shape, bool& shape_known,
+                    std::vector<double>& out, NestedList::Kind& widest) {
+  if (list.kind() != NestedList::Kind::kList) {
+    TESSERA_CHECK(!shape_known || depth == shape.size(), ShapeError,
+                  "[tensor] the nested list is ragged: a number appears at depth {} but the "
+                  "first entries have depth {}",
+                  depth, shape.size());
+    if (!shape_known) shape_known = true;
+    out.push_back(list.value());
+    if (list.kind() > widest) widest = list.kind();
+    return;
+  }
+  const auto n = static_cast<std::int64_t>(list.items().size());
+  if (!shape_known) {
+    TESSERA_CHECK(depth < kMaxDims, ShapeError, "[tensor] the nested list is deeper than {} levels",
+                  kMaxDims);
+    if (shape.size() == depth) shape.push_back(n);
+    if (n == 0) shape_known = true;
+  }
+  TESSERA_CHECK(depth < shape.size() && shape[depth] == n, ShapeError,
+                "[tensor] the nested list is ragged: a list at depth {} has {} entries, expected "
+                "{} (every row must have the same length)",
+                depth, n, depth < shape.size() ? shape[depth] : 0);
+  for (const NestedList& item : list.items()) {
+    flatten_nested(item, depth + 1, shape, shape_known, out, widest);
+  }
+}
+
+}  // namespace
+
+Tensor tensor(const NestedList& values, TensorOptions options) {
+  Shape shape;
+  bool shape_known = false;
+  std::vector<double> flat;
+  NestedList::Kind widest = NestedList::Kind::kBool;
+  flatten_nested(values, 0, shape, shape_known, flat, widest);
+  if (flat.empty() && values.kind() == NestedList::Kind::kList) widest = NestedList::Kind::kFloat;
+  const Dtype inferred = widest == NestedList::Kind::kFloat ? kFloat32
+                         : widest == NestedList::Kind::kInt ? kInt64
+                                                            : kBool;
+  if (!options.dtype) options.dtype = inferred;
+  return from_vector(flat.data(), kFloat64, flat.size(), shape, options);
+}
+
+Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const Shape& shape,
+                   TensorOptions options) {
+  TESSERA_CHECK(static_cast<std::int64_t>(count) == shape.numel(), ShapeError,
+                "[from_vector] got {} values for shape {}, which holds {}", count, shape.str(),
+                shape.numel());
+  const Dtype dtype = dtype_of_options(options, data_dtype);
+  Tensor t = make_tensor(shape, data_dtype, device_of(options), "from_vector");
+  detail::backend_of(t.device()).copy_from_host(data, t);
+  detail::record_host_write(t.device(), t.nbytes());
+  return t.to(dtype);
+}
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  return make_tensor(shape, dtype_of_options(options), device_of(options), "empty");
+}
+Tensor zeros(const Shape& shape, TensorOptions options) { return filled(shape, 0, options, "zeros"); }
+Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1, options, "ones"); }
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  return filled(shape, value, options, "full");
+}
+Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.shape(), like(t, o)); }
+Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.shape(), like(t, o)); }
+Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.shape(), like(t, o)); }
+Tensor full_like(const Tensor& t, double value, TensorOptions o) {
+  return full(t.shape(), value, like(t, o));
+}
+
+Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
+
+Tensor arange(double start, double end, double step, TensorOptions options) {
+  TESSERA_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+                Error, "[arange] needs finite start, end and a non-zero step; got start={}, end={}, step={}",
+                start, end, step);
+  TESSERA_CHECK((end - start) * step >= 0, Error,
+                "[arange] step {} goes away from end: start={}, end={}; flip the step's sign",
+                step, start, end);
+  const bool integral = start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
+  const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
+  Tensor t = make_tensor({n}, dtype_of_options(options, integral ? kInt64 : kFloat32),
+                         device_of(options), "arange");
+  detail::backend_of(t.device()).arange(t, start, step);
+  return t;
+}
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, double b,
+                     TensorOptions options, const char* op) {
+  const Dtype dtype = dtype_of_options(options);
+  TESSERA_CHECK(is_floating(dtype), DtypeError,
+                "[{}] draws floating-point values; got dtype {}. Use float32 or float64 and "
+                "convert with .to() if needed",
+                op, dtype_name(dtype));
+  Tensor t = make_tensor(shape, dtype, device_of(options), op);
+  const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
+  detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
+  return t;
+}
+
+}  // namespace
+
+Tensor rand(const Shape& shape, TensorOptions options) {
+  return random_tensor(shape, detail::RandomKind::kUniform, 0, 1, options, "rand");
+}
+Tensor randn(const Shape& shape, TensorOptions options) {
+  return random_tensor(shape, detail::RandomKind::kNormal, 0, 1, options, "randn");
+}
+Tensor uniform(const Shape& shape, double low, double high, TensorOptions options) {
+  TESSERA_CHECK(low < high, Error, "[uniform] needs low < high; got low={}, high={}", low, high);
+  return random_tensor(shape, detail::RandomKind::kUniform, low, high, options, "uniform");
+}
+Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options) {
+  TESSERA_CHECK(stddev >= 0, Error, "[normal] needs stddev >= 0; got {}", stddev);
+  return random_tensor(shape, detail::RandomKind::kNormal, mean, stddev, options, "normal");
+}
+
+}  // namespace tessera
