@@ -27,7 +27,7 @@ class Device {
   constexpr bool is_cpu() const { return kind_ == DeviceKind::kCpu; }
   constexpr bool is_cuda() const { return kind_ == DeviceKind::kCuda; }
 
-  /// "cpu" for cpu:0, "cpu:1", "cuda:0", ...
+  /// "cpu" for cpu:0 (or "cpu:0" when logical CPU devices are configured), "cpu:1", "cuda:0".
   std::string str() const;
 
   friend constexpr bool operator==(Device a, Device b) = default;

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/device.h"
@@ -110,9 +111,15 @@ class Tensor {
   /// All elements in row-major order, converted to T.
   template <typename T = float>
   std::vector<T> to_vector() const {
-    std::vector<T> out(static_cast<std::size_t>(numel()));
-    detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector");
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(numel()));
+      detail::read_to_host(*this, bytes.data(), kBool, "to_vector");
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> out(static_cast<std::size_t>(numel()));
+      detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector");
+      return out;
+    }
   }
   /// Pointer to the first element of a CPU tensor whose dtype is T, after waiting for its
   /// device. Throws DeviceError for non-CPU tensors and DtypeError for another T.

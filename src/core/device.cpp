@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "tessera/cpu_devices.h"
 #include "core/device_registry.h"
 
 namespace tessera {
@@ -37,7 +38,10 @@ Device Device::parse(std::string_view text) {
 }
 
 std::string Device::str() const {
-  if (is_cpu()) return index_ == 0 ? "cpu" : fmt::format("cpu:{}", index_);
+  // cpu:0 is plain "cpu" unless the CPU is split, where "cpu" alone would be ambiguous.
+  if (is_cpu()) {
+    return index_ == 0 && !has_logical_cpu_devices() ? "cpu" : fmt::format("cpu:{}", index_);
+  }
   return fmt::format("cuda:{}", index_);
 }
 

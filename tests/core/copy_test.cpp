@@ -1,0 +1,171 @@
+// Explicit copies: to() is a no-op on the same device, copy_to() always copies, copy_()
+// crosses devices, and every crossing is counted in the transfer ledger. Memory accounting
+// proves what allocates.
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class Copy : public DeviceTest {};
+
+// Two distinct devices, the second being this test's device when possible.
+std::pair<Device, Device> two_devices(Device mine) {
+  for (Device d : available_devices()) {
+    if (d != mine) return {d, mine};
+  }
+  return {mine, mine};
+}
+
+TEST_P(Copy, ToSameDeviceIsTheSameTensorAndAllocatesNothing) {
+  const Tensor z = rand({2, 3}, device());
+  const auto before = memory_stats(device());
+  reset_transfer_stats();
+  const Tensor same = z.to(device());
+  EXPECT_TRUE(same.is_same(z));  // the seed's `Z.cuda(1) is Z`
+  EXPECT_TRUE(z.to(kFloat32).is_same(z));
+  EXPECT_EQ(memory_stats(device()).allocations, before.allocations);
+  EXPECT_EQ(memory_stats(device()).in_use, before.in_use);
+  EXPECT_EQ(transfer_stats(), TransferStats{});
+}
+
+TEST_P(Copy, CopyToAlwaysAllocates) {
+  const Tensor z = rand({2, 3}, device());
+  const auto before = memory_stats(device());
+  const Tensor c = z.copy_to(device());
+  EXPECT_FALSE(c.is_same(z));
+  EXPECT_FALSE(c.shares_storage(z));
+  EXPECT_EQ(c.to_vector<float>(), z.to_vector<float>());
+  EXPECT_EQ(memory_stats(device()).allocations, before.allocations + 1);
+  EXPECT_EQ(memory_stats(device()).in_use, before.in_use + 24);
+}
+
+TEST_P(Copy, AcrossDevicesCopiesAndCounts) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const auto [from, to] = two_devices(device());
+  const Tensor x = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, {from});
+  synchronize(from);
+  reset_transfer_stats();
+  const Tensor y = x.to(to);
+  EXPECT_EQ(y.device(), to);
+  EXPECT_FALSE(y.is_same(x));
+  EXPECT_EQ(transfer_stats(to).d2d_count, 1u);
+  EXPECT_EQ(transfer_stats(to).d2d_bytes, 24u);
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  // A non-contiguous source, another dtype, into an existing tensor.
+  Tensor dst = zeros({3, 2}, {kFloat64, to});
+  dst.copy_(x.t());
+  EXPECT_EQ(dst.to_vector<double>(), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+  // Broadcasting source.
+  Tensor row = zeros({2, 3}, {to});
+  row.copy_(from_vector(std::vector<float>{7, 8, 9}, {3}, {from}));
+  EXPECT_EQ(row.to_vector<float>(), (std::vector<float>{7, 8, 9, 7, 8, 9}));
+}
+
+TEST_P(Copy, OrderingAcrossDeviceQueues) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const auto [from, to] = two_devices(device());
+  // Work queued on `from` must finish before the copy reads it, and the copy must finish
+  // before `to` reads the result; with async queues a missing edge shows up as wrong sums.
+  Tensor acc = zeros({1000}, from);
+  for (int i = 0; i < 50; ++i) acc.add_(1.0);
+  Tensor dst = full({1000}, -1.0, to);
+  dst.mul_(3.0);
+  dst.copy_(acc);
+  acc.add_(1000.0);  // must not leak into dst
+  dst.add_(1.0);
+  for (float v : dst.to_vector<float>()) ASSERT_EQ(v, 51.0f);
+  for (float v : acc.to_vector<float>()) ASSERT_EQ(v, 1050.0f);
+}
+
+TEST_P(Copy, DeviceLocalLoopRecordsNoTransfer) {
+  Tensor w = rand({16, 16}, device());
+  Tensor log = zeros({100}, device());
+  reset_transfer_stats();
+  for (int step = 0; step < 100; ++step) {
+    Tensor update = w * 0.5 + 1.0;
+    w.copy_(update / 2.0);
+    log.narrow(0, step, 1).copy_(abs(w - update).view({256}).narrow(0, 0, 1));
+  }
+  EXPECT_EQ(transfer_stats(), TransferStats{}) << transfer_stats();
+  // Reading the log once is one device-to-host copy and one host wait, on a device; none on
+  // the plain host.
+  (void)log.to_vector<float>();
+  const TransferStats s = transfer_stats(device());
+  if (has_logical_cpu_devices() || device().is_cuda()) {
+    EXPECT_EQ(s.d2h_count, 1u);
+    EXPECT_EQ(s.d2h_bytes, 400u);
+    EXPECT_EQ(s.host_waits, 1u);
+  } else {
+    EXPECT_EQ(s, TransferStats{});
+  }
+}
+
+TEST_P(Copy, HostReadsWorkFromEveryDevice) {
+  const Tensor t = tensor({{1.5, 2.0}, {3.0, 4.0}}, device());
+  EXPECT_EQ(t.to_vector<double>(), (std::vector<double>{1.5, 2, 3, 4}));
+  EXPECT_EQ(t.to_vector<int>(), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(t[0][0].item<float>(), 1.5f);
+  EXPECT_EQ(sum(t).item<double>(), 10.5);
+  expect_throw_with<ShapeError>([&] { t.item(); }, {"[item]", "exactly one element", "[2, 2]"});
+  if (device().is_cpu()) {
+    EXPECT_EQ(t.data<float>()[3], 4.0f);
+    expect_throw_with<DtypeError>([&] { t.data<double>(); }, {"[data]", "float32, not float64"});
+  }
+}
+
+TEST_P(Copy, DtypeConversionStaysOnTheDevice) {
+  const Tensor t = tensor({-1.7, 0.0, 2.5}, device());
+  reset_transfer_stats();
+  const Tensor i = t.to(kInt32);
+  const Tensor b = t.to(kBool);
+  EXPECT_EQ(i.device(), device());
+  EXPECT_EQ(transfer_stats(), TransferStats{});
+  EXPECT_EQ(i.to_vector<int>(), (std::vector<int>{-1, 0, 2}));
+  EXPECT_EQ(b.to_vector<bool>(), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(t.to(device(), kFloat64).dtype(), kFloat64);
+}
+
+TEST_P(Copy, MemoryIsReturnedWhenTensorsDie) {
+  const auto before = memory_stats(device());
+  reset_peak_memory(device());
+  {
+    const Tensor big = empty({1024, 1024}, device());
+    EXPECT_EQ(memory_stats(device()).in_use, before.in_use + 4u * 1024 * 1024);
+  }
+  synchronize(device());
+  EXPECT_EQ(memory_stats(device()).in_use, before.in_use);
+  EXPECT_GE(memory_stats(device()).peak, before.in_use + 4u * 1024 * 1024);
+  EXPECT_GE(memory_stats(device()).reserved, 4u * 1024 * 1024);
+  empty_cache(device());
+}
+
+TEST_P(Copy, MemoryLimitGivesAClearOutOfMemoryError) {
+  synchronize(device());
+  const std::size_t in_use = memory_stats(device()).in_use;
+  set_memory_limit(device(), in_use + 1000);
+  const Tensor small = empty({100}, device());  // fits
+  expect_throw_with<OutOfMemoryError>(
+      [&] { empty({1000}, device()); },
+      {"[empty] out of memory on " + device().str(), "tried to allocate 3.91 KiB (4000 bytes)",
+       "limit", "set_memory_limit"});
+  // Existing tensors are intact and the device keeps working after the throw.
+  set_memory_limit(device(), SIZE_MAX);
+  EXPECT_EQ(sum(ones({3}, device())).item<float>(), 3.0f);
+  EXPECT_EQ(small.numel(), 100);
+}
+
+TEST_P(Copy, ImpossibleAllocationThrowsInsteadOfCrashing) {
+  expect_throw_with<OutOfMemoryError>([&] { empty({1ll << 40, 1ll << 20}, device()); },
+                                      {"[empty]", "out of memory on " + device().str()});
+  expect_throw_with<OutOfMemoryError>(
+      [&] { empty({1ll << 62, 1ll << 62}, device()); }, {"[empty]", "address space"});
+  EXPECT_EQ(sum(ones({2}, device())).item<float>(), 2.0f);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Copy);
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,113 @@
+// Factories: shapes, dtypes, devices, seeded random numbers, and their errors.
+#include <cmath>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class Factories : public DeviceTest {};
+
+TEST_P(Factories, ConstantsAndRanges) {
+  EXPECT_EQ(zeros({2, 2}, device()).to_vector<float>(), std::vector<float>(4, 0));
+  EXPECT_EQ(ones({3}, {kInt32, device()}).to_vector<int>(), std::vector<int>(3, 1));
+  EXPECT_EQ(full({2}, 2.5, {kFloat64, device()}).to_vector<double>(), std::vector<double>(2, 2.5));
+  EXPECT_EQ(arange(5, device()).to_vector<int>(), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(arange(5, device()).dtype(), kInt64);
+  EXPECT_EQ(arange(0, 1, 0.25, device()).to_vector<float>(), (std::vector<float>{0, 0.25, 0.5, 0.75}));
+  EXPECT_EQ(arange(3, 0, -1, device()).to_vector<int>(), (std::vector<int>{3, 2, 1}));
+  EXPECT_EQ(arange(0, 0, 1, device()).numel(), 0);
+  const Tensor like = zeros_like(ones({2, 3}, {kFloat64, device()}));
+  EXPECT_EQ(like.dtype(), kFloat64);
+  EXPECT_EQ(like.device(), device());
+  EXPECT_EQ(full_like(like, 7).to_vector<double>(), std::vector<double>(6, 7));
+  expect_throw_with<Error>([&] { arange(0, 5, 0, device()); }, {"[arange]", "non-zero step"});
+  expect_throw_with<Error>([&] { arange(0, 5, -1, device()); }, {"[arange]", "flip the step"});
+  expect_throw_with<ShapeError>([&] { zeros({2, -1}, device()); }, {"[zeros]", "negative size"});
+}
+
+TEST_P(Factories, NestedListsInferShapeAndDtype) {
+  const Tensor a = tensor({{1, 2, 3}, {4, 5, 6}}, device());
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a.dtype(), kInt64);
+  EXPECT_EQ(tensor({1, 2.5}, device()).dtype(), kFloat32);
+  EXPECT_EQ(tensor({true, false}, device()).dtype(), kBool);
+  EXPECT_EQ(tensor({1, 2}, {kFloat64, device()}).dtype(), kFloat64);
+  EXPECT_EQ(tensor(3.5, device()).dim(), 0);
+  EXPECT_EQ(tensor(3.5, device()).item<float>(), 3.5f);
+  EXPECT_EQ(tensor({{{1.0}, {2.0}}}, device()).shape(), (Shape{1, 2, 1}));
+  expect_throw_with<ShapeError>([&] { tensor({{1, 2}, {3}}, device()); },
+                                {"[tensor]", "ragged", "has 1 entries, expected 2"});
+  expect_throw_with<ShapeError>([&] { tensor({{1, 2}, 3}, device()); }, {"[tensor]", "ragged"});
+}
+
+TEST_P(Factories, FromVector) {
+  const Tensor t = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}, {device()});
+  EXPECT_EQ(t.dtype(), kFloat64);
+  EXPECT_EQ(from_vector(std::vector<int>{1, 2}, {kFloat32, device()}).dtype(), kFloat32);
+  expect_throw_with<ShapeError>(
+      [&] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}, {device()}); },
+      {"[from_vector]", "got 3 values for shape [2, 2], which holds 4"});
+}
+
+TEST_P(Factories, RandomIsSeededAndDeviceIndependent) {
+  manual_seed(42);
+  const auto a = rand({1000}, device()).to_vector<float>();
+  const auto n = randn({20000}, {kFloat64, device()}).to_vector<double>();
+  manual_seed(42);
+  EXPECT_EQ(rand({1000}, device()).to_vector<float>(), a);
+  // The counter-based generator gives the same values on every device.
+  manual_seed(42);
+  EXPECT_EQ(rand({1000}, cpu()).to_vector<float>(), a);
+  double mean = 0, var = 0;
+  for (double x : n) mean += x;
+  mean /= n.size();
+  for (double x : n) var += (x - mean) * (x - mean);
+  var /= n.size();
+  EXPECT_NEAR(mean, 0, 0.03);
+  EXPECT_NEAR(var, 1, 0.05);
+  for (float x : a) {
+    EXPECT_GE(x, 0.0f);
+    EXPECT_LT(x, 1.0f);
+  }
+  const auto u = uniform({1000}, -2, 3, {kFloat64, device()}).to_vector<double>();
+  for (double x : u) {
+    EXPECT_GE(x, -2);
+    EXPECT_LT(x, 3);
+  }
+  const auto g = normal({20000}, 5, 0.5, device()).to_vector<double>();
+  double gm = 0;
+  for (double x : g) gm += x;
+  EXPECT_NEAR(gm / g.size(), 5, 0.02);
+  expect_throw_with<DtypeError>([&] { rand({2}, {kInt32, device()}); }, {"[rand]", "int32"});
+  expect_throw_with<Error>([&] { uniform({2}, 1, 1, device()); }, {"[uniform]", "low < high"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Factories);
+
+TEST(Print, LooksLikePyTorch) {
+  const Tensor x = ones({2, 3});
+  if (!has_logical_cpu_devices()) {
+    EXPECT_EQ(x.str(), "tensor([[1., 1., 1.],\n        [1., 1., 1.]])");
+    EXPECT_EQ(tensor({1, 2, 3}).str(), "tensor([1, 2, 3])");
+    EXPECT_EQ(tensor(3.25).str(), "tensor(3.2500)");
+    EXPECT_EQ(tensor({0.5, -1.25}, kFloat64).str(), "tensor([ 0.5000, -1.2500], dtype=float64)");
+    EXPECT_EQ(tensor({true, false}).str(), "tensor([ True, False])");
+    EXPECT_EQ(zeros({0}).str(), "tensor([])");
+    EXPECT_EQ(tensor({1e-6, 1.0}).str(), "tensor([1.0000e-06, 1.0000e+00])");
+    const std::string big = zeros({100, 100}).str();
+    EXPECT_NE(big.find("..."), std::string::npos);
+    EXPECT_LT(big.size(), 400u);
+  } else {
+    // With logical devices every CPU device is a device apart from the host: shown.
+    EXPECT_EQ(ones({2}, cpu(1)).str(), "tensor([1., 1.], device=cpu:1)");
+    EXPECT_EQ(ones({2}, cpu(0)).str(), "tensor([1., 1.], device=cpu:0)");
+  }
+  EXPECT_EQ(Tensor().str(), "tensor(undefined)");
+}
+
+}  // namespace
+}  // namespace tessera

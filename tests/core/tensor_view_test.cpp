@@ -1,0 +1,122 @@
+// Views share storage and never copy; their values match a host reference.
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class TensorView : public DeviceTest {};
+
+std::vector<double> iota(int n) {
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
+
+TEST_P(TensorView, MetadataOfAFreshTensor) {
+  const Tensor t = zeros({2, 3, 4}, device());
+  EXPECT_EQ(t.shape(), (Shape{2, 3, 4}));
+  EXPECT_EQ(t.strides(), (Strides{12, 4, 1}));
+  EXPECT_EQ(t.dim(), 3);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.size(-1), 4);
+  EXPECT_EQ(t.dtype(), kFloat32);
+  EXPECT_EQ(t.device(), device());
+  EXPECT_EQ(t.nbytes(), 96u);
+  EXPECT_TRUE(t.is_contiguous());
+  expect_throw_with<ShapeError>([&] { t.size(3); }, {"[size]", "dim 3 is out of range", "3 dims"});
+}
+
+TEST_P(TensorView, ViewsShareStorageAndAllocateNothing) {
+  const Tensor t = arange(0, 24, 1, {kFloat32, device()}).reshape({2, 3, 4});
+  const auto before = memory_stats(device());
+  const Tensor views[] = {t.view({6, 4}), t.transpose(0, 2), t.permute({2, 0, 1}),
+                          t.narrow(1, 1, 2), t.slice(2, 0, 4, 2), t.select(0, 1),
+                          t.unsqueeze(1), t.expand({5, 2, 3, 4}), t.flatten(), t[1][2]};
+  for (const Tensor& v : views) EXPECT_TRUE(v.shares_storage(t));
+  const auto after = memory_stats(device());
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_EQ(after.allocations, before.allocations);
+}
+
+TEST_P(TensorView, ValuesMatchAHostReference) {
+  const Tensor t = from_vector(iota(24), {2, 3, 4}, {kFloat64, device()});
+  // transpose(0, 2): out[k][j][i] = t[i][j][k]
+  std::vector<double> expected;
+  for (int k = 0; k < 4; ++k)
+    for (int j = 0; j < 3; ++j)
+      for (int i = 0; i < 2; ++i) expected.push_back(i * 12 + j * 4 + k);
+  EXPECT_EQ(t.transpose(0, 2).to_vector<double>(), expected);
+  EXPECT_FALSE(t.transpose(0, 2).is_contiguous());
+  EXPECT_EQ(t.select(1, 2).to_vector<double>(), (std::vector<double>{8, 9, 10, 11, 20, 21, 22, 23}));
+  EXPECT_EQ(t.narrow(2, 1, 2).select(0, 0).to_vector<double>(), (std::vector<double>{1, 2, 5, 6, 9, 10}));
+  EXPECT_EQ(t.slice(2, 1, 100, 2).select(0, 1).to_vector<double>(),
+            (std::vector<double>{13, 15, 17, 19, 21, 23}));
+  EXPECT_EQ(t.slice(0, -1, 2).numel(), 12);
+  EXPECT_EQ(t[-1][-1].to_vector<double>(), (std::vector<double>{20, 21, 22, 23}));
+  EXPECT_EQ(t.select(0, 1).select(0, 2).select(0, 3).item<double>(), 23);
+  const Tensor e = from_vector(std::vector<double>{1, 2}, {2, 1}, {device()}).expand({2, 3});
+  EXPECT_EQ(e.strides(), (Strides{1, 0}));
+  EXPECT_EQ(e.to_vector<double>(), (std::vector<double>{1, 1, 1, 2, 2, 2}));
+}
+
+TEST_P(TensorView, ReshapeOfNonContiguousCopiesOnlyWhenItMust) {
+  const Tensor t = arange(0, 12, 1, {kFloat32, device()}).reshape({3, 4});
+  const Tensor tt = t.t();
+  expect_throw_with<ShapeError>([&] { tt.view({12}); }, {"[view]", "not compatible", "reshape()"});
+  const Tensor r = tt.reshape({12});
+  EXPECT_FALSE(r.shares_storage(t));
+  EXPECT_EQ(r.to_vector<double>(),
+            (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  // Splitting a dim of a transposed tensor is still a view.
+  const Tensor split = tt.view({2, 2, 3});
+  EXPECT_TRUE(split.shares_storage(t));
+  EXPECT_EQ(split.to_vector<double>(), r.to_vector<double>());
+  EXPECT_EQ(t.view({-1, 6}).shape(), (Shape{2, 6}));
+  expect_throw_with<ShapeError>([&] { t.view({5, -1}); }, {"[view]", "cannot infer -1"});
+  expect_throw_with<ShapeError>([&] { t.view({5, 3}); }, {"[view]", "15 elements", "has 12"});
+  expect_throw_with<ShapeError>([&] { t.view({-1, -1}); }, {"more than one -1"});
+}
+
+TEST_P(TensorView, ViewErrorsNameOpAndValues) {
+  const Tensor t = zeros({2, 3}, device());
+  expect_throw_with<ShapeError>([&] { t.select(1, 3); }, {"[select]", "index 3", "size 3"});
+  expect_throw_with<ShapeError>([&] { t.narrow(0, 1, 2); }, {"[narrow]", "[1, 3)", "size 2"});
+  expect_throw_with<ShapeError>([&] { t.transpose(0, 2); }, {"[transpose]", "dim 2"});
+  expect_throw_with<ShapeError>([&] { t.permute({0, 0}); }, {"[permute]", "repeat dim 0"});
+  expect_throw_with<ShapeError>([&] { t.permute({0}); }, {"[permute]", "2 dims"});
+  expect_throw_with<ShapeError>([&] { t.expand({4, 3}); }, {"[expand]", "[2, 3] to [4, 3]"});
+  expect_throw_with<ShapeError>([&] { t.slice(0, 0, 1, 0); }, {"[slice]", "step must be positive"});
+  expect_throw_with<ShapeError>([&] { zeros({}, device()).select(0, 0); }, {"[select]", "0-dim"});
+  expect_throw_with<ShapeError>([&] { zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}, device()); },
+                                {"[Shape]", "at most 8 dimensions"});
+  expect_throw_with<Error>([] { Tensor().shape(); }, {"undefined tensor"});
+}
+
+TEST_P(TensorView, SqueezeUnsqueezeFlatten) {
+  const Tensor t = zeros({2, 1, 3, 1}, device());
+  EXPECT_EQ(t.squeeze().shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.squeeze(1).shape(), (Shape{2, 3, 1}));
+  EXPECT_EQ(t.squeeze(0).shape(), t.shape());
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 1, 3, 1}));
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 1, 3, 1, 1}));
+  EXPECT_EQ(t.flatten().shape(), (Shape{6}));
+  EXPECT_EQ(t.flatten(1).shape(), (Shape{2, 3}));
+  EXPECT_EQ(zeros({}, device()).flatten().shape(), (Shape{1}));
+}
+
+TEST_P(TensorView, ZeroSizeDims) {
+  const Tensor t = zeros({0, 3}, device());
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_TRUE(t.to_vector<float>().empty());
+  EXPECT_EQ(t.reshape({3, 0}).shape(), (Shape{3, 0}));
+  EXPECT_EQ(t.t().contiguous().shape(), (Shape{3, 0}));
+  EXPECT_EQ((t + 1.0).numel(), 0);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(TensorView);
+
+}  // namespace
+}  // namespace tessera

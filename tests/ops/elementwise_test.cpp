@@ -1,0 +1,209 @@
+// The elementwise parity table: every op on every device against a float64 host reference,
+// on random inputs, contiguous and not, with broadcasting edge cases.
+#include <cmath>
+#include <functional>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+using testing::random_values;
+
+class Elementwise : public DeviceTest {};
+
+struct UnaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  double lo, hi;
+};
+
+const std::vector<UnaryCase>& unary_cases() {
+  static const std::vector<UnaryCase> cases = {
+      {"neg", [](const Tensor& x) { return -x; }, [](double x) { return -x; }, -3, 3},
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -5, 5},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.01, 10},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 10},
+      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3, 3},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4},
+      {"pow2.5", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0, 3},
+  };
+  return cases;
+}
+
+TEST_P(Elementwise, UnaryOpsMatchReference) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    for (const UnaryCase& c : unary_cases()) {
+      const auto values = random_values(300, 7, c.lo, c.hi);
+      const Tensor x = from_vector(values, {20, 15}, {dtype, device()});
+      const auto held = x.to_vector<double>();
+      std::vector<double> expected(held.size());
+      for (std::size_t i = 0; i < held.size(); ++i) expected[i] = c.ref(held[i]);
+      const double rtol = dtype == kFloat32 ? 2e-6 : 1e-14;
+      expect_close(c.op(x), expected, rtol, rtol, c.name);
+      // Non-contiguous input: the transpose.
+      const Tensor xt = x.t();
+      std::vector<double> expected_t;
+      for (int j = 0; j < 15; ++j)
+        for (int i = 0; i < 20; ++i) expected_t.push_back(expected[i * 15 + j]);
+      expect_close(c.op(xt), expected_t, rtol, rtol, std::string(c.name) + " (transposed)");
+      EXPECT_EQ(c.op(x).dtype(), dtype);
+    }
+  }
+}
+
+struct BinaryCase {
+  const char* name;
+  std::function<Tensor(const Tensor&, const Tensor&)> op;
+  std::function<double(double, double)> ref;
+};
+
+const std::vector<BinaryCase>& binary_cases() {
+  static const std::vector<BinaryCase> cases = {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double a, double b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a) + 0.5, b); },
+       [](double a, double b) { return std::pow(std::abs(a) + 0.5, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return a < b; }, [](double a, double b) { return double(a < b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return a >= b; }, [](double a, double b) { return double(a >= b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return a == b; }, [](double a, double b) { return double(a == b); }},
+  };
+  return cases;
+}
+
+// The reference of op over broadcast shapes, computed on the host.
+std::vector<double> broadcast_ref(const std::vector<double>& a, const Shape& sa,
+                                  const std::vector<double>& b, const Shape& sb, const Shape& out,
+                                  const std::function<double(double, double)>& f) {
+  auto index_of = [](const Shape& s, const Shape& o, std::int64_t flat) {
+    std::int64_t idx = 0, stride = 1;
+    for (int d = o.size() - 1; d >= 0; --d) {
+      const std::int64_t coord = flat % o[d];
+      flat /= o[d];
+      const int sd = d - (o.size() - s.size());
+      if (sd >= 0) {
+        idx += (s[sd] == 1 ? 0 : coord) * stride;
+        stride *= s[sd];
+      }
+    }
+    return idx;
+  };
+  std::vector<double> r(out.numel());
+  for (std::int64_t i = 0; i < out.numel(); ++i) {
+    r[i] = f(a[index_of(sa, out, i)], b[index_of(sb, out, i)]);
+  }
+  return r;
+}
+
+TEST_P(Elementwise, BinaryOpsBroadcastLikeNumpy) {
+  const std::vector<std::tuple<Shape, Shape, Shape>> shapes = {
+      {{4, 5}, {4, 5}, {4, 5}},       {{4, 5}, {5}, {4, 5}},        {{4, 1}, {1, 5}, {4, 5}},
+      {{3, 1, 5}, {4, 1}, {3, 4, 5}}, {{}, {2, 3}, {2, 3}},         {{0, 3}, {3}, {0, 3}},
+      {{2, 1, 3}, {2, 0, 1}, {2, 0, 3}}, {{300, 200}, {200}, {300, 200}},  // large: parallel path
+  };
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    for (const BinaryCase& c : binary_cases()) {
+      for (const auto& [sa, sb, so] : shapes) {
+        const Tensor a = from_vector(random_values(sa.numel(), 1), sa, {dtype, device()});
+        const Tensor b = from_vector(random_values(sb.numel(), 2), sb, {dtype, device()});
+        const Tensor out = c.op(a, b);
+        ASSERT_EQ(out.shape(), so) << c.name;
+        const double tol = dtype == kFloat32 ? 2e-6 : 1e-14;
+        expect_close(out, broadcast_ref(a.to_vector<double>(), sa, b.to_vector<double>(), sb, so, c.ref),
+                     tol, tol, std::string(c.name) + " " + sa.str() + " " + sb.str());
+      }
+    }
+  }
+}
+
+TEST_P(Elementwise, NonContiguousOperands) {
+  const Tensor base = from_vector(random_values(24, 3), {4, 6}, {kFloat64, device()});
+  const Tensor a = base.slice(1, 0, 6, 2);  // [4, 3], strides (6, 2)
+  const Tensor b = base.t().narrow(0, 1, 3).t();  // [4, 3], strides (1, 6)... transposed
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> expected(12);
+  for (int i = 0; i < 12; ++i) expected[i] = av[i] * bv[i] + 1;
+  expect_close(a * b + 1.0, expected, 1e-14, 1e-14);
+}
+
+TEST_P(Elementwise, ScalarOpsAndPromotion) {
+  const Tensor i = tensor({1, 2, 3}, device());
+  EXPECT_EQ(i.dtype(), kInt64);
+  EXPECT_EQ((i + 1.0).dtype(), kInt64);
+  EXPECT_EQ((i * 0.5).dtype(), kFloat32);
+  EXPECT_EQ((i / 2.0).dtype(), kFloat32);  // true division
+  EXPECT_EQ((i / i).dtype(), kFloat32);
+  EXPECT_EQ((i + tensor({1.5}, device())).dtype(), kFloat32);
+  EXPECT_EQ((tensor({1.0}, {kFloat32, device()}) + tensor({1.0}, {kFloat64, device()})).dtype(), kFloat64);
+  EXPECT_EQ((i > 1.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ((i * 0.5).to_vector<double>(), (std::vector<double>{0.5, 1, 1.5}));
+  EXPECT_EQ((10.0 - i).to_vector<int>(), (std::vector<int>{9, 8, 7}));
+  EXPECT_EQ((6.0 / i).to_vector<double>(), (std::vector<double>{6, 3, 2}));
+  const Tensor b = tensor({true, false}, device());
+  EXPECT_EQ(b.dtype(), kBool);
+  EXPECT_EQ((b + 1.0).dtype(), kInt64);
+  expect_throw_with<DtypeError>([&] { (void)(b - b); }, {"[sub]", "bool", ".to(kInt64)"});
+  expect_throw_with<DtypeError>([&] { (void)(-b); }, {"[neg]", "bool"});
+  EXPECT_EQ(exp(i).dtype(), kFloat32);
+}
+
+TEST_P(Elementwise, InPlaceOps) {
+  Tensor x = ones({2, 3}, device());
+  const Tensor row = tensor({1.0, 2.0, 3.0}, device());
+  x.add_(row).mul_(2.0).sub_(1.0).div_(tensor({1.0, 3.0, 7.0}, device()));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{3, 5.0f / 3.0f, 1, 3, 5.0f / 3.0f, 1}));
+  Tensor view = x.narrow(1, 0, 1);
+  view.fill_(9);
+  EXPECT_EQ(x.to_vector<float>()[3], 9.0f);
+  x.zero_();
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(6, 0.0f));
+  // Aliasing in another layout reads from a copy.
+  Tensor sq = arange(0, 4, 1, {kFloat32, device()}).reshape({2, 2});
+  sq.add_(sq.t());
+  EXPECT_EQ(sq.to_vector<float>(), (std::vector<float>{0, 3, 3, 6}));
+  Tensor xi = tensor({1, 2}, device());
+  expect_throw_with<DtypeError>([&] { xi.div_(2.0); }, {"[div_]", "int64", "out-of-place"});
+  expect_throw_with<DtypeError>([&] { xi.add_(tensor({0.5, 0.5}, device())); }, {"[add_]", "float32"});
+  expect_throw_with<ShapeError>([&] { row.clone().add_(ones({2, 3}, device())); },
+                                {"[add_]", "does not broadcast to self's shape [3]"});
+  Tensor expanded = row.expand({2, 3});
+  expect_throw_with<Error>([&] { expanded.add_(1.0); }, {"[add_]", "expanded tensor", ".clone()"});
+}
+
+TEST_P(Elementwise, WhereAndComparisons) {
+  const Tensor x = tensor({-1.0, 0.5, 2.0}, device());
+  EXPECT_EQ(where(x > 0.0, x, 0.0).to_vector<float>(), (std::vector<float>{0, 0.5, 2}));
+  EXPECT_EQ(where(x > 0.0, -1.0, x).to_vector<float>(), (std::vector<float>{-1, -1, -1}));
+  const Tensor m = where(tensor({true, false}, device()).view({2, 1}), x, x * 10.0);
+  EXPECT_EQ(m.shape(), (Shape{2, 3}));
+  EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{-1, 0.5, 2, -10, 5, 20}));
+  expect_throw_with<DtypeError>([&] { where(x, x, x); }, {"[where]", "condition must be bool"});
+  EXPECT_EQ((x != x).to_vector<bool>(), (std::vector<bool>{false, false, false}));
+  const Tensor nan = tensor({NAN, 1.0}, device());
+  EXPECT_TRUE(std::isnan(maximum(nan, 0.0).to_vector<float>()[0]));
+}
+
+TEST_P(Elementwise, BroadcastErrorNamesShapes) {
+  const Tensor a = zeros({2, 3}, device()), b = zeros({4}, device());
+  expect_throw_with<ShapeError>([&] { (void)(a + b); },
+                                {"[add] shapes [2, 3] and [4] cannot be broadcast", "dim -1",
+                                 "sizes 3 and 4"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Elementwise);
+
+}  // namespace
+}  // namespace tessera
