@@ -55,6 +55,16 @@ class CpuBackend final : public Backend {
       kernel();
     }
   }
+  // Runs kernel(tensors...) now, or queues it with copies of the handles. Cheaper than
+  // capturing the handles in the lambda when the device has no queue (no refcount traffic).
+  template <typename F, typename... Ts>
+  void launch_with(int index, F kernel, const Ts&... tensors) {
+    if (WorkQueue* q = queue(index)) {
+      q->submit([kernel, tensors...] { kernel(tensors...); });
+    } else {
+      kernel(tensors...);
+    }
+  }
   // The device's queue, or nullptr when its work runs on the calling thread.
   WorkQueue* queue(int index);
 

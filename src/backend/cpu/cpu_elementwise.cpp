@@ -88,7 +88,7 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b,
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
-  launch(out.device().index(), [op, in, out] {
+  launch_with(out.device().index(), [op](const Tensor& in, const Tensor& out) {
     const auto layout = layout_of<2>({&out, &in});
     dispatch_dtype(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -108,7 +108,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
                         });
       });
     });
-  });
+  }, in, out);
 }
 
 namespace {
@@ -155,7 +155,7 @@ void binary_typed(Fn fn, bool comparison, const StridedLayout<3>& layout, std::a
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  launch(out.device().index(), [op, a, b, out] {
+  launch_with(out.device().index(), [op](const Tensor& a, const Tensor& b, const Tensor& out) {
     const auto layout = layout_of<3>({&out, &a, &b});
     const std::array<char*, 3> ptrs{impl_of(out).data(), impl_of(a).data(), impl_of(b).data()};
     dispatch_dtype(a.dtype(), [&](auto tag) {
@@ -164,12 +164,12 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
         binary_typed<T>(fn, is_comparison(op), layout, ptrs, out.numel());
       });
     });
-  });
+  }, a, b, out);
 }
 
 void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                                const Tensor& out) {
-  launch(out.device().index(), [op, a, scalar, scalar_first, out] {
+  launch_with(out.device().index(), [op, scalar, scalar_first](const Tensor& a, const Tensor& out) {
     // The scalar becomes a one-element stride-0 operand, so one loop serves both forms.
     const auto layout = layout_of<2>({&out, &a});
     dispatch_dtype(a.dtype(), [&](auto tag) {
@@ -190,7 +190,7 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool
         binary_typed<T>(fn, is_comparison(op), l3, ptrs, out.numel());
       });
     });
-  });
+  }, a, out);
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
