@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/copy_kernel.h"
+#include "core/dispatch.h"
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
@@ -77,13 +79,26 @@ namespace tessera::detail {
 
 void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op) {
   check_defined(t, op);
-  Tensor src = t;
-  if (!t.is_contiguous() || t.dtype() != as) {
-    src = make_tensor(t.shape(), as, t.device(), op);
-    backend_of(t.device()).copy(t, src);
+  // Move the tensor's own bytes (packed on the device if it is a view) and convert on the
+  // host, so the ledger and the bus see the data's size, not the requested type's.
+  const Tensor packed = t.is_contiguous() ? t : t.clone();
+  record_host_read(t.device(), packed.nbytes());
+  if (packed.dtype() == as) {
+    backend_of(t.device()).copy_to_host(packed, dst);
+    return;
   }
-  record_host_read(t.device(), src.nbytes());
-  backend_of(t.device()).copy_to_host(src, dst);
+  std::vector<char> raw(packed.nbytes());
+  backend_of(t.device()).copy_to_host(packed, raw.data());
+  const std::int64_t n = packed.numel();
+  dispatch_dtype(as, [&](auto to_tag) {
+    using To = typename decltype(to_tag)::type;
+    dispatch_dtype(packed.dtype(), [&](auto from_tag) {
+      using From = typename decltype(from_tag)::type;
+      const From* from = reinterpret_cast<const From*>(raw.data());
+      To* to = static_cast<To*>(dst);
+      for (std::int64_t i = 0; i < n; ++i) to[i] = convert_value<To>(from[i]);
+    });
+  });
 }
 
 void read_item(const Tensor& t, void* dst, Dtype as) {

@@ -31,6 +31,7 @@ TEST_P(TensorView, MetadataOfAFreshTensor) {
 
 TEST_P(TensorView, ViewsShareStorageAndAllocateNothing) {
   const Tensor t = arange(0, 24, 1, {kFloat32, device()}).reshape({2, 3, 4});
+  synchronize(device());
   const auto before = memory_stats(device());
   const Tensor views[] = {t.view({6, 4}), t.transpose(0, 2), t.permute({2, 0, 1}),
                           t.narrow(1, 1, 2), t.slice(2, 0, 4, 2), t.select(0, 1),

@@ -11,6 +11,7 @@ namespace tessera::detail {
 void copy_kernel(const Tensor& src, const Tensor& dst) {
   const TensorImpl& s = impl_of(src);
   const TensorImpl& d = impl_of(dst);
+  if (dst.numel() == 0) return;
   if (s.dtype == d.dtype && s.contiguous && d.contiguous) {
     std::memcpy(d.data(), s.data(), dst.nbytes());
     return;

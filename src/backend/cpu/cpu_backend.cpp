@@ -82,6 +82,7 @@ void CpuBackend::empty_cache(int index) { allocators_[index]->empty_cache(); }
 
 void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
   const std::size_t bytes = dst.nbytes();
+  if (bytes == 0) return;  // memcpy's pointers must be valid even for 0 bytes
   if (WorkQueue* q = queue(dst.device().index())) {
     // The caller's buffer may be gone before the queue reaches this copy: stage it.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
@@ -94,7 +95,7 @@ void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
 
 void CpuBackend::copy_to_host(const Tensor& src, void* dst) {
   if (WorkQueue* q = queue(src.device().index())) q->synchronize();
-  std::memcpy(dst, impl_of(src).data(), src.nbytes());
+  if (src.nbytes() > 0) std::memcpy(dst, impl_of(src).data(), src.nbytes());
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {

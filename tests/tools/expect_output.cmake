@@ -1,0 +1,30 @@
+# Runs a command and passes only when it exits 0 and its output (stdout and stderr) matches
+# EXPECT and, when given, does not match REJECT. CTest's PASS_REGULAR_EXPRESSION alone would
+# ignore the exit status.
+#   cmake -DEXPECT=<regex> [-DREJECT=<regex>] -P expect_output.cmake -- <command> [args...]
+set(command "")
+set(after_separator FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_separator)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_separator TRUE)
+  endif()
+endforeach()
+if(NOT command OR NOT DEFINED EXPECT)
+  message(FATAL_ERROR "usage: cmake -DEXPECT=<regex> -P expect_output.cmake -- <command>")
+endif()
+
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+list(JOIN command " " command)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "'${command}' exited with ${rc}")
+endif()
+if(NOT out MATCHES "${EXPECT}")
+  message(FATAL_ERROR "'${command}' printed nothing matching '${EXPECT}'")
+endif()
+if(DEFINED REJECT AND NOT REJECT STREQUAL "" AND out MATCHES "${REJECT}")
+  message(FATAL_ERROR "'${command}' printed something matching '${REJECT}'")
+endif()

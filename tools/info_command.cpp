@@ -1,0 +1,113 @@
+#include "info_command.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "blas_info.h"
+#include "tessera/tessera.h"
+
+namespace tessera::tools {
+namespace {
+
+struct InfoOptions {
+  int cpu_devices = -1;  // -1: leave it to TESSERA_CPU_DEVICES
+};
+
+std::string limit_text(std::size_t limit) {
+  return limit == SIZE_MAX ? "none" : format_bytes(limit);
+}
+
+// One row per device: what tessera's tensors hold there now (in use), at most (peak), what
+// its allocator keeps (reserved), and the cap set by set_memory_limit.
+void print_memory_table(const std::vector<Device>& devices) {
+  constexpr const char* kRule = "+----------+------------+------------+------------+------------+";
+  fmt::print("{}\n| {:<8} | {:>10} | {:>10} | {:>10} | {:>10} |\n{}\n", kRule, "device", "in use",
+             "peak", "reserved", "limit", kRule);
+  for (Device d : devices) {
+    const MemoryStats s = memory_stats(d);
+    fmt::print("| {:<8} | {:>10} | {:>10} | {:>10} | {:>10} |\n", d.str(), format_bytes(s.in_use),
+               format_bytes(s.peak), format_bytes(s.reserved), limit_text(s.limit));
+  }
+  fmt::print("{}\n", kRule);
+}
+
+void print_cpu() {
+  detail::Backend* cpu_backend = detail::backend_for(DeviceKind::kCpu);
+  const detail::DeviceInfo info = cpu_backend->info(0);
+  fmt::print("CPU\n");
+  fmt::print("  model:   {}\n", info.name);
+  fmt::print("  cores:   {}\n", info.cores);
+  fmt::print("  memory:  {} total\n", format_bytes(info.total_memory));
+  fmt::print("  BLAS:    {}\n", describe_blas());
+
+  std::vector<Device> cpus;
+  for (int i = 0; i < num_cpu_devices(); ++i) cpus.push_back(cpu(i));
+  if (has_logical_cpu_devices()) {
+    fmt::print("  logical CPU devices: {} configured\n", cpus.size());
+    for (int i = 0; i < static_cast<int>(cpus.size()); ++i) {
+      fmt::print("    {:<7} {}\n", cpus[i].str(), cpu_backend->info(i).details);
+    }
+  } else {
+    fmt::print(
+        "  logical CPU devices: none (the CPU is one device, cpu; set "
+        "TESSERA_CPU_DEVICES=N or pass --cpu-devices N to split it)\n");
+  }
+  print_memory_table(cpus);
+}
+
+void print_gpus() {
+  const int n = num_gpus();
+  fmt::print("\nGPUs\n  num_gpus(): {}\n", n);
+  if (n == 0) {
+    fmt::print("  why none:   {}\n", gpu_unavailable_reason());
+    return;
+  }
+  detail::Backend* cuda = detail::backend_for(DeviceKind::kCuda);
+  std::vector<Device> gpus;
+  for (int i = 0; i < n; ++i) {
+    const detail::DeviceInfo info = cuda->info(i);
+    fmt::print("  {:<7} {}, {} memory, {} multiprocessors\n", gpu(i).str(), info.name,
+               format_bytes(info.total_memory), info.cores);
+    if (!info.details.empty()) fmt::print("          {}\n", info.details);
+    gpus.push_back(gpu(i));
+  }
+  print_memory_table(gpus);
+}
+
+int run_info(const InfoOptions& options) {
+  if (options.cpu_devices >= 0) {
+    CpuDeviceOptions cpu_options;
+    cpu_options.count = options.cpu_devices;
+    if (const char* a = std::getenv("TESSERA_CPU_ASYNC"); a != nullptr && *a != '\0') {
+      cpu_options.async_queues = std::string(a) != "0";
+    }
+    configure_cpu_devices(cpu_options);
+  }
+  fmt::print("tessera {}\n\n", kVersion);
+  print_cpu();
+  print_gpus();
+  return 0;
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto options = std::make_shared<InfoOptions>();
+  CLI::App* info = app.add_subcommand(
+      "info",
+      "List the devices tessera can use (CPU model, cores, memory, BLAS, logical CPU "
+      "devices, GPUs) and the memory tessera holds on each");
+  info->add_option("--cpu-devices", options->cpu_devices,
+                   "Split the CPU into N logical devices first (like TESSERA_CPU_DEVICES=N)")
+      ->check(CLI::Range(0, 64));
+  info->callback([options] { run_info(*options); });
+}
+
+}  // namespace tessera::tools
