@@ -20,7 +20,8 @@ enum class BinaryOp : std::uint8_t {
 };
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
 
-enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin };
+// kSumSquares is sum(x * x) in one pass (for norm).
+enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, kSumSquares };
 
 enum class RandomKind : std::uint8_t { kUniform, kNormal };
 
@@ -70,7 +71,8 @@ class Backend {
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b,
                      const Tensor& out) = 0;
   // Reduces `in` over the dims set in `dim_mask`; out has in's rank with those dims size 1.
-  // kArgMax/kArgMin reduce exactly one dim and write int64.
+  // kArgMax/kArgMin reduce exactly one dim and write int64; kSum of bool or integer input
+  // writes int64; the others write in's dtype. in may be any strided view.
   virtual void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask,
                       const Tensor& out) = 0;
   // Batched: a [B, M, K], b [B, K, N], out [B, M, N] contiguous; a and b may be transposed

@@ -1,7 +1,209 @@
+// CPU reductions: sum, mean, sum of squares, max/min and argmax/argmin over any dims of any
+// strided input. See Note [Reduction loop].
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_reducers.h"
+#include "backend/cpu/strided_loop.h"
 #include "core/check.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+// Note [Reduction loop]
+// Every reduction is one strided loop over the input with three operands per element: the
+// input, the accumulator slot (keepdim-shaped, contiguous, stride 0 along reduced dims) and
+// the element's row-major index within the reduced dims (argmax needs it). Dims are sorted
+// by input stride so the loop walks memory in order, then merged. The innermost row is a
+// reduction row (slot stride 0: one accumulator, a tight loop) or a kept row (every element
+// its own slot: vectorizes along the output, e.g. column sums). Threads split a kept dim
+// when one is large enough (they write disjoint slots), else a reduced dim with per-thread
+// accumulators combined in thread order, so results never depend on scheduling. argmax
+// compares (value, index) pairs, so the walk order cannot change which index wins.
+
 namespace tessera::detail {
-void CpuBackend::reduce(ReduceOp, const Tensor&, std::uint32_t, const Tensor&) {
-  TESSERA_INTERNAL_ASSERT(false, "reduce kernel missing");
+namespace {
+
+using i64 = std::int64_t;
+using Layout = StridedLayout<3>;  // operands: input, slot, index; strides in elements
+using reducers::ArgReducer;
+using reducers::ExtremumReducer;
+using reducers::SumReducer;
+
+// Runs the loop of Note [Reduction loop] over `l` (strides in elements).
+template <typename R, typename T>
+void run_layout(const Layout& l, const T* in, typename R::Acc* acc, i64 index0) {
+  const int inner = l.ndim - 1;
+  const i64 n = l.sizes[inner];
+  const i64 is = l.strides[0][inner], ss = l.strides[1][inner], xs = l.strides[2][inner];
+  i64 rows = 1;
+  for (int d = 0; d < inner; ++d) rows *= l.sizes[d];
+  i64 index[kMaxDims] = {};
+  const T* p = in;
+  typename R::Acc* a = acc;
+  i64 x = index0;
+  for (i64 r = 0; r < rows; ++r) {
+    if (ss == 0) {
+      R::row(*a, p, n, is, x, xs);
+    } else if (ss == 1 && is == 1) {  // contiguous kept row (column sums): vectorizes
+      for (i64 j = 0; j < n; ++j) R::add(a[j], p[j], x + j * xs);
+    } else {
+      for (i64 j = 0; j < n; ++j) R::add(a[j * ss], p[j * is], x + j * xs);
+    }
+    for (int d = inner - 1; d >= 0; --d) {
+      p += l.strides[0][d];
+      a += l.strides[1][d];
+      x += l.strides[2][d];
+      if (++index[d] < l.sizes[d]) break;
+      p -= l.strides[0][d] * l.sizes[d];
+      a -= l.strides[1][d] * l.sizes[d];
+      x -= l.strides[2][d] * l.sizes[d];
+      index[d] = 0;
+    }
+  }
 }
+
+// `l` restricted to [begin, end) along dim d, and the operand offsets that implies.
+Layout narrow_layout(const Layout& l, int d, i64 begin, i64 end, std::array<i64, 3>& offsets) {
+  Layout sub = l;
+  sub.sizes[d] = end - begin;
+  for (int k = 0; k < 3; ++k) offsets[k] = begin * l.strides[k][d];
+  return sub;
+}
+
+template <typename R, typename T>
+void run_parallel(const Layout& l, const T* in, typename R::Acc* acc, i64 slots, i64 numel) {
+  using Acc = typename R::Acc;
+  const int threads = omp_get_max_threads();
+  if (numel < kParallelGrain || threads == 1 || omp_in_parallel()) {
+    run_layout<R>(l, in, acc, 0);
+    return;
+  }
+  int kept = -1, reduced = -1;
+  for (int d = 0; d < l.ndim; ++d) {
+    int& best = l.strides[1][d] != 0 ? kept : reduced;
+    if (best < 0 || l.sizes[d] > l.sizes[best]) best = d;
+  }
+  if (kept >= 0 && l.sizes[kept] >= threads) {
+    // Disjoint slots per thread: write straight into acc.
+#pragma omp parallel
+    {
+      const i64 nt = omp_get_num_threads(), t = omp_get_thread_num(), size = l.sizes[kept];
+      const i64 begin = size * t / nt, end = size * (t + 1) / nt;
+      if (begin < end) {
+        std::array<i64, 3> off;
+        const Layout sub = narrow_layout(l, kept, begin, end, off);
+        run_layout<R>(sub, in + off[0], acc + off[1], off[2]);
+      }
+    }
+    return;
+  }
+  if (reduced < 0 || l.sizes[reduced] < 2) {
+    run_layout<R>(l, in, acc, 0);
+    return;
+  }
+  // unique_ptr rather than vector: vector<bool> has no data().
+  std::vector<std::unique_ptr<Acc[]>> partial(static_cast<std::size_t>(threads));
+#pragma omp parallel
+  {
+    const i64 nt = omp_get_num_threads(), t = omp_get_thread_num(), size = l.sizes[reduced];
+    const i64 begin = size * t / nt, end = size * (t + 1) / nt;
+    if (begin < end) {
+      partial[t] = std::make_unique<Acc[]>(static_cast<std::size_t>(slots));
+      std::fill(partial[t].get(), partial[t].get() + slots, R::identity());
+      std::array<i64, 3> off;
+      const Layout sub = narrow_layout(l, reduced, begin, end, off);
+      run_layout<R>(sub, in + off[0], partial[t].get(), off[2]);
+    }
+  }
+  for (const std::unique_ptr<Acc[]>& part : partial) {
+    if (!part) continue;
+    for (i64 k = 0; k < slots; ++k) acc[k] = R::combine(acc[k], part[k]);
+  }
+}
+
+template <typename R, typename T>
+void reduce_typed(const Tensor& in, std::uint32_t mask, const Tensor& out) {
+  using Acc = typename R::Acc;
+  using Out = typename R::Out;
+  TESSERA_INTERNAL_ASSERT(out.dtype() == dtype_of<Out>, "reduce output dtype");
+  const Shape& shape = in.shape();
+  const int r = shape.size();
+  const Strides& in_strides = impl_of(in).strides;
+  Strides slot_strides, index_strides;
+  slot_strides.resize(r);
+  index_strides.resize(r);
+  i64 slot = 1, index = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    const bool reduced = (mask >> d) & 1u;
+    slot_strides[d] = reduced ? 0 : slot;
+    index_strides[d] = reduced ? index : 0;
+    (reduced ? index : slot) *= shape[d];
+  }
+  const i64 count = index, slots = out.numel();
+  // Walk memory in order: dims by input stride, largest first (stable).
+  std::array<int, kMaxDims> order;
+  std::iota(order.begin(), order.begin() + r, 0);
+  std::stable_sort(order.begin(), order.begin() + r,
+                   [&](int a, int b) { return in_strides[a] > in_strides[b]; });
+  Shape sorted_shape;
+  Strides s_in, s_slot, s_index;
+  for (int k = 0; k < r; ++k) {
+    sorted_shape.push_back(shape[order[k]]);
+    s_in.push_back(in_strides[order[k]]);
+    s_slot.push_back(slot_strides[order[k]]);
+    s_index.push_back(index_strides[order[k]]);
+  }
+  const Layout l = make_layout<3>(sorted_shape, {&s_in, &s_slot, &s_index}, {1, 1, 1});
+  const T* data = reinterpret_cast<const T*>(impl_of(in).data());
+  Out* o = reinterpret_cast<Out*>(impl_of(out).data());
+  if constexpr (std::is_same_v<Acc, Out>) {
+    std::fill(o, o + slots, R::identity());  // accumulate in the output itself
+    if (in.numel() > 0) run_parallel<R>(l, data, o, slots, in.numel());
+    for (i64 k = 0; k < slots; ++k) o[k] = R::finish(o[k], count);
+  } else {
+    std::vector<Acc> acc(static_cast<std::size_t>(slots), R::identity());
+    if (in.numel() > 0) run_parallel<R>(l, data, acc.data(), slots, in.numel());
+    for (i64 k = 0; k < slots; ++k) o[k] = R::finish(acc[k], count);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) {
+  launch(out.device().index(), [op, in, dim_mask, out] {
+    dispatch_dtype(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      switch (op) {
+        case ReduceOp::kSum:
+          return reduce_typed<SumReducer<T, false, false>, T>(in, dim_mask, out);
+        case ReduceOp::kMax:
+          return reduce_typed<ExtremumReducer<T, true>, T>(in, dim_mask, out);
+        case ReduceOp::kMin:
+          return reduce_typed<ExtremumReducer<T, false>, T>(in, dim_mask, out);
+        case ReduceOp::kArgMax:
+          return reduce_typed<ArgReducer<T, true>, T>(in, dim_mask, out);
+        case ReduceOp::kArgMin:
+          return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
+        case ReduceOp::kMean:
+        case ReduceOp::kSumSquares:
+          if constexpr (std::is_floating_point_v<T>) {
+            if (op == ReduceOp::kMean) {
+              return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
+            }
+            return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
+          }
+          TESSERA_INTERNAL_ASSERT(false, "mean/norm of a non-floating tensor reached the kernel");
+      }
+    });
+  });
+}
+
 }  // namespace tessera::detail

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Turn tessera_bench's Google Benchmark JSON into the markdown tables of docs/benchmarks.md.
+
+Usage: python3 bench/summarize.py build-bench/bench.json > tables.md
+
+Uses the median aggregate of each benchmark (or the single run when the JSON has no
+aggregates). Every ratio is tessera / peer on the table's own metric: for GFLOP/s and GB/s
+above 1.00 means tessera is faster, for nanoseconds below 1.00 does.
+"""
+import json
+import sys
+
+MATMUL_PEERS = ["dnnl_sgemm", "cblas_sgemm", "libtorch"]
+SMALL_PEERS = ["libtorch", "libtorch_inference_mode"]
+LARGE_PEERS = ["libtorch", "stream"]
+TO_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def load(path):
+    """Returns (context, {(family, impl, arg): median row}, {(family, impl, arg): cv row})."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    rows = data.get("benchmarks", [])
+    has_aggregates = any(r.get("run_type") == "aggregate" for r in rows)
+    medians, cvs = {}, {}
+    for r in rows:
+        if r.get("error_occurred"):
+            continue
+        if has_aggregates:
+            if r.get("run_type") != "aggregate":
+                continue
+            target = {"median": medians, "cv": cvs}.get(r.get("aggregate_name"))
+            if target is None:
+                continue
+        else:
+            target = medians
+        parts = [p for p in r.get("run_name", r["name"]).split("/") if p != "real_time"]
+        family, impl = parts[0], parts[1] if len(parts) > 1 else ""
+        arg = parts[2] if len(parts) > 2 else ""
+        target[(family, impl, arg)] = r
+    return data.get("context", {}), medians, cvs
+
+
+def ns(row):
+    return row["real_time"] * TO_NS[row.get("time_unit", "ns")]
+
+
+def fmt(x, digits=1):
+    return "n/a" if x is None else f"{x:,.{digits}f}"
+
+
+def ratio(a, b):
+    return "n/a" if a is None or b in (None, 0) else f"{a / b:.2f}"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def noise_note(cvs, family):
+    vals = [r["real_time"] for k, r in cvs.items() if k[0] == family and "real_time" in r]
+    if not vals:
+        return ""
+    # Google Benchmark reports cv as a fraction of the mean.
+    return f"\nLargest coefficient of variation of a row's time: {100 * max(vals):.1f}%.\n"
+
+
+def matmul_section(medians, cvs, peak):
+    sizes = sorted({int(k[2]) for k in medians if k[0] == "matmul_f32" and k[2]})
+    if not sizes:
+        return ""
+
+    def gflops(impl, n):
+        r = medians.get(("matmul_f32", impl, str(n)))
+        return None if r is None else r.get("GFLOPS")
+
+    peers = [p for p in MATMUL_PEERS if any(gflops(p, n) is not None for n in sizes)]
+    header = ["n", "tessera GFLOP/s", "% of peak"] + [f"{p} GFLOP/s" for p in peers]
+    header += [f"tessera/{p}" for p in peers]
+    rows = []
+    for n in sizes:
+        t = gflops("tessera", n)
+        pct = None if t is None or not peak else 100.0 * t / peak
+        row = [str(n), fmt(t), fmt(pct)] + [fmt(gflops(p, n)) for p in peers]
+        row += [ratio(t, gflops(p, n)) for p in peers]
+        rows.append(row)
+    return (f"### matmul, float32, square n x n (GFLOP/s = 2n^3 / time; peak {fmt(peak, 0)} "
+            "GFLOP/s)\n\n" + table(header, rows) + "\n" + noise_note(cvs, "matmul_f32"))
+
+
+def small_section(medians, cvs):
+    t = medians.get(("add_small", "tessera", ""))
+    if t is None:
+        return ""
+    peers = [p for p in SMALL_PEERS if ("add_small", p, "") in medians]
+    header = ["implementation", "time (ns)", "CPU time (ns)", "tessera/impl (time)"]
+    rows = []
+    for impl in ["tessera"] + peers:
+        r = medians[("add_small", impl, "")]
+        cpu = r["cpu_time"] * TO_NS[r.get("time_unit", "ns")]
+        rows.append([impl, fmt(ns(r), 0), fmt(cpu, 0), ratio(ns(t), ns(r))])
+    return ("### per-op overhead: `a + b`, 2x3 float32 (target: tessera <= 300 ns)\n\n"
+            + table(header, rows) + "\n" + noise_note(cvs, "add_small"))
+
+
+def large_section(medians, cvs):
+    t = medians.get(("add_16M", "tessera", ""))
+    if t is None:
+        return ""
+    peers = [p for p in LARGE_PEERS if ("add_16M", p, "") in medians]
+    header = ["implementation", "time (us)", "GB/s", "tessera/impl (GB/s)"]
+    rows = []
+    for impl in ["tessera"] + peers:
+        r = medians[("add_16M", impl, "")]
+        rows.append([impl, fmt(ns(r) / 1e3, 0), fmt(r.get("GBps")),
+                     ratio(t.get("GBps"), r.get("GBps"))])
+    return ("### elementwise `a + b`, 16 Mi float32 (3 x 64 MiB moved per call; output "
+            "allocated per call except STREAM)\n\n" + table(header, rows) + "\n"
+            + noise_note(cvs, "add_16M"))
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    context, medians, cvs = load(argv[1])
+    try:
+        peak = float(context.get("peak_gflops", "0"))
+    except ValueError:
+        peak = 0.0
+    reps = sorted({r.get("repetitions", 1) for r in medians.values()}, key=str)
+    shown = (f"medians of {'/'.join(str(x) for x in reps)} repetitions" if cvs
+             else "one run per benchmark (no repetitions, so no medians)")
+    print(f"Run: {context.get('date', '?')} on {context.get('host_name', '?')}, "
+          f"{context.get('num_cpus', '?')} CPUs, "
+          f"OMP_NUM_THREADS={context.get('OMP_NUM_THREADS', '?')}; {shown}.  ")
+    print(f"Peer: {context.get('peer', '?')}.  ")
+    load_avg = context.get("load_avg")
+    if load_avg:
+        print(f"Load average at start: {', '.join(f'{x:.2f}' for x in load_avg)}.")
+    print()
+    for section in (matmul_section(medians, cvs, peak), small_section(medians, cvs),
+                    large_section(medians, cvs)):
+        if section:
+            print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

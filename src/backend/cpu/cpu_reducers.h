@@ -1,0 +1,116 @@
+#pragma once
+// The accumulators of the CPU reductions (see Note [Reduction loop] in cpu_reduce.cpp). Each
+// has Acc (running state), Out (what is written), identity(), add() for one element,
+// combine() for two partial results, row() for a strided run, and finish().
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace tessera::detail::reducers {
+
+using i64 = std::int64_t;
+
+template <typename T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::isnan(v);
+  } else {
+    return false;
+  }
+}
+
+// Sum (or sum of squares) in double for floating inputs, int64 for bool and integers.
+template <typename T, bool kSquare, bool kMean>
+struct SumReducer {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, i64>;
+  using Out = std::conditional_t<std::is_floating_point_v<T>, T, i64>;
+  static Acc identity() { return 0; }
+  static Acc term(T v) {
+    const Acc a = static_cast<Acc>(v);
+    return kSquare ? a * a : a;
+  }
+  static void add(Acc& acc, T v, i64) { acc += term(v); }
+  static Acc combine(Acc a, Acc b) { return a + b; }
+  static void row(Acc& acc, const T* p, i64 n, i64 s, i64, i64) {
+    // Eight partial sums break the dependency chain so the contiguous loop vectorizes.
+    Acc part[8] = {};
+    i64 i = 0;
+    if (s == 1) {
+      for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; ++k) part[k] += term(p[i + k]);
+      }
+    }
+    for (; i < n; ++i) part[0] += term(p[i * s]);
+    acc +=
+        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  }
+  static Out finish(Acc acc, i64 count) {
+    if constexpr (kMean) {
+      return static_cast<Out>(static_cast<double>(acc) / static_cast<double>(count));
+    } else {
+      return static_cast<Out>(acc);
+    }
+  }
+};
+
+// Max/min; a NaN wins and stays (NumPy semantics).
+template <typename T, bool kMax>
+struct ExtremumReducer {
+  using Acc = T;
+  using Out = T;
+  static Acc identity() {
+    return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  }
+  static void add(Acc& acc, T v, i64) {
+    // Branch-free (`|`, a select) so the lane loop in row() vectorizes.
+    acc = ((kMax ? v > acc : v < acc) | is_nan(v)) ? v : acc;
+  }
+  static Acc combine(Acc a, Acc b) {
+    add(a, b, 0);
+    return a;
+  }
+  static void row(Acc& acc, const T* p, i64 n, i64 s, i64, i64) {
+    // Eight running extrema break the dependency chain; combining them keeps NaN semantics.
+    i64 i = 0;
+    if (s == 1 && n >= 8) {
+      Acc part[8];
+      for (int k = 0; k < 8; ++k) part[k] = p[k];
+      for (i = 8; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; ++k) add(part[k], p[i + k], 0);
+      }
+      for (int k = 0; k < 8; ++k) add(acc, part[k], 0);
+    }
+    for (; i < n; ++i) add(acc, p[i * s], 0);
+  }
+  static Out finish(Acc acc, i64) { return acc; }
+};
+
+// Index of the first max/min; the first NaN wins (NumPy semantics).
+template <typename T, bool kMax>
+struct ArgReducer {
+  struct Acc {
+    T value;
+    i64 index;  // -1: nothing seen yet
+  };
+  using Out = i64;
+  static Acc identity() { return {T{}, -1}; }
+  // Whether (v, i) beats acc: a total order, so the walk order never matters.
+  static bool better(T v, i64 i, const Acc& acc) {
+    if (acc.index < 0) return true;
+    if (is_nan(acc.value)) return is_nan(v) && i < acc.index;
+    if (is_nan(v)) return true;
+    if (kMax ? v > acc.value : v < acc.value) return true;
+    return v == acc.value && i < acc.index;
+  }
+  static void add(Acc& acc, T v, i64 i) {
+    if (better(v, i, acc)) acc = {v, i};
+  }
+  static Acc combine(Acc a, Acc b) { return b.index >= 0 && better(b.value, b.index, a) ? b : a; }
+  static void row(Acc& acc, const T* p, i64 n, i64 s, i64 x, i64 xs) {
+    for (i64 i = 0; i < n; ++i) add(acc, p[i * s], x + i * xs);
+  }
+  static Out finish(Acc acc, i64) { return acc.index; }
+};
+
+}  // namespace tessera::detail::reducers

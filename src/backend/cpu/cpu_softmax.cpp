@@ -1,0 +1,118 @@
+// CPU softmax and log_softmax along one dim of a contiguous tensor, numerically stable: the
+// max is subtracted before exp, and the sum of exps is accumulated in double.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/strided_loop.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+using i64 = std::int64_t;
+
+// Columns handled together when the softmax dim is not the last: the loops then run along
+// contiguous memory (the inner dims) and vectorize.
+constexpr i64 kBlock = 256;
+
+// Softmax over x[o, :, j] for the columns j in [j0, j1) of one outer index; `inner` is the
+// distance between consecutive elements along the softmax dim.
+template <typename T>
+void softmax_block(const T* x, T* y, i64 len, i64 inner, i64 j0, i64 j1, bool log) {
+  T mx[kBlock];
+  double sum[kBlock];
+  const i64 w = j1 - j0;
+  for (i64 j = 0; j < w; ++j) {
+    mx[j] = -std::numeric_limits<T>::infinity();
+    sum[j] = 0;
+  }
+  for (i64 d = 0; d < len; ++d) {
+    const T* row = x + d * inner + j0;
+    for (i64 j = 0; j < w; ++j) mx[j] = row[j] > mx[j] ? row[j] : mx[j];
+  }
+  // softmax keeps exp(x - max) in y so exp runs once per element; log_softmax needs only
+  // the sum.
+  for (i64 d = 0; d < len; ++d) {
+    const T* row = x + d * inner + j0;
+    T* out = y + d * inner + j0;
+    for (i64 j = 0; j < w; ++j) {
+      const T e = std::exp(row[j] - mx[j]);
+      sum[j] += static_cast<double>(e);
+      if (!log) out[j] = e;
+    }
+  }
+  T shift[kBlock];  // log: subtracted after the max (x - max is exact); softmax: 1 / sum
+  for (i64 j = 0; j < w; ++j) shift[j] = static_cast<T>(log ? std::log(sum[j]) : 1.0 / sum[j]);
+  for (i64 d = 0; d < len; ++d) {
+    const T* row = x + d * inner + j0;
+    T* out = y + d * inner + j0;
+    if (log) {
+      for (i64 j = 0; j < w; ++j) out[j] = (row[j] - mx[j]) - shift[j];
+    } else {
+      for (i64 j = 0; j < w; ++j) out[j] *= shift[j];
+    }
+  }
+}
+
+// Softmax over a contiguous row (the last dim).
+template <typename T>
+void softmax_row(const T* x, T* y, i64 len, bool log) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (i64 i = 0; i < len; ++i) mx = x[i] > mx ? x[i] : mx;
+  double sum = 0;
+  if (log) {
+    for (i64 i = 0; i < len; ++i) sum += static_cast<double>(std::exp(x[i] - mx));
+    const T shift = static_cast<T>(std::log(sum));  // x - max is exact; keep it apart
+    for (i64 i = 0; i < len; ++i) y[i] = (x[i] - mx) - shift;
+  } else {
+    for (i64 i = 0; i < len; ++i) {
+      y[i] = std::exp(x[i] - mx);
+      sum += static_cast<double>(y[i]);
+    }
+    const T scale = static_cast<T>(1.0 / sum);
+    for (i64 i = 0; i < len; ++i) y[i] *= scale;
+  }
+}
+
+template <typename T>
+void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
+  const Shape& s = in.shape();
+  i64 outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= s[d];
+  for (int d = dim + 1; d < s.size(); ++d) inner *= s[d];
+  const i64 len = s[dim];
+  const T* x = reinterpret_cast<const T*>(impl_of(in).data());
+  T* y = reinterpret_cast<T*>(impl_of(out).data());
+  if (in.numel() == 0) return;
+  const bool serial = in.numel() < kParallelGrain || omp_in_parallel();
+  if (inner == 1) {
+#pragma omp parallel for schedule(static) if (!serial)
+    for (i64 o = 0; o < outer; ++o) softmax_row(x + o * len, y + o * len, len, log);
+    return;
+  }
+  const i64 blocks = (inner + kBlock - 1) / kBlock, tasks = outer * blocks;
+#pragma omp parallel for schedule(static) if (!serial)
+  for (i64 t = 0; t < tasks; ++t) {
+    const i64 o = t / blocks, j0 = (t % blocks) * kBlock;
+    softmax_block(x + o * len * inner, y + o * len * inner, len, inner, j0,
+                  std::min(j0 + kBlock, inner), log);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out) {
+  launch(out.device().index(), [in, dim, log, out] {
+    dispatch_floating(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      softmax_typed<T>(in, dim, log, out);
+    });
+  });
+}
+
+}  // namespace tessera::detail

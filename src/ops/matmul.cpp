@@ -1,0 +1,88 @@
+// Front end of matmul: numpy.matmul shapes lowered to the backend's batched [B, M, K] x
+// [B, K, N] form without copying when the operands' layouts allow. See Note [Matmul operands].
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "ops/broadcast.h"
+#include "tessera/ops.h"
+
+// Note [Matmul operands]
+// BLAS reads a matrix either row-major (column stride 1) or transposed (row stride 1), with
+// any leading dimension, so a.t() or a slice of columns costs nothing. Batch dims (after
+// broadcasting with expand) must fold into one batch stride, which stride 0 (a broadcast
+// operand) satisfies. Anything else is copied to contiguous first. Strides of size-1 dims
+// never move a pointer, so they are normalized before the checks.
+
+namespace tessera {
+namespace {
+
+using detail::impl_of;
+
+// t viewed as [B, rows, cols] for the backend, or a contiguous copy when no view fits.
+Tensor as_batched(const Tensor& t, const Shape& batch, std::int64_t rows, std::int64_t cols) {
+  Shape full = batch;
+  full.push_back(rows);
+  full.push_back(cols);
+  const Tensor e = t.shape() == full ? t : t.expand(full);
+  const Strides& st = impl_of(e).strides;
+  const int r = full.size();
+  std::int64_t rs = st[r - 2], cs = st[r - 1];
+  if (cols == 1) cs = 1;
+  if (rows == 1) rs = cs == 1 ? std::max<std::int64_t>(cols, 1) : 1;
+  const bool row_major = cs == 1 && rs >= std::max<std::int64_t>(cols, 1);
+  const bool transposed = rs == 1 && cs >= std::max<std::int64_t>(rows, 1);
+  // Fold the batch dims into one stride: every non-1 dim must step by the next one's span.
+  std::int64_t b = 1, bs = 0;
+  bool foldable = true;
+  for (int d = r - 3; d >= 0; --d) {
+    if (full[d] == 1) continue;
+    if (b > 1 && st[d] != bs * b) foldable = false;
+    if (b == 1) bs = st[d];
+    b *= full[d];
+  }
+  if (b == 1) bs = rows * cols;
+  if (foldable && (row_major || transposed) && e.numel() > 0) {
+    return detail::make_view(e, {b, rows, cols}, {bs, rs, cs}, e.storage_offset());
+  }
+  return e.contiguous().view({batch.numel(), rows, cols});
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const Device device = detail::common_device("matmul", a, b);
+  TESSERA_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), DtypeError,
+                "[matmul] needs floating tensors (float32 or float64), got self {} and other {}; "
+                "convert with .to(kFloat32)",
+                dtype_name(a.dtype()), dtype_name(b.dtype()));
+  TESSERA_CHECK(a.dtype() == b.dtype(), DtypeError,
+                "[matmul] operands have different dtypes: self {} and other {}; matmul does not "
+                "promote, so convert one with .to(kFloat32) or .to(kFloat64)",
+                dtype_name(a.dtype()), dtype_name(b.dtype()));
+  TESSERA_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError,
+                "[matmul] both operands need at least 1 dim, got shapes {} and {}; use mul for "
+                "scalars",
+                a.shape().str(), b.shape().str());
+  // 1-D operands become a row (self) or a column (other), removed again from the result.
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  const std::int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
+  TESSERA_CHECK(k == b2.size(-2), ShapeError,
+                "[matmul] inner sizes differ: self has shape {} and other has shape {} ({} vs "
+                "{}); self's last dim must equal other's {} dim",
+                a.shape().str(), b.shape().str(), k, b2.size(-2),
+                b.dim() == 1 ? "only" : "second-to-last");
+  const Shape a_batch(a2.shape().begin(), a2.shape().end() - 2);
+  const Shape b_batch(b2.shape().begin(), b2.shape().end() - 2);
+  const Shape batch =
+      a_batch == b_batch ? a_batch : detail::broadcast_shapes("matmul", a_batch, b_batch);
+  Tensor out = detail::make_tensor({batch.numel(), m, n}, a.dtype(), device, "matmul");
+  detail::backend_of(device).matmul(as_batched(a2, batch, m, k), as_batched(b2, batch, k, n), out);
+  Shape result = batch;
+  if (a.dim() > 1) result.push_back(m);
+  if (b.dim() > 1) result.push_back(n);
+  return out.view(result);
+}
+
+}  // namespace tessera

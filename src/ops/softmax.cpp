@@ -1,0 +1,35 @@
+// Front end of softmax and log_softmax: dtype and dim checks, then the backend kernel on a
+// contiguous input.
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/tensor_impl.h"
+#include "tessera/ops.h"
+
+namespace tessera {
+namespace {
+
+Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
+  detail::check_defined(a, name);
+  TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
+                "[{}] needs a floating tensor (float32 or float64), got {}; convert it with "
+                ".to(kFloat32) first",
+                name, dtype_name(a.dtype()));
+  const int r = a.dim();
+  const int lo = r == 0 ? -1 : -r, hi = r == 0 ? 0 : r - 1;
+  TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,
+                "[{}] dim {} is out of range for a tensor of shape {} (expected {} to {})", name,
+                dim, a.shape().str(), lo, hi);
+  const int d = r == 0 ? 0 : (dim < 0 ? dim + r : dim);
+  Tensor out = detail::make_tensor(a.shape(), a.dtype(), a.device(), name);
+  // A 0-dim tensor is softmaxed as one element along a size-1 dim.
+  const Tensor in = r == 0 ? a.reshape({1}) : a.contiguous();
+  detail::backend_of(a.device()).softmax(in, d, log, r == 0 ? out.view({1}) : out);
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& a, int dim) { return softmax_op("softmax", a, dim, false); }
+Tensor log_softmax(const Tensor& a, int dim) { return softmax_op("log_softmax", a, dim, true); }
+
+}  // namespace tessera

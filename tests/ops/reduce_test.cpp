@@ -1,0 +1,273 @@
+// Reductions on every device against a float64 host reference: every dim subset of a 3-D
+// tensor, keepdim on and off, non-contiguous inputs, size-1 and zero-size dims, integer and
+// bool sums, NaN propagation, argmax ties, and each error message.
+#include <cmath>
+#include <limits>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+using testing::random_values;
+
+class Reduce : public DeviceTest {};
+
+enum class Kind { kSum, kMean, kMax, kMin, kArgMax, kArgMin };
+
+// Reduces row-major `x` of `shape` over the dims in `mask`; the result is row-major over the
+// kept dims. arg kinds give the row-major index within the reduced dims.
+std::vector<double> reference(const std::vector<double>& x, const Shape& shape, std::uint32_t mask,
+                              Kind kind) {
+  const int r = shape.size();
+  std::int64_t kept = 1, count = 1;
+  for (int d = 0; d < r; ++d) ((mask >> d) & 1u ? count : kept) *= shape[d];
+  std::vector<double> acc(
+      kept, kind == Kind::kMax || kind == Kind::kArgMax   ? -std::numeric_limits<double>::infinity()
+            : kind == Kind::kMin || kind == Kind::kArgMin ? std::numeric_limits<double>::infinity()
+                                                          : 0.0);
+  std::vector<double> arg(kept, -1);
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(x.size()); ++i) {
+    std::int64_t rem = i, out = 0, out_stride = 1, idx = 0, idx_stride = 1;
+    for (int d = r - 1; d >= 0; --d) {
+      const std::int64_t c = rem % shape[d];
+      rem /= shape[d];
+      if ((mask >> d) & 1u) {
+        idx += c * idx_stride;
+        idx_stride *= shape[d];
+      } else {
+        out += c * out_stride;
+        out_stride *= shape[d];
+      }
+    }
+    const double v = x[i];
+    double& a = acc[out];
+    switch (kind) {
+      case Kind::kSum:
+      case Kind::kMean:
+        a += v;
+        break;
+      case Kind::kMax:
+        a = std::isnan(a) || std::isnan(v) ? NAN : std::max(a, v);
+        break;
+      case Kind::kMin:
+        a = std::isnan(a) || std::isnan(v) ? NAN : std::min(a, v);
+        break;
+      case Kind::kArgMax:
+        if (arg[out] < 0 || v > a) a = v, arg[out] = static_cast<double>(idx);
+        break;
+      case Kind::kArgMin:
+        if (arg[out] < 0 || v < a) a = v, arg[out] = static_cast<double>(idx);
+        break;
+    }
+  }
+  if (kind == Kind::kMean) {
+    for (double& a : acc) a /= static_cast<double>(count);
+  }
+  return kind == Kind::kArgMax || kind == Kind::kArgMin ? arg : acc;
+}
+
+std::vector<int> dims_of(std::uint32_t mask, int rank, bool negative) {
+  std::vector<int> dims;
+  for (int d = 0; d < rank; ++d) {
+    if ((mask >> d) & 1u) dims.push_back(negative ? d - rank : d);
+  }
+  return dims;
+}
+
+Shape reduced_shape(const Shape& s, std::uint32_t mask, bool keepdim) {
+  Shape out;
+  for (int d = 0; d < s.size(); ++d) {
+    if (!((mask >> d) & 1u)) {
+      out.push_back(s[d]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+// Checks sum/mean/max/min of `x` over every dim subset against the reference.
+void check_all_subsets(const Tensor& x, const std::string& what) {
+  const auto held = x.to_vector<double>();
+  const Shape& s = x.shape();
+  const double tol = x.dtype() == kFloat64 ? 1e-12 : 1e-6;
+  for (std::uint32_t mask = 0; mask < (1u << s.size()); ++mask) {
+    for (bool keepdim : {false, true}) {
+      const std::vector<int> dims = dims_of(mask, s.size(), mask % 2 == 1);
+      const std::string label = what + " mask " + std::to_string(mask) + (keepdim ? " keep" : "");
+      const Tensor r_sum = sum(x, dims, keepdim), r_mean = mean(x, dims, keepdim);
+      const Tensor r_max = max(x, dims, keepdim), r_min = min(x, dims, keepdim);
+      EXPECT_EQ(r_sum.shape(), reduced_shape(s, mask, keepdim)) << label;
+      EXPECT_EQ(r_max.shape(), reduced_shape(s, mask, keepdim)) << label;
+      EXPECT_EQ(r_sum.dtype(), x.dtype());
+      expect_close(r_sum, reference(held, s, mask, Kind::kSum), tol, tol, "sum " + label);
+      expect_close(r_mean, reference(held, s, mask, Kind::kMean), tol, tol, "mean " + label);
+      expect_close(r_max, reference(held, s, mask, Kind::kMax), 0, 0, "max " + label);
+      expect_close(r_min, reference(held, s, mask, Kind::kMin), 0, 0, "min " + label);
+    }
+  }
+  expect_close(sum(x), reference(held, s, (1u << s.size()) - 1, Kind::kSum), tol, tol, what);
+  for (int d = 0; d < s.size(); ++d) {
+    expect_close(argmax(x, d), reference(held, s, 1u << d, Kind::kArgMax), 0, 0, what + " argmax");
+    expect_close(argmin(x, d - s.size(), true), reference(held, s, 1u << d, Kind::kArgMin), 0, 0,
+                 what + " argmin");
+  }
+  EXPECT_EQ(argmax(x).item<std::int64_t>(), reference(held, {x.numel()}, 1u, Kind::kArgMax)[0]);
+  EXPECT_EQ(argmin(x).item<std::int64_t>(), reference(held, {x.numel()}, 1u, Kind::kArgMin)[0]);
+}
+
+TEST_P(Reduce, EveryDimSubsetMatchesReference) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(random_values(60, 11), {3, 4, 5}, {dtype, device()});
+    check_all_subsets(x, "contiguous");
+    check_all_subsets(x.transpose(0, 2), "transposed");
+    check_all_subsets(x.slice(1, 0, 4, 2), "sliced with step");
+    check_all_subsets(x.permute({1, 2, 0}).slice(2, 1, 3), "permuted slice");
+    check_all_subsets(x.slice(0, 0, 1).expand({3, 4, 5}), "expanded");
+    check_all_subsets(from_vector(random_values(8, 3), {1, 8, 1}, {dtype, device()}),
+                      "size-1 dims");
+  }
+}
+
+TEST_P(Reduce, IntegerAndBoolSumsGiveInt64) {
+  const Tensor i = tensor({{1, 2, 3}, {4, 5, 6}}, {kInt32, device()});
+  EXPECT_EQ(sum(i).dtype(), kInt64);
+  EXPECT_EQ(sum(i).item<std::int64_t>(), 21);
+  EXPECT_EQ(sum(i, {0}).to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 7, 9}));
+  EXPECT_EQ(max(i, {1}).to_vector<std::int64_t>(), (std::vector<std::int64_t>{3, 6}));
+  EXPECT_EQ(max(i).dtype(), kInt32);
+  const Tensor u = full({300}, 200, {kUInt8, device()});
+  EXPECT_EQ(sum(u).item<std::int64_t>(), 60000);  // no uint8 overflow
+  const Tensor b = tensor({{true, false, true}, {true, true, true}}, {device()});
+  EXPECT_EQ(sum(b).dtype(), kInt64);
+  EXPECT_EQ(sum(b).item<std::int64_t>(), 5);
+  EXPECT_EQ(sum(b, {1}, true).to_vector<std::int64_t>(), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(sum(b, {1}, true).shape(), (Shape{2, 1}));
+  const Tensor big = full({4}, 3e9, {kInt64, device()});
+  EXPECT_EQ(sum(big).item<std::int64_t>(), 12000000000LL);
+}
+
+TEST_P(Reduce, LargeInputsAreAccurate) {
+  // 16M float32 values: a float accumulator would be off by ~1e-3 relative.
+  const std::int64_t n = std::int64_t{1} << 24;
+  manual_seed(5);
+  const Tensor big = rand({n}, {kFloat32, device()});
+  double total = 0;
+  for (float v : big.to_vector<float>()) total += v;
+  EXPECT_NEAR(sum(big).item<double>(), total, 1e-7 * total);
+  EXPECT_NEAR(mean(big.view({4096, 4096}).t()).item<double>(), total / n, 1e-7 * total / n);
+
+  // Large enough to run on several threads, along kept and along reduced dims.
+  const std::int64_t rows = 768, cols = 1024;
+  const Tensor x = big.narrow(0, 0, rows * cols).view({rows, cols});
+  const auto held = x.to_vector<double>();
+  expect_close(sum(x, {0}), reference(held, {rows, cols}, 1u, Kind::kSum), 1e-6, 0, "column sums");
+  expect_close(sum(x.t(), {1}), reference(held, {rows, cols}, 1u, Kind::kSum), 1e-6, 0, "t rows");
+  expect_close(sum(x, {1}), reference(held, {rows, cols}, 2u, Kind::kSum), 1e-6, 0, "row sums");
+  expect_close(max(x, {1}), reference(held, {rows, cols}, 2u, Kind::kMax), 0, 0, "row max");
+  expect_close(argmax(x.t(), 1), reference(held, {rows, cols}, 1u, Kind::kArgMax), 0, 0, "argmax");
+  EXPECT_EQ(argmax(x).item<double>(), reference(held, {rows * cols}, 1u, Kind::kArgMax)[0]);
+  // Few outputs, long reductions: split across threads with per-thread accumulators.
+  const Shape s3{2, 2, rows * cols / 4};
+  const Tensor y = x.view(s3);
+  expect_close(argmin(y, 2), reference(held, s3, 4u, Kind::kArgMin), 0, 0, "argmin 2x2");
+  expect_close(sum(y, {0, 2}), reference(held, s3, 5u, Kind::kSum), 1e-7, 0, "sum 0,2");
+  expect_close(min(y.transpose(0, 2), {0, 2}), reference(held, s3, 5u, Kind::kMin), 0, 0, "min");
+}
+
+TEST_P(Reduce, NanPropagatesAndArgmaxTakesTheFirst) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x =
+        from_vector(std::vector<double>{1, nan, 3, nan, 5, 0}, {2, 3}, {dtype, device()});
+    EXPECT_TRUE(std::isnan(max(x).item<double>()));
+    EXPECT_TRUE(std::isnan(min(x).item<double>()));
+    expect_close(max(x, {0}), {nan, nan, 3}, 0, 0, "max dim 0");
+    expect_close(min(x, {1}), {nan, nan}, 0, 0, "min dim 1");
+    EXPECT_EQ(argmax(x).item<std::int64_t>(), 1);  // the first NaN, as NumPy
+    EXPECT_EQ(argmin(x).item<std::int64_t>(), 1);
+    EXPECT_EQ(argmax(x, 0).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 0, 0}));
+    EXPECT_TRUE(std::isnan(mean(x).item<double>()));
+  }
+  const Tensor ties = tensor({{1.0, 3.0, 3.0, 0.0}, {2.0, 2.0, -1.0, -1.0}}, {device()});
+  EXPECT_EQ(argmax(ties, 1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 0}));
+  EXPECT_EQ(argmin(ties, 1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(argmax(ties.t(), 0, true).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 0}));
+  EXPECT_EQ(argmax(ties.t(), 0, true).shape(), (Shape{1, 2}));
+  EXPECT_EQ(argmax(ties.t()).item<std::int64_t>(), 2);  // flattened transpose: [1,2,3,2,3,..]
+  EXPECT_EQ(argmax(ones({5}, {device()})).item<std::int64_t>(), 0);
+}
+
+TEST_P(Reduce, ZeroSizeZeroDimAndSize1) {
+  const Tensor e = zeros({2, 0, 3}, {device()});
+  EXPECT_EQ(sum(e).item<double>(), 0);
+  EXPECT_TRUE(std::isnan(mean(e).item<double>()));
+  expect_close(sum(e, {1}), std::vector<double>(6, 0), 0, 0, "sum over empty dim");
+  EXPECT_EQ(sum(e, {1}).shape(), (Shape{2, 3}));
+  expect_close(mean(e, {1}, true), std::vector<double>(6, NAN), 0, 0, "mean over empty dim");
+  EXPECT_EQ(max(e, {0, 2}).shape(), (Shape{0}));  // an empty result is fine
+  EXPECT_EQ(argmax(e, 2).shape(), (Shape{2, 0}));
+  EXPECT_EQ(sum(e, {0, 2}).numel(), 0);
+
+  const Tensor s = full({}, 2.5, {device()});
+  EXPECT_EQ(sum(s).dim(), 0);
+  EXPECT_EQ(sum(s).item<double>(), 2.5);
+  EXPECT_EQ(sum(s, {0}).dim(), 0);
+  EXPECT_EQ(max(s, {-1}, true).item<double>(), 2.5);
+  EXPECT_EQ(mean(s).item<double>(), 2.5);
+  EXPECT_EQ(argmax(s).item<std::int64_t>(), 0);
+  EXPECT_EQ(argmax(s, 0).dim(), 0);
+  EXPECT_EQ(norm(s).item<double>(), 2.5);
+
+  const Tensor x = from_vector(random_values(12, 2), {3, 4}, {kFloat64, device()});
+  EXPECT_EQ(sum(x, {}).shape(), x.shape());  // no dims: nothing reduced, as numpy axis=()
+}
+
+TEST_P(Reduce, NormIsFrobenius) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(random_values(200, 9), {10, 20}, {dtype, device()});
+    double ss = 0;
+    for (double v : x.to_vector<double>()) ss += v * v;
+    const Tensor n = norm(x.t());
+    EXPECT_EQ(n.dim(), 0);
+    EXPECT_EQ(n.dtype(), dtype);
+    EXPECT_NEAR(n.item<double>(), std::sqrt(ss),
+                (dtype == kFloat32 ? 1e-6 : 1e-14) * std::sqrt(ss));
+  }
+  EXPECT_EQ(norm(zeros({0}, {device()})).item<double>(), 0);
+}
+
+TEST_P(Reduce, ErrorMessages) {
+  const Tensor x = zeros({2, 3, 4}, {device()});
+  expect_throw_with<ShapeError>([&] { sum(x, {3}); },
+                                {"[sum]", "dim 3", "shape [2, 3, 4]", "expected -3 to 2"});
+  expect_throw_with<ShapeError>([&] { mean(x, {-4}); }, {"[mean]", "dim -4", "[2, 3, 4]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        max(x, {1, -2});
+      },
+      {"[max]", "dim -2 appears more than once", "[1, -2]", "[2, 3, 4]"});
+  expect_throw_with<ShapeError>([&] { argmax(x, 5); }, {"[argmax]", "dim 5", "[2, 3, 4]"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        mean(tensor({1, 2}, {device()}));
+      },
+      {"[mean]", "needs a floating tensor", "got int64", ".to(kFloat32)"});
+  expect_throw_with<DtypeError>([&] { norm(tensor({1, 2}, {device()})); }, {"[norm]", "got int64"});
+  const Tensor e = zeros({2, 0}, {device()});
+  expect_throw_with<ShapeError>([&] { max(e); },
+                                {"[max]", "dim 1 of size 0", "shape [2, 0]", "has no max"});
+  expect_throw_with<ShapeError>([&] { min(e, {1}); }, {"[min]", "dim 1 of size 0"});
+  expect_throw_with<ShapeError>([&] { argmin(e, 1); }, {"[argmin]", "dim 1 of size 0"});
+  expect_throw_with<ShapeError>([&] { argmax(e); },
+                                {"[argmax]", "cannot reduce an empty tensor", "shape [2, 0]"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Reduce);
+
+}  // namespace
+}  // namespace tessera
