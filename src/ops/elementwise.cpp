@@ -45,14 +45,22 @@ Dtype scalar_dtype(Dtype t, double scalar) {
 
 Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   const Device device = detail::common_device(name, a, b);
-  const Dtype dtype = compute_dtype(op, promote_types(a.dtype(), b.dtype()));
+  const detail::TensorImpl& ai = detail::impl_of(a);
+  const detail::TensorImpl& bi = detail::impl_of(b);
+  const Dtype dtype = compute_dtype(op, promote_types(ai.dtype, bi.dtype));
   check_bool_arithmetic(op, dtype, name);
-  const Shape shape =
-      a.shape() == b.shape() ? a.shape() : detail::broadcast_shapes(name, a.shape(), b.shape());
-  const Tensor x = detail::prepare_operand(a, dtype, shape);
-  const Tensor y = detail::prepare_operand(b, dtype, shape);
-  Tensor out = detail::make_tensor(shape, detail::is_comparison(op) ? kBool : dtype, device, name);
-  detail::backend_of(device).binary(op, x, y, out);
+  const Dtype out_dtype = detail::is_comparison(op) ? kBool : dtype;
+  detail::Backend& backend = detail::backend_of(device);
+  if (ai.dtype == dtype && bi.dtype == dtype && ai.shape == bi.shape) {
+    // The common case, kept free of handle copies: it bounds the per-op overhead.
+    Tensor out = detail::make_tensor(ai.shape, out_dtype, device, name);
+    backend.binary(op, a, b, out);
+    return out;
+  }
+  const Shape shape = detail::broadcast_shapes(name, ai.shape, bi.shape);
+  Tensor out = detail::make_tensor(shape, out_dtype, device, name);
+  backend.binary(op, detail::prepare_operand(a, dtype, shape),
+                 detail::prepare_operand(b, dtype, shape), out);
   return out;
 }
 
