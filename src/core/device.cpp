@@ -79,8 +79,8 @@ bool is_available(Device device) {
 std::string gpu_unavailable_reason() {
   detail::Backend* cuda = detail::cuda_backend();
   if (cuda == nullptr) {
-    return "tessera was built without CUDA support (configure with -DTESSERA_CUDA=ON on a "
-           "machine with the CUDA toolkit)";
+    return "tessera was built without CUDA support (this version of tessera has no CUDA "
+           "backend yet; it runs on the CPU)";
   }
   return cuda->unavailable_reason();
 }
