@@ -46,12 +46,30 @@ Dtype promote_types(Dtype a, Dtype b);
 /// The C++ type of each dtype, and the dtype of each C++ type.
 template <typename T>
 struct DtypeOf;
-template <> struct DtypeOf<bool> { static constexpr Dtype value = kBool; };
-template <> struct DtypeOf<std::uint8_t> { static constexpr Dtype value = kUInt8; };
-template <> struct DtypeOf<std::int32_t> { static constexpr Dtype value = kInt32; };
-template <> struct DtypeOf<std::int64_t> { static constexpr Dtype value = kInt64; };
-template <> struct DtypeOf<float> { static constexpr Dtype value = kFloat32; };
-template <> struct DtypeOf<double> { static constexpr Dtype value = kFloat64; };
+template <>
+struct DtypeOf<bool> {
+  static constexpr Dtype value = kBool;
+};
+template <>
+struct DtypeOf<std::uint8_t> {
+  static constexpr Dtype value = kUInt8;
+};
+template <>
+struct DtypeOf<std::int32_t> {
+  static constexpr Dtype value = kInt32;
+};
+template <>
+struct DtypeOf<std::int64_t> {
+  static constexpr Dtype value = kInt64;
+};
+template <>
+struct DtypeOf<float> {
+  static constexpr Dtype value = kFloat32;
+};
+template <>
+struct DtypeOf<double> {
+  static constexpr Dtype value = kFloat64;
+};
 template <typename T>
 inline constexpr Dtype dtype_of = DtypeOf<T>::value;
 

@@ -8,10 +8,10 @@
 namespace tessera {
 
 struct MemoryStats {
-  std::size_t in_use = 0;      ///< Bytes held by live tensors on the device.
-  std::size_t peak = 0;        ///< Highest in_use since start or reset_peak_memory().
-  std::size_t reserved = 0;    ///< Bytes the allocator holds (in use plus cached blocks).
-  std::size_t limit = 0;       ///< Most bytes tensors may hold; SIZE_MAX when unlimited.
+  std::size_t in_use = 0;         ///< Bytes held by live tensors on the device.
+  std::size_t peak = 0;           ///< Highest in_use since start or reset_peak_memory().
+  std::size_t reserved = 0;       ///< Bytes the allocator holds (in use plus cached blocks).
+  std::size_t limit = 0;          ///< Most bytes tensors may hold; SIZE_MAX when unlimited.
   std::uint64_t allocations = 0;  ///< Tensor storage allocations made on the device.
 };
 

@@ -15,8 +15,19 @@ namespace tessera::detail {
 enum class UnaryOp : std::uint8_t { kNeg, kExp, kLog, kSqrt, kAbs, kRelu, kSigmoid, kTanh };
 
 enum class BinaryOp : std::uint8_t {
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
-  kEq, kNe, kLt, kLe, kGt, kGe,  // comparisons write bool
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,  // comparisons write bool
 };
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
 
@@ -26,10 +37,10 @@ enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, 
 enum class RandomKind : std::uint8_t { kUniform, kNormal };
 
 struct DeviceInfo {
-  std::string name;            // "AMD EPYC", "NVIDIA H100 80GB HBM3"
+  std::string name;  // "AMD EPYC", "NVIDIA H100 80GB HBM3"
   std::size_t total_memory = 0;
-  int cores = 0;               // CPU cores or GPU multiprocessors
-  std::string details;         // free-form extra lines for `tessera info`
+  int cores = 0;        // CPU cores or GPU multiprocessors
+  std::string details;  // free-form extra lines for `tessera info`
 };
 
 class Backend {
@@ -61,20 +72,18 @@ class Backend {
   // and converted to the compute dtype; out is freshly allocated or an in-place target.
   virtual void fill(const Tensor& out, double value) = 0;
   virtual void arange(const Tensor& out, double start, double step) = 0;
-  virtual void random(const Tensor& out, RandomKind kind, double a, double b,
-                      std::uint64_t seed, std::uint64_t offset) = 0;
+  virtual void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+                      std::uint64_t offset) = 0;
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // a (op) scalar, or scalar (op) a when scalar_first.
   virtual void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                              const Tensor& out) = 0;
-  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b,
-                     const Tensor& out) = 0;
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Reduces `in` over the dims set in `dim_mask`; out has in's rank with those dims size 1.
   // kArgMax/kArgMin reduce exactly one dim and write int64; kSum of bool or integer input
   // writes int64; the others write in's dtype. in may be any strided view.
-  virtual void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask,
-                      const Tensor& out) = 0;
+  virtual void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) = 0;
   // Batched: a [B, M, K], b [B, K, N], out [B, M, N] contiguous; a and b may be transposed
   // views in their last two dims.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;

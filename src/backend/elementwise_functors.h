@@ -8,12 +8,12 @@
 
 namespace tessera::detail {
 
-#define TESSERA_UNARY_FN(Name, expr)            \
-  struct Name {                                 \
-    template <typename T>                       \
+#define TESSERA_UNARY_FN(Name, expr)              \
+  struct Name {                                   \
+    template <typename T>                         \
     TESSERA_HOST_DEVICE T operator()(T x) const { \
-      return expr;                              \
-    }                                           \
+      return expr;                                \
+    }                                             \
   };
 
 TESSERA_UNARY_FN(NegFn, static_cast<T>(-x))
@@ -26,17 +26,17 @@ TESSERA_UNARY_FN(SigmoidFn, static_cast<T>(T(1) / (T(1) + std::exp(-x))))
 TESSERA_UNARY_FN(TanhFn, static_cast<T>(std::tanh(x)))
 #undef TESSERA_UNARY_FN
 
-#define TESSERA_BINARY_FN(Name, expr)                   \
-  struct Name {                                         \
-    template <typename T>                               \
+#define TESSERA_BINARY_FN(Name, expr)                     \
+  struct Name {                                           \
+    template <typename T>                                 \
     TESSERA_HOST_DEVICE auto operator()(T a, T b) const { \
-      return expr;                                      \
-    }                                                   \
+      return expr;                                        \
+    }                                                     \
   };
 
 TESSERA_BINARY_FN(AddFn, static_cast<T>(a + b))
 TESSERA_BINARY_FN(SubFn, static_cast<T>(a - b))
-TESSERA_BINARY_FN(MulFn, static_cast<T>(a * b))
+TESSERA_BINARY_FN(MulFn, static_cast<T>(a* b))
 TESSERA_BINARY_FN(DivFn, static_cast<T>(a / b))
 TESSERA_BINARY_FN(PowFn, static_cast<T>(std::pow(a, b)))
 // NaN propagates through maximum/minimum, as in NumPy and PyTorch.
@@ -54,14 +54,22 @@ TESSERA_BINARY_FN(GeFn, a >= b)
 template <typename F>
 decltype(auto) dispatch_unary(UnaryOp op, F&& f) {
   switch (op) {
-    case UnaryOp::kNeg: return f(NegFn{});
-    case UnaryOp::kExp: return f(ExpFn{});
-    case UnaryOp::kLog: return f(LogFn{});
-    case UnaryOp::kSqrt: return f(SqrtFn{});
-    case UnaryOp::kAbs: return f(AbsFn{});
-    case UnaryOp::kRelu: return f(ReluFn{});
-    case UnaryOp::kSigmoid: return f(SigmoidFn{});
-    case UnaryOp::kTanh: return f(TanhFn{});
+    case UnaryOp::kNeg:
+      return f(NegFn{});
+    case UnaryOp::kExp:
+      return f(ExpFn{});
+    case UnaryOp::kLog:
+      return f(LogFn{});
+    case UnaryOp::kSqrt:
+      return f(SqrtFn{});
+    case UnaryOp::kAbs:
+      return f(AbsFn{});
+    case UnaryOp::kRelu:
+      return f(ReluFn{});
+    case UnaryOp::kSigmoid:
+      return f(SigmoidFn{});
+    case UnaryOp::kTanh:
+      return f(TanhFn{});
   }
   return f(NegFn{});
 }
@@ -69,19 +77,32 @@ decltype(auto) dispatch_unary(UnaryOp op, F&& f) {
 template <typename F>
 decltype(auto) dispatch_binary(BinaryOp op, F&& f) {
   switch (op) {
-    case BinaryOp::kAdd: return f(AddFn{});
-    case BinaryOp::kSub: return f(SubFn{});
-    case BinaryOp::kMul: return f(MulFn{});
-    case BinaryOp::kDiv: return f(DivFn{});
-    case BinaryOp::kPow: return f(PowFn{});
-    case BinaryOp::kMaximum: return f(MaximumFn{});
-    case BinaryOp::kMinimum: return f(MinimumFn{});
-    case BinaryOp::kEq: return f(EqFn{});
-    case BinaryOp::kNe: return f(NeFn{});
-    case BinaryOp::kLt: return f(LtFn{});
-    case BinaryOp::kLe: return f(LeFn{});
-    case BinaryOp::kGt: return f(GtFn{});
-    case BinaryOp::kGe: return f(GeFn{});
+    case BinaryOp::kAdd:
+      return f(AddFn{});
+    case BinaryOp::kSub:
+      return f(SubFn{});
+    case BinaryOp::kMul:
+      return f(MulFn{});
+    case BinaryOp::kDiv:
+      return f(DivFn{});
+    case BinaryOp::kPow:
+      return f(PowFn{});
+    case BinaryOp::kMaximum:
+      return f(MaximumFn{});
+    case BinaryOp::kMinimum:
+      return f(MinimumFn{});
+    case BinaryOp::kEq:
+      return f(EqFn{});
+    case BinaryOp::kNe:
+      return f(NeFn{});
+    case BinaryOp::kLt:
+      return f(LtFn{});
+    case BinaryOp::kLe:
+      return f(LeFn{});
+    case BinaryOp::kGt:
+      return f(GtFn{});
+    case BinaryOp::kGe:
+      return f(GeFn{});
   }
   return f(AddFn{});
 }

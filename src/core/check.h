@@ -12,11 +12,11 @@
     }                                                         \
   } while (false)
 
-#define TESSERA_INTERNAL_ASSERT(cond, ...)                                              \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
-      throw ::tessera::InternalError(::fmt::format(                                     \
-          "internal error at {}:{}: {} ({}). Please report this as a tessera bug.",     \
-          __FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)));                   \
-    }                                                                                   \
+#define TESSERA_INTERNAL_ASSERT(cond, ...)                                                        \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
+      throw ::tessera::InternalError(                                                             \
+          ::fmt::format("internal error at {}:{}: {} ({}). Please report this as a tessera bug.", \
+                        __FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)));               \
+    }                                                                                             \
   } while (false)

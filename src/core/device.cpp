@@ -7,8 +7,8 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
-#include "tessera/cpu_devices.h"
 #include "core/device_registry.h"
+#include "tessera/cpu_devices.h"
 
 namespace tessera {
 
@@ -25,16 +25,14 @@ Device Device::parse(std::string_view text) {
   if (colon != std::string_view::npos) {
     const std::string_view digits = text.substr(colon + 1);
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    TESSERA_CHECK(ec == std::errc() && end == digits.data() + digits.size() && !digits.empty(),
-                  DeviceError,
-                  "[Device::parse] '{}' has no valid index after ':'; expected e.g. 'cuda:1'",
-                  text);
+    TESSERA_CHECK(
+        ec == std::errc() && end == digits.data() + digits.size() && !digits.empty(), DeviceError,
+        "[Device::parse] '{}' has no valid index after ':'; expected e.g. 'cuda:1'", text);
   }
   if (kind == "cpu") return Device(DeviceKind::kCpu, index);
   if (kind == "cuda" || kind == "gpu") return Device(DeviceKind::kCuda, index);
   throw DeviceError(fmt::format(
-      "[Device::parse] unknown device '{}'; expected 'cpu', 'cpu:N', 'cuda:N' or 'gpu:N'",
-      text));
+      "[Device::parse] unknown device '{}'; expected 'cpu', 'cpu:N', 'cuda:N' or 'gpu:N'", text));
 }
 
 std::string Device::str() const {

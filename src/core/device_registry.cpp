@@ -23,8 +23,7 @@ CpuDeviceOptions g_options;
 int parse_count_env(const char* name, const char* text) {
   char* end = nullptr;
   long value = std::strtol(text, &end, 10);
-  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= kMaxDevicesPerKind,
-                Error,
+  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= kMaxDevicesPerKind, Error,
                 "[configure_cpu_devices] {}='{}' is not a device count; expected an integer "
                 "from 0 to {}",
                 name, text, kMaxDevicesPerKind);
@@ -106,8 +105,8 @@ namespace tessera {
 void configure_cpu_devices(const CpuDeviceOptions& options) {
   using namespace detail;
   TESSERA_CHECK(options.count >= 0 && options.count <= kMaxDevicesPerKind, Error,
-                "[configure_cpu_devices] count {} is out of range; expected 0 to {}",
-                options.count, kMaxDevicesPerKind);
+                "[configure_cpu_devices] count {} is out of range; expected 0 to {}", options.count,
+                kMaxDevicesPerKind);
   std::lock_guard lock(g_config_mutex);
   TESSERA_CHECK(!g_in_use.load(), Error,
                 "[configure_cpu_devices] called after the first tensor was created; call it "

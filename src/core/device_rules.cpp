@@ -23,13 +23,15 @@ Device common_device(const char* op, std::initializer_list<Operand> operands) {
     if (other == device) continue;
     std::string hint;
     if (o.tensor->dim() == 0) {
-      hint = fmt::format(" '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
-                         "move it with .to({}).",
-                         o.name, device.str());
+      hint = fmt::format(
+          " '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
+          "move it with .to({}).",
+          o.name, device.str());
     } else if (first->tensor->dim() == 0) {
-      hint = fmt::format(" '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
-                         "move it with .to({}).",
-                         first->name, other.str());
+      hint = fmt::format(
+          " '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
+          "move it with .to({}).",
+          first->name, other.str());
     }
     throw DeviceMismatchError(fmt::format(
         "[{}] operands are on different devices: {} on {}, {} on {}. tessera never copies "

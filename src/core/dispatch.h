@@ -16,12 +16,18 @@ struct TypeTag {
 template <typename F>
 decltype(auto) dispatch_dtype(Dtype dtype, F&& f) {
   switch (dtype) {
-    case Dtype::kBool: return f(TypeTag<bool>{});
-    case Dtype::kUInt8: return f(TypeTag<std::uint8_t>{});
-    case Dtype::kInt32: return f(TypeTag<std::int32_t>{});
-    case Dtype::kInt64: return f(TypeTag<std::int64_t>{});
-    case Dtype::kFloat32: return f(TypeTag<float>{});
-    case Dtype::kFloat64: return f(TypeTag<double>{});
+    case Dtype::kBool:
+      return f(TypeTag<bool>{});
+    case Dtype::kUInt8:
+      return f(TypeTag<std::uint8_t>{});
+    case Dtype::kInt32:
+      return f(TypeTag<std::int32_t>{});
+    case Dtype::kInt64:
+      return f(TypeTag<std::int64_t>{});
+    case Dtype::kFloat32:
+      return f(TypeTag<float>{});
+    case Dtype::kFloat64:
+      return f(TypeTag<double>{});
   }
   return f(TypeTag<float>{});
 }

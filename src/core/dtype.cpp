@@ -6,12 +6,18 @@ namespace tessera {
 
 std::string_view dtype_name(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kBool: return "bool";
-    case Dtype::kUInt8: return "uint8";
-    case Dtype::kInt32: return "int32";
-    case Dtype::kInt64: return "int64";
-    case Dtype::kFloat32: return "float32";
-    case Dtype::kFloat64: return "float64";
+    case Dtype::kBool:
+      return "bool";
+    case Dtype::kUInt8:
+      return "uint8";
+    case Dtype::kInt32:
+      return "int32";
+    case Dtype::kInt64:
+      return "int64";
+    case Dtype::kFloat32:
+      return "float32";
+    case Dtype::kFloat64:
+      return "float64";
   }
   return "unknown";
 }

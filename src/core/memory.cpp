@@ -32,8 +32,7 @@ std::string format_bytes(std::size_t bytes) {
 namespace tessera::detail {
 namespace {
 
-[[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op,
-                            const char* why) {
+[[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op, const char* why) {
   const DeviceCounters& c = counters(device);
   throw OutOfMemoryError(fmt::format(
       "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}. "

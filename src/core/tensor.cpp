@@ -140,8 +140,7 @@ Tensor Tensor::view(const Shape& new_shape) const {
   std::int64_t known = 1;
   for (int d = 0; d < target.size(); ++d) {
     if (target[d] == -1) {
-      TESSERA_CHECK(infer < 0, ShapeError, "[view] shape {} has more than one -1",
-                    new_shape.str());
+      TESSERA_CHECK(infer < 0, ShapeError, "[view] shape {} has more than one -1", new_shape.str());
       infer = d;
     } else {
       TESSERA_CHECK(target[d] >= 0, ShapeError, "[view] shape {} has a negative size",
@@ -175,7 +174,8 @@ Tensor Tensor::view(const Shape& new_shape) const {
   std::int64_t tensor_numel = 1, view_numel = 1;
   for (int d = old.size() - 1; d >= 0; --d) {
     tensor_numel *= old[d];
-    const bool chunk_ends = d == 0 || (old[d - 1] != 1 && os[d - 1] != tensor_numel * chunk_base_stride);
+    const bool chunk_ends =
+        d == 0 || (old[d - 1] != 1 && os[d - 1] != tensor_numel * chunk_base_stride);
     if (!chunk_ends) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || target[view_d] == 1)) {
       new_strides[view_d] = view_numel * chunk_base_stride;
@@ -286,8 +286,8 @@ Tensor Tensor::select(int d, std::int64_t index) const {
   d = wrap_dim(d, dim(), "select");
   const std::int64_t n = impl_->shape[d];
   TESSERA_CHECK(index >= -n && index < n, ShapeError,
-                "[select] index {} is out of range for dim {} of size {} (shape {})", index, d,
-                n, shape().str());
+                "[select] index {} is out of range for dim {} of size {} (shape {})", index, d, n,
+                shape().str());
   if (index < 0) index += n;
   Shape s = impl_->shape;
   Strides st = impl_->strides;
@@ -340,8 +340,8 @@ Tensor Tensor::expand(const Shape& target) const {
   check_defined(*this, "expand");
   const int r = dim(), n = target.size();
   TESSERA_CHECK(n >= r, ShapeError,
-                "[expand] cannot expand shape {} to {}: the target has fewer dims",
-                shape().str(), target.str());
+                "[expand] cannot expand shape {} to {}: the target has fewer dims", shape().str(),
+                target.str());
   Shape s, st;
   s.resize(n);
   st.resize(n);

@@ -6,10 +6,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/copy_kernel.h"
-#include "core/dispatch.h"
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
+#include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
 namespace tessera {

@@ -56,8 +56,8 @@ void reset_transfer_stats() {
 }
 
 std::ostream& operator<<(std::ostream& os, const TransferStats& s) {
-  return os << "h2d " << s.h2d_count << " (" << s.h2d_bytes << " B), d2h " << s.d2h_count
-            << " (" << s.d2h_bytes << " B), d2d " << s.d2d_count << " (" << s.d2d_bytes
+  return os << "h2d " << s.h2d_count << " (" << s.h2d_bytes << " B), d2h " << s.d2h_count << " ("
+            << s.d2h_bytes << " B), d2d " << s.d2d_count << " (" << s.d2d_bytes
             << " B), host waits " << s.host_waits;
 }
 

@@ -69,8 +69,8 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
   check_bool_arithmetic(op, dtype, name);
   const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
-  Tensor out = detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype,
-                                   a.device(), name);
+  Tensor out =
+      detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype, a.device(), name);
   detail::backend_of(a.device()).binary_scalar(op, x, s, scalar_first, out);
   return out;
 }
@@ -118,11 +118,12 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
 Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   detail::check_defined(self, name);
   detail::check_writable(self, name);
-  TESSERA_CHECK(is_floating(self.dtype()) || !is_floating(compute_dtype(op, scalar_dtype(self.dtype(), s))),
-                DtypeError,
-                "[{}] the result is floating but self is {}; in-place ops cannot narrow a "
-                "floating result into an integer tensor. Use the out-of-place form",
-                name, dtype_name(self.dtype()));
+  TESSERA_CHECK(
+      is_floating(self.dtype()) || !is_floating(compute_dtype(op, scalar_dtype(self.dtype(), s))),
+      DtypeError,
+      "[{}] the result is floating but self is {}; in-place ops cannot narrow a "
+      "floating result into an integer tensor. Use the out-of-place form",
+      name, dtype_name(self.dtype()));
   check_bool_arithmetic(op, self.dtype(), name);
   detail::backend_of(self.device()).binary_scalar(op, self, s, false, self);
   return self;

@@ -97,7 +97,9 @@ Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const 
 Tensor empty(const Shape& shape, TensorOptions options) {
   return make_tensor(shape, dtype_of_options(options), device_of(options), "empty");
 }
-Tensor zeros(const Shape& shape, TensorOptions options) { return filled(shape, 0, options, "zeros"); }
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  return filled(shape, 0, options, "zeros");
+}
 Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1, options, "ones"); }
 Tensor full(const Shape& shape, double value, TensorOptions options) {
   return filled(shape, value, options, "full");
@@ -112,13 +114,15 @@ Tensor full_like(const Tensor& t, double value, TensorOptions o) {
 Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  TESSERA_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
-                Error, "[arange] needs finite start, end and a non-zero step; got start={}, end={}, step={}",
-                start, end, step);
+  TESSERA_CHECK(
+      step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), Error,
+      "[arange] needs finite start, end and a non-zero step; got start={}, end={}, step={}", start,
+      end, step);
   TESSERA_CHECK((end - start) * step >= 0, Error,
-                "[arange] step {} goes away from end: start={}, end={}; flip the step's sign",
-                step, start, end);
-  const bool integral = start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
+                "[arange] step {} goes away from end: start={}, end={}; flip the step's sign", step,
+                start, end);
+  const bool integral =
+      start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
   const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
   Tensor t = make_tensor({n}, dtype_of_options(options, integral ? kInt64 : kFloat32),
                          device_of(options), "arange");

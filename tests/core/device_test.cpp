@@ -64,17 +64,20 @@ TEST(Device, TryGpuFallsBackToCpu) {
 
 TEST(Device, MissingGpuErrorSaysWhy) {
   if (num_gpus() > 0) GTEST_SKIP() << "a GPU is present";
-  expect_throw_with<DeviceError>([] { ones({2, 3}, gpu(0)); },
-                                 {"[ones]", "cuda:0 is not available", "without CUDA",
-                                  "Available devices: ", "try_gpu(0)"});
+  expect_throw_with<DeviceError>(
+      [] {
+        ones({2, 3}, gpu(0));
+      },
+      {"[ones]", "cuda:0 is not available", "without CUDA", "Available devices: ", "try_gpu(0)"});
   EXPECT_NE(gpu_unavailable_reason().find("without CUDA"), std::string::npos);
 }
 
 TEST(Device, MissingCpuDeviceErrorSaysHowToSplit) {
   const int n = num_cpu_devices();
   if (has_logical_cpu_devices()) {
-    expect_throw_with<DeviceError>([n] { zeros({1}, cpu(n)); },
-                                   {"[zeros]", "does not exist", "logical CPU devices are configured"});
+    expect_throw_with<DeviceError>(
+        [n] { zeros({1}, cpu(n)); },
+        {"[zeros]", "does not exist", "logical CPU devices are configured"});
   } else {
     expect_throw_with<DeviceError>([] { zeros({1}, cpu(1)); },
                                    {"[zeros]", "cpu:1 does not exist", "TESSERA_CPU_DEVICES"});

@@ -17,7 +17,8 @@ TEST_P(Factories, ConstantsAndRanges) {
   EXPECT_EQ(full({2}, 2.5, {kFloat64, device()}).to_vector<double>(), std::vector<double>(2, 2.5));
   EXPECT_EQ(arange(5, device()).to_vector<int>(), (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(arange(5, device()).dtype(), kInt64);
-  EXPECT_EQ(arange(0, 1, 0.25, device()).to_vector<float>(), (std::vector<float>{0, 0.25, 0.5, 0.75}));
+  EXPECT_EQ(arange(0, 1, 0.25, device()).to_vector<float>(),
+            (std::vector<float>{0, 0.25, 0.5, 0.75}));
   EXPECT_EQ(arange(3, 0, -1, device()).to_vector<int>(), (std::vector<int>{3, 2, 1}));
   EXPECT_EQ(arange(0, 0, 1, device()).numel(), 0);
   const Tensor like = zeros_like(ones({2, 3}, {kFloat64, device()}));
@@ -39,8 +40,11 @@ TEST_P(Factories, NestedListsInferShapeAndDtype) {
   EXPECT_EQ(tensor(3.5, device()).dim(), 0);
   EXPECT_EQ(tensor(3.5, device()).item<float>(), 3.5f);
   EXPECT_EQ(tensor({{{1.0}, {2.0}}}, device()).shape(), (Shape{1, 2, 1}));
-  expect_throw_with<ShapeError>([&] { tensor({{1, 2}, {3}}, device()); },
-                                {"[tensor]", "ragged", "has 1 entries, expected 2"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        tensor({{1, 2}, {3}}, device());
+      },
+      {"[tensor]", "ragged", "has 1 entries, expected 2"});
   expect_throw_with<ShapeError>([&] { tensor({{1, 2}, 3}, device()); }, {"[tensor]", "ragged"});
 }
 
@@ -49,7 +53,9 @@ TEST_P(Factories, FromVector) {
   EXPECT_EQ(t.dtype(), kFloat64);
   EXPECT_EQ(from_vector(std::vector<int>{1, 2}, {kFloat32, device()}).dtype(), kFloat32);
   expect_throw_with<ShapeError>(
-      [&] { from_vector(std::vector<float>{1, 2, 3}, {2, 2}, {device()}); },
+      [&] {
+        from_vector(std::vector<float>{1, 2, 3}, {2, 2}, {device()});
+      },
       {"[from_vector]", "got 3 values for shape [2, 2], which holds 4"});
 }
 

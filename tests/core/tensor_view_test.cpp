@@ -33,9 +33,11 @@ TEST_P(TensorView, ViewsShareStorageAndAllocateNothing) {
   const Tensor t = arange(0, 24, 1, {kFloat32, device()}).reshape({2, 3, 4});
   synchronize(device());
   const auto before = memory_stats(device());
-  const Tensor views[] = {t.view({6, 4}), t.transpose(0, 2), t.permute({2, 0, 1}),
-                          t.narrow(1, 1, 2), t.slice(2, 0, 4, 2), t.select(0, 1),
-                          t.unsqueeze(1), t.expand({5, 2, 3, 4}), t.flatten(), t[1][2]};
+  const Tensor views[] = {t.view({6, 4}),       t.transpose(0, 2),
+                          t.permute({2, 0, 1}), t.narrow(1, 1, 2),
+                          t.slice(2, 0, 4, 2),  t.select(0, 1),
+                          t.unsqueeze(1),       t.expand({5, 2, 3, 4}),
+                          t.flatten(),          t[1][2]};
   for (const Tensor& v : views) EXPECT_TRUE(v.shares_storage(t));
   const auto after = memory_stats(device());
   EXPECT_EQ(after.in_use, before.in_use);
@@ -51,8 +53,10 @@ TEST_P(TensorView, ValuesMatchAHostReference) {
       for (int i = 0; i < 2; ++i) expected.push_back(i * 12 + j * 4 + k);
   EXPECT_EQ(t.transpose(0, 2).to_vector<double>(), expected);
   EXPECT_FALSE(t.transpose(0, 2).is_contiguous());
-  EXPECT_EQ(t.select(1, 2).to_vector<double>(), (std::vector<double>{8, 9, 10, 11, 20, 21, 22, 23}));
-  EXPECT_EQ(t.narrow(2, 1, 2).select(0, 0).to_vector<double>(), (std::vector<double>{1, 2, 5, 6, 9, 10}));
+  EXPECT_EQ(t.select(1, 2).to_vector<double>(),
+            (std::vector<double>{8, 9, 10, 11, 20, 21, 22, 23}));
+  EXPECT_EQ(t.narrow(2, 1, 2).select(0, 0).to_vector<double>(),
+            (std::vector<double>{1, 2, 5, 6, 9, 10}));
   EXPECT_EQ(t.slice(2, 1, 100, 2).select(0, 1).to_vector<double>(),
             (std::vector<double>{13, 15, 17, 19, 21, 23}));
   EXPECT_EQ(t.slice(0, -1, 2).numel(), 12);
@@ -69,8 +73,7 @@ TEST_P(TensorView, ReshapeOfNonContiguousCopiesOnlyWhenItMust) {
   expect_throw_with<ShapeError>([&] { tt.view({12}); }, {"[view]", "not compatible", "reshape()"});
   const Tensor r = tt.reshape({12});
   EXPECT_FALSE(r.shares_storage(t));
-  EXPECT_EQ(r.to_vector<double>(),
-            (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  EXPECT_EQ(r.to_vector<double>(), (std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
   // Splitting a dim of a transposed tensor is still a view.
   const Tensor split = tt.view({2, 2, 3});
   EXPECT_TRUE(split.shares_storage(t));
@@ -91,8 +94,11 @@ TEST_P(TensorView, ViewErrorsNameOpAndValues) {
   expect_throw_with<ShapeError>([&] { t.expand({4, 3}); }, {"[expand]", "[2, 3] to [4, 3]"});
   expect_throw_with<ShapeError>([&] { t.slice(0, 0, 1, 0); }, {"[slice]", "step must be positive"});
   expect_throw_with<ShapeError>([&] { zeros({}, device()).select(0, 0); }, {"[select]", "0-dim"});
-  expect_throw_with<ShapeError>([&] { zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}, device()); },
-                                {"[Shape]", "at most 8 dimensions"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}, device());
+      },
+      {"[Shape]", "at most 8 dimensions"});
   expect_throw_with<Error>([] { Tensor().shape(); }, {"undefined tensor"});
 }
 

@@ -26,14 +26,19 @@ const std::vector<UnaryCase>& unary_cases() {
   static const std::vector<UnaryCase> cases = {
       {"neg", [](const Tensor& x) { return -x; }, [](double x) { return -x; }, -3, 3},
       {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -5, 5},
-      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.01, 10},
-      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 10},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.01,
+       10},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0,
+       10},
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
-      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3, 3},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3,
+       3},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
        [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
-      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4},
-      {"pow2.5", [](const Tensor& x) { return pow(x, 2.5); }, [](double x) { return std::pow(x, 2.5); }, 0, 3},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4,
+       4},
+      {"pow2.5", [](const Tensor& x) { return pow(x, 2.5); },
+       [](double x) { return std::pow(x, 2.5); }, 0, 3},
   };
   return cases;
 }
@@ -67,19 +72,26 @@ struct BinaryCase {
 
 const std::vector<BinaryCase>& binary_cases() {
   static const std::vector<BinaryCase> cases = {
-      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double a, double b) { return a + b; }},
-      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }},
-      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }},
-      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }, [](double a, double b) { return a / b; }},
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; },
+       [](double a, double b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; },
+       [](double a, double b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; },
+       [](double a, double b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; },
+       [](double a, double b) { return a / b; }},
       {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
        [](double a, double b) { return std::max(a, b); }},
       {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
        [](double a, double b) { return std::min(a, b); }},
       {"pow", [](const Tensor& a, const Tensor& b) { return pow(abs(a) + 0.5, b); },
        [](double a, double b) { return std::pow(std::abs(a) + 0.5, b); }},
-      {"lt", [](const Tensor& a, const Tensor& b) { return a < b; }, [](double a, double b) { return double(a < b); }},
-      {"ge", [](const Tensor& a, const Tensor& b) { return a >= b; }, [](double a, double b) { return double(a >= b); }},
-      {"eq", [](const Tensor& a, const Tensor& b) { return a == b; }, [](double a, double b) { return double(a == b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return a < b; },
+       [](double a, double b) { return double(a < b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return a >= b; },
+       [](double a, double b) { return double(a >= b); }},
+      {"eq", [](const Tensor& a, const Tensor& b) { return a == b; },
+       [](double a, double b) { return double(a == b); }},
   };
   return cases;
 }
@@ -110,9 +122,14 @@ std::vector<double> broadcast_ref(const std::vector<double>& a, const Shape& sa,
 
 TEST_P(Elementwise, BinaryOpsBroadcastLikeNumpy) {
   const std::vector<std::tuple<Shape, Shape, Shape>> shapes = {
-      {{4, 5}, {4, 5}, {4, 5}},       {{4, 5}, {5}, {4, 5}},        {{4, 1}, {1, 5}, {4, 5}},
-      {{3, 1, 5}, {4, 1}, {3, 4, 5}}, {{}, {2, 3}, {2, 3}},         {{0, 3}, {3}, {0, 3}},
-      {{2, 1, 3}, {2, 0, 1}, {2, 0, 3}}, {{300, 200}, {200}, {300, 200}},  // large: parallel path
+      {{4, 5}, {4, 5}, {4, 5}},
+      {{4, 5}, {5}, {4, 5}},
+      {{4, 1}, {1, 5}, {4, 5}},
+      {{3, 1, 5}, {4, 1}, {3, 4, 5}},
+      {{}, {2, 3}, {2, 3}},
+      {{0, 3}, {3}, {0, 3}},
+      {{2, 1, 3}, {2, 0, 1}, {2, 0, 3}},
+      {{300, 200}, {200}, {300, 200}},  // large: parallel path
   };
   for (Dtype dtype : {kFloat32, kFloat64}) {
     for (const BinaryCase& c : binary_cases()) {
@@ -122,7 +139,8 @@ TEST_P(Elementwise, BinaryOpsBroadcastLikeNumpy) {
         const Tensor out = c.op(a, b);
         ASSERT_EQ(out.shape(), so) << c.name;
         const double tol = dtype == kFloat32 ? 2e-6 : 1e-14;
-        expect_close(out, broadcast_ref(a.to_vector<double>(), sa, b.to_vector<double>(), sb, so, c.ref),
+        expect_close(out,
+                     broadcast_ref(a.to_vector<double>(), sa, b.to_vector<double>(), sb, so, c.ref),
                      tol, tol, std::string(c.name) + " " + sa.str() + " " + sb.str());
       }
     }
@@ -131,7 +149,7 @@ TEST_P(Elementwise, BinaryOpsBroadcastLikeNumpy) {
 
 TEST_P(Elementwise, NonContiguousOperands) {
   const Tensor base = from_vector(random_values(24, 3), {4, 6}, {kFloat64, device()});
-  const Tensor a = base.slice(1, 0, 6, 2);  // [4, 3], strides (6, 2)
+  const Tensor a = base.slice(1, 0, 6, 2);        // [4, 3], strides (6, 2)
   const Tensor b = base.t().narrow(0, 1, 3).t();  // [4, 3], strides (1, 6)... transposed
   const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
   std::vector<double> expected(12);
@@ -147,7 +165,8 @@ TEST_P(Elementwise, ScalarOpsAndPromotion) {
   EXPECT_EQ((i / 2.0).dtype(), kFloat32);  // true division
   EXPECT_EQ((i / i).dtype(), kFloat32);
   EXPECT_EQ((i + tensor({1.5}, device())).dtype(), kFloat32);
-  EXPECT_EQ((tensor({1.0}, {kFloat32, device()}) + tensor({1.0}, {kFloat64, device()})).dtype(), kFloat64);
+  EXPECT_EQ((tensor({1.0}, {kFloat32, device()}) + tensor({1.0}, {kFloat64, device()})).dtype(),
+            kFloat64);
   EXPECT_EQ((i > 1.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
   EXPECT_EQ((i * 0.5).to_vector<double>(), (std::vector<double>{0.5, 1, 1.5}));
   EXPECT_EQ((10.0 - i).to_vector<int>(), (std::vector<int>{9, 8, 7}));
@@ -176,9 +195,16 @@ TEST_P(Elementwise, InPlaceOps) {
   EXPECT_EQ(sq.to_vector<float>(), (std::vector<float>{0, 3, 3, 6}));
   Tensor xi = tensor({1, 2}, device());
   expect_throw_with<DtypeError>([&] { xi.div_(2.0); }, {"[div_]", "int64", "out-of-place"});
-  expect_throw_with<DtypeError>([&] { xi.add_(tensor({0.5, 0.5}, device())); }, {"[add_]", "float32"});
-  expect_throw_with<ShapeError>([&] { row.clone().add_(ones({2, 3}, device())); },
-                                {"[add_]", "does not broadcast to self's shape [3]"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        xi.add_(tensor({0.5, 0.5}, device()));
+      },
+      {"[add_]", "float32"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        row.clone().add_(ones({2, 3}, device()));
+      },
+      {"[add_]", "does not broadcast to self's shape [3]"});
   Tensor expanded = row.expand({2, 3});
   expect_throw_with<Error>([&] { expanded.add_(1.0); }, {"[add_]", "expanded tensor", ".clone()"});
 }
@@ -198,9 +224,9 @@ TEST_P(Elementwise, WhereAndComparisons) {
 
 TEST_P(Elementwise, BroadcastErrorNamesShapes) {
   const Tensor a = zeros({2, 3}, device()), b = zeros({4}, device());
-  expect_throw_with<ShapeError>([&] { (void)(a + b); },
-                                {"[add] shapes [2, 3] and [4] cannot be broadcast", "dim -1",
-                                 "sizes 3 and 4"});
+  expect_throw_with<ShapeError>(
+      [&] { (void)(a + b); },
+      {"[add] shapes [2, 3] and [4] cannot be broadcast", "dim -1", "sizes 3 and 4"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Elementwise);

@@ -52,8 +52,7 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
       EXPECT_TRUE(std::isnan(actual[i])) << what << " at " << i;
       continue;
     }
-    EXPECT_NEAR(actual[i], expected[i], atol + rtol * std::abs(expected[i]))
-        << what << " at " << i;
+    EXPECT_NEAR(actual[i], expected[i], atol + rtol * std::abs(expected[i])) << what << " at " << i;
   }
 }
 
@@ -78,14 +77,13 @@ void expect_throw_with(F&& f, const std::vector<std::string>& fragments) {
 }
 
 // Two distinct devices, or skip: the rules about a second device need one.
-#define TESSERA_REQUIRE_TWO_DEVICES()                                                  \
-  if (::tessera::available_devices().size() < 2)                                      \
-  GTEST_SKIP() << "needs two devices; CTest also runs this suite with "                \
+#define TESSERA_REQUIRE_TWO_DEVICES()                                   \
+  if (::tessera::available_devices().size() < 2)                        \
+  GTEST_SKIP() << "needs two devices; CTest also runs this suite with " \
                   "TESSERA_CPU_DEVICES=2"
 
 }  // namespace tessera::testing
 
-#define TESSERA_INSTANTIATE_DEVICE_SUITE(Suite)                                     \
-  INSTANTIATE_TEST_SUITE_P(AllDevices, Suite,                                        \
-                           ::testing::ValuesIn(::tessera::available_devices()),      \
+#define TESSERA_INSTANTIATE_DEVICE_SUITE(Suite)                                                    \
+  INSTANTIATE_TEST_SUITE_P(AllDevices, Suite, ::testing::ValuesIn(::tessera::available_devices()), \
                            ::tessera::testing::device_test_name)

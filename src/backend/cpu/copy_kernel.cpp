@@ -16,20 +16,21 @@ void copy_kernel(const Tensor& src, const Tensor& dst) {
     std::memcpy(d.data(), s.data(), dst.nbytes());
     return;
   }
-  const auto layout = make_layout<2>(d.shape, {&d.strides, &s.strides},
-                                     {static_cast<std::int64_t>(itemsize(d.dtype)),
-                                      static_cast<std::int64_t>(itemsize(s.dtype))});
+  const auto layout = make_layout<2>(
+      d.shape, {&d.strides, &s.strides},
+      {static_cast<std::int64_t>(itemsize(d.dtype)), static_cast<std::int64_t>(itemsize(s.dtype))});
   dispatch_dtype(d.dtype, [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
     dispatch_dtype(s.dtype, [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
-      for_each_row<2>(layout, {d.data(), s.data()}, d.numel(),
-                      [](std::array<char*, 2> p, std::int64_t n, const std::array<std::int64_t, 2>& st) {
-                        for (std::int64_t i = 0; i < n; ++i) {
-                          *reinterpret_cast<To*>(p[0] + i * st[0]) =
-                              convert_value<To>(*reinterpret_cast<const From*>(p[1] + i * st[1]));
-                        }
-                      });
+      for_each_row<2>(
+          layout, {d.data(), s.data()}, d.numel(),
+          [](std::array<char*, 2> p, std::int64_t n, const std::array<std::int64_t, 2>& st) {
+            for (std::int64_t i = 0; i < n; ++i) {
+              *reinterpret_cast<To*>(p[0] + i * st[0]) =
+                  convert_value<To>(*reinterpret_cast<const From*>(p[1] + i * st[1]));
+            }
+          });
     });
   });
 }

@@ -61,9 +61,9 @@ DeviceInfo CpuBackend::info(int index) const {
                       static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
   const CpuDeviceOptions& options = cpu_options();
   if (options.count > 0) {
-    info.details = fmt::format("logical device {} of {}, {}", index, options.count,
-                               options.async_queues ? "own in-order work queue"
-                                                    : "runs on the calling thread");
+    info.details = fmt::format(
+        "logical device {} of {}, {}", index, options.count,
+        options.async_queues ? "own in-order work queue" : "runs on the calling thread");
   }
   return info;
 }

@@ -42,15 +42,16 @@ void CpuBackend::fill(const Tensor& out, double value) {
     dispatch_dtype(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T v = convert_value<T>(value);
-      for_each_row<1>(layout_of<1>({&out}), {impl_of(out).data()}, out.numel(),
-                      [v](std::array<char*, 1> p, std::int64_t n, const std::array<std::int64_t, 1>& st) {
-                        if (st[0] == sizeof(T)) {
-                          T* o = reinterpret_cast<T*>(p[0]);
-                          for (std::int64_t i = 0; i < n; ++i) o[i] = v;
-                        } else {
-                          for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
-                        }
-                      });
+      for_each_row<1>(
+          layout_of<1>({&out}), {impl_of(out).data()}, out.numel(),
+          [v](std::array<char*, 1> p, std::int64_t n, const std::array<std::int64_t, 1>& st) {
+            if (st[0] == sizeof(T)) {
+              T* o = reinterpret_cast<T*>(p[0]);
+              for (std::int64_t i = 0; i < n; ++i) o[i] = v;
+            } else {
+              for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
+            }
+          });
     });
   });
 }
@@ -67,8 +68,8 @@ void CpuBackend::arange(const Tensor& out, double start, double step) {
   });
 }
 
-void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b,
-                        std::uint64_t seed, std::uint64_t offset) {
+void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+                        std::uint64_t offset) {
   launch(out.device().index(), [out, kind, a, b, seed, offset] {
     dispatch_floating(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -88,27 +89,31 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b,
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
-  launch_with(out.device().index(), [op](const Tensor& in, const Tensor& out) {
-    const auto layout = layout_of<2>({&out, &in});
-    dispatch_dtype(out.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      dispatch_unary(op, [&](auto fn) {
-        for_each_row<2>(layout, {impl_of(out).data(), impl_of(in).data()}, out.numel(),
-                        [fn](std::array<char*, 2> p, std::int64_t n, const std::array<std::int64_t, 2>& st) {
-                          if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
-                            T* o = reinterpret_cast<T*>(p[0]);
-                            const T* x = reinterpret_cast<const T*>(p[1]);
-                            for (std::int64_t i = 0; i < n; ++i) o[i] = fn(x[i]);
-                          } else {
-                            for (std::int64_t i = 0; i < n; ++i) {
-                              *reinterpret_cast<T*>(p[0] + i * st[0]) =
-                                  fn(*reinterpret_cast<const T*>(p[1] + i * st[1]));
-                            }
-                          }
-                        });
-      });
-    });
-  }, in, out);
+  launch_with(
+      out.device().index(),
+      [op](const Tensor& in, const Tensor& out) {
+        const auto layout = layout_of<2>({&out, &in});
+        dispatch_dtype(out.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          dispatch_unary(op, [&](auto fn) {
+            for_each_row<2>(layout, {impl_of(out).data(), impl_of(in).data()}, out.numel(),
+                            [fn](std::array<char*, 2> p, std::int64_t n,
+                                 const std::array<std::int64_t, 2>& st) {
+                              if (st[0] == sizeof(T) && st[1] == sizeof(T)) {
+                                T* o = reinterpret_cast<T*>(p[0]);
+                                const T* x = reinterpret_cast<const T*>(p[1]);
+                                for (std::int64_t i = 0; i < n; ++i) o[i] = fn(x[i]);
+                              } else {
+                                for (std::int64_t i = 0; i < n; ++i) {
+                                  *reinterpret_cast<T*>(p[0] + i * st[0]) =
+                                      fn(*reinterpret_cast<const T*>(p[1] + i * st[1]));
+                                }
+                              }
+                            });
+          });
+        });
+      },
+      in, out);
 }
 
 namespace {
@@ -130,8 +135,9 @@ inline void binary_row(Fn fn, std::array<char*, 3> p, std::int64_t n, const Row&
     for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(fn(av, b[i]));
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
-      *reinterpret_cast<O*>(p[0] + i * st[0]) = static_cast<O>(fn(
-          *reinterpret_cast<const T*>(p[1] + i * st[1]), *reinterpret_cast<const T*>(p[2] + i * st[2])));
+      *reinterpret_cast<O*>(p[0] + i * st[0]) =
+          static_cast<O>(fn(*reinterpret_cast<const T*>(p[1] + i * st[1]),
+                            *reinterpret_cast<const T*>(p[2] + i * st[2])));
     }
   }
 }
@@ -141,56 +147,64 @@ void binary_typed(Fn fn, bool comparison, const StridedLayout<3>& layout, std::a
                   std::int64_t numel) {
   if (comparison) {
     if constexpr (std::is_same_v<decltype(fn(T{}, T{})), bool>) {
-      for_each_row<3>(layout, ptrs, numel, [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
-        binary_row<T, bool>(fn, p, n, st);
-      });
+      for_each_row<3>(layout, ptrs, numel,
+                      [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
+                        binary_row<T, bool>(fn, p, n, st);
+                      });
     }
   } else {
-    for_each_row<3>(layout, ptrs, numel, [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
-      binary_row<T, T>(fn, p, n, st);
-    });
+    for_each_row<3>(layout, ptrs, numel,
+                    [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
+                      binary_row<T, T>(fn, p, n, st);
+                    });
   }
 }
 
 }  // namespace
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  launch_with(out.device().index(), [op](const Tensor& a, const Tensor& b, const Tensor& out) {
-    const auto layout = layout_of<3>({&out, &a, &b});
-    const std::array<char*, 3> ptrs{impl_of(out).data(), impl_of(a).data(), impl_of(b).data()};
-    dispatch_dtype(a.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      dispatch_binary(op, [&](auto fn) {
-        binary_typed<T>(fn, is_comparison(op), layout, ptrs, out.numel());
-      });
-    });
-  }, a, b, out);
+  launch_with(
+      out.device().index(),
+      [op](const Tensor& a, const Tensor& b, const Tensor& out) {
+        const auto layout = layout_of<3>({&out, &a, &b});
+        const std::array<char*, 3> ptrs{impl_of(out).data(), impl_of(a).data(), impl_of(b).data()};
+        dispatch_dtype(a.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          dispatch_binary(op, [&](auto fn) {
+            binary_typed<T>(fn, is_comparison(op), layout, ptrs, out.numel());
+          });
+        });
+      },
+      a, b, out);
 }
 
 void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                                const Tensor& out) {
-  launch_with(out.device().index(), [op, scalar, scalar_first](const Tensor& a, const Tensor& out) {
-    // The scalar becomes a one-element stride-0 operand, so one loop serves both forms.
-    const auto layout = layout_of<2>({&out, &a});
-    dispatch_dtype(a.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T s = convert_value<T>(scalar);
-      StridedLayout<3> l3;
-      l3.ndim = layout.ndim;
-      for (int d = 0; d < layout.ndim; ++d) {
-        l3.sizes[d] = layout.sizes[d];
-        l3.strides[0][d] = layout.strides[0][d];
-        l3.strides[scalar_first ? 2 : 1][d] = layout.strides[1][d];
-        l3.strides[scalar_first ? 1 : 2][d] = 0;
-      }
-      char* sp = reinterpret_cast<char*>(&s);
-      const std::array<char*, 3> ptrs{impl_of(out).data(), scalar_first ? sp : impl_of(a).data(),
-                                      scalar_first ? impl_of(a).data() : sp};
-      dispatch_binary(op, [&](auto fn) {
-        binary_typed<T>(fn, is_comparison(op), l3, ptrs, out.numel());
-      });
-    });
-  }, a, out);
+  launch_with(
+      out.device().index(),
+      [op, scalar, scalar_first](const Tensor& a, const Tensor& out) {
+        // The scalar becomes a one-element stride-0 operand, so one loop serves both forms.
+        const auto layout = layout_of<2>({&out, &a});
+        dispatch_dtype(a.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T s = convert_value<T>(scalar);
+          StridedLayout<3> l3;
+          l3.ndim = layout.ndim;
+          for (int d = 0; d < layout.ndim; ++d) {
+            l3.sizes[d] = layout.sizes[d];
+            l3.strides[0][d] = layout.strides[0][d];
+            l3.strides[scalar_first ? 2 : 1][d] = layout.strides[1][d];
+            l3.strides[scalar_first ? 1 : 2][d] = 0;
+          }
+          char* sp = reinterpret_cast<char*>(&s);
+          const std::array<char*, 3> ptrs{impl_of(out).data(),
+                                          scalar_first ? sp : impl_of(a).data(),
+                                          scalar_first ? impl_of(a).data() : sp};
+          dispatch_binary(
+              op, [&](auto fn) { binary_typed<T>(fn, is_comparison(op), l3, ptrs, out.numel()); });
+        });
+      },
+      a, out);
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -198,16 +212,16 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
     const auto layout = layout_of<4>({&out, &cond, &a, &b});
     dispatch_dtype(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      for_each_row<4>(layout,
-                      {impl_of(out).data(), impl_of(cond).data(), impl_of(a).data(), impl_of(b).data()},
-                      out.numel(),
-                      [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
-                        for (std::int64_t i = 0; i < n; ++i) {
-                          const bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
-                          *reinterpret_cast<T*>(p[0] + i * st[0]) =
-                              *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
-                        }
-                      });
+      for_each_row<4>(
+          layout, {impl_of(out).data(), impl_of(cond).data(), impl_of(a).data(), impl_of(b).data()},
+          out.numel(),
+          [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
+            for (std::int64_t i = 0; i < n; ++i) {
+              const bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
+              *reinterpret_cast<T*>(p[0] + i * st[0]) =
+                  *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
+            }
+          });
     });
   });
 }

@@ -17,9 +17,9 @@ inline constexpr std::int64_t kParallelGrain = 32768;
 
 template <int N>
 struct StridedLayout {
-  int ndim = 0;                                        // after merging; >= 1
-  std::int64_t sizes[kMaxDims];                        // outermost first
-  std::int64_t strides[N][kMaxDims];                   // in bytes
+  int ndim = 0;                       // after merging; >= 1
+  std::int64_t sizes[kMaxDims];       // outermost first
+  std::int64_t strides[N][kMaxDims];  // in bytes
 };
 
 template <int N>
@@ -52,8 +52,7 @@ StridedLayout<N> make_layout(const Shape& shape, const std::array<const Strides*
 
 // f(std::array<char*, N> row_pointers, int64 length, const std::array<int64, N>& strides)
 template <int N, typename F>
-void for_each_row(const StridedLayout<N>& l, std::array<char*, N> base, std::int64_t numel,
-                  F&& f) {
+void for_each_row(const StridedLayout<N>& l, std::array<char*, N> base, std::int64_t numel, F&& f) {
   if (numel == 0) return;
   const int inner = l.ndim - 1;
   const std::int64_t row_len = l.sizes[inner];
