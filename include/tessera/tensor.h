@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -20,11 +21,13 @@ class Tensor;
 namespace detail {
 struct TensorImpl;
 /// Copies every element of `t` to `dst` on the host as `as`, waiting for the device.
-void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op);
+void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
+                  const std::source_location& where);
 /// Checks `t` has one element and writes it to `dst` as `as` (waits for the device).
-void read_item(const Tensor& t, void* dst, Dtype as);
+void read_item(const Tensor& t, void* dst, Dtype as, const std::source_location& where);
 /// Host pointer to the first element of a CPU tensor, after waiting for its device.
-void* cpu_data(const Tensor& t, Dtype expected, const char* op);
+void* cpu_data(const Tensor& t, Dtype expected, const char* op,
+               const std::source_location& where);
 }  // namespace detail
 
 class Tensor {
@@ -55,15 +58,17 @@ class Tensor {
   bool shares_storage(const Tensor& other) const;
 
   // ---- moving between devices and dtypes (explicit, counted by the transfer ledger) ----
-  /// This tensor itself when already on `device` (no allocation), else a copy there.
-  Tensor to(Device device) const;
+  /// This tensor itself when already on `device` (no allocation), else a copy there. A copy
+  /// to the CPU from a GPU waits for the GPU (checked by SyncGuard, reported at `where`).
+  Tensor to(Device device, std::source_location where = std::source_location::current()) const;
   /// This tensor itself when already of `dtype`, else a converted copy on the same device.
   Tensor to(Dtype dtype) const;
-  Tensor to(Device device, Dtype dtype) const;
+  Tensor to(Device device, Dtype dtype,
+            std::source_location where = std::source_location::current()) const;
   /// Always allocates and copies, even onto the device the tensor is already on.
-  Tensor copy_to(Device device) const;
+  Tensor copy_to(Device device, std::source_location where = std::source_location::current()) const;
   /// to(cpu()) and to(gpu(i)).
-  Tensor cpu() const;
+  Tensor cpu(std::source_location where = std::source_location::current()) const;
   Tensor cuda(int index = 0) const;
   /// A copy on the same device with contiguous layout.
   Tensor clone() const;
@@ -71,7 +76,13 @@ class Tensor {
   Tensor contiguous() const;
   /// Copies src's values into this tensor, converting dtype and broadcasting src to this
   /// shape; src may live on any device (an explicit copy, counted). Returns *this.
-  Tensor& copy_(const Tensor& src);
+  Tensor& copy_(const Tensor& src, std::source_location where = std::source_location::current());
+  /// A copy of this CPU tensor in page-locked (pinned) host memory, or this tensor when it
+  /// is pinned already: copies from it to a GPU run asynchronously and overlap compute.
+  /// Throws DeviceError without a GPU, and for tensors not on the CPU.
+  Tensor pin_memory() const;
+  /// Whether the tensor's memory is page-locked host memory.
+  bool is_pinned() const;
 
   // ---- views: share storage, never copy ----
   /// Same data, new shape; one entry may be -1. Throws ShapeError when the layout does not
@@ -103,29 +114,29 @@ class Tensor {
   //      device-to-host copy when the device is not the host) ----
   /// The single element, converted to T. Throws ShapeError unless numel() == 1.
   template <typename T = float>
-  T item() const {
+  T item(std::source_location where = std::source_location::current()) const {
     T value{};
-    detail::read_item(*this, &value, dtype_of<T>);
+    detail::read_item(*this, &value, dtype_of<T>, where);
     return value;
   }
   /// All elements in row-major order, converted to T.
   template <typename T = float>
-  std::vector<T> to_vector() const {
+  std::vector<T> to_vector(std::source_location where = std::source_location::current()) const {
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
       std::vector<std::uint8_t> bytes(static_cast<std::size_t>(numel()));
-      detail::read_to_host(*this, bytes.data(), kBool, "to_vector");
+      detail::read_to_host(*this, bytes.data(), kBool, "to_vector", where);
       return std::vector<bool>(bytes.begin(), bytes.end());
     } else {
       std::vector<T> out(static_cast<std::size_t>(numel()));
-      detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector");
+      detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector", where);
       return out;
     }
   }
   /// Pointer to the first element of a CPU tensor whose dtype is T, after waiting for its
   /// device. Throws DeviceError for non-CPU tensors and DtypeError for another T.
   template <typename T>
-  T* data() const {
-    return static_cast<T*>(detail::cpu_data(*this, dtype_of<T>, "data"));
+  T* data(std::source_location where = std::source_location::current()) const {
+    return static_cast<T*>(detail::cpu_data(*this, dtype_of<T>, "data", where));
   }
   /// The printed form, e.g. "tensor([[1., 1.], [1., 1.]], device=cpu:1)".
   std::string str() const;

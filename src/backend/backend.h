@@ -58,6 +58,11 @@ class Backend {
   virtual void deallocate(int index, void* ptr, std::size_t bytes) = 0;
   virtual std::size_t reserved(int index) const = 0;
   virtual void empty_cache(int index) = 0;
+  // Extra facts for an out-of-memory message (cache, driver free/total); "" when none.
+  virtual std::string memory_report(int index) const { return ""; }
+  // Page-locked host memory for pinned CPU tensors; nullptr when the backend has none.
+  virtual void* allocate_pinned(std::size_t bytes) { return nullptr; }
+  virtual void deallocate_pinned(void* ptr, std::size_t bytes) {}
 
   // Host <-> device bytes for contiguous tensors. copy_from_host finishes reading `src`
   // before it returns; copy_to_host waits for the device.
@@ -66,6 +71,10 @@ class Backend {
   // Same shape, any strides and dtypes; src and dst on devices of this backend (they may
   // be two devices: the backend orders both devices' queues).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // From a contiguous CPU tensor of dst's dtype (its CPU device already synchronized) into a
+  // contiguous dst on this backend. A backend may copy asynchronously from pinned memory;
+  // it then keeps src alive until the copy is done.
+  virtual void copy_from_cpu(const Tensor& src, const Tensor& dst);
   virtual void synchronize(int index) = 0;
 
   // Kernels. Inputs of elementwise kernels are already broadcast (expanded) to out's shape

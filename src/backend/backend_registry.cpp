@@ -1,10 +1,15 @@
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/tensor_impl.h"
 
 namespace tessera::detail {
 
 Backend* backend_for(DeviceKind kind) {
   return kind == DeviceKind::kCpu ? &cpu_backend() : cuda_backend();
+}
+
+void Backend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
+  copy_from_host(impl_of(src).data(), dst);
 }
 
 Backend& backend_of(Device device) {

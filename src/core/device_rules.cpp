@@ -57,12 +57,13 @@ void record_copy(Device src, Device dst, std::size_t bytes) {
   }
 }
 
-void record_host_read(Device src, std::size_t bytes) {
+void record_host_read(Device src, std::size_t bytes, const char* op,
+                      const std::source_location* where) {
   if (is_host(src)) return;
+  record_host_wait(src, op, where);  // may throw under a SyncGuard: then nothing is counted
   DeviceCounters& c = counters(src);
   ++c.d2h_count;
   c.d2h_bytes += bytes;
-  ++c.host_waits;
 }
 
 void record_host_write(Device dst, std::size_t bytes) {

@@ -4,6 +4,7 @@
 // transfer ledger.
 #include <cstddef>
 #include <initializer_list>
+#include <source_location>
 
 #include "tessera/device.h"
 #include "tessera/tensor.h"
@@ -30,7 +31,12 @@ inline Device common_device(const char* op, const Tensor& self, const Tensor& ot
 // Ledger entries. A copy between two devices counts as h2d, d2h or d2d by whether either end
 // is the host (see is_host); a host read of device data also counts as a host wait.
 void record_copy(Device src, Device dst, std::size_t bytes);
-void record_host_read(Device src, std::size_t bytes);
 void record_host_write(Device dst, std::size_t bytes);
+// A host read of `bytes` from `src`: a device-to-host copy plus a host wait.
+void record_host_read(Device src, std::size_t bytes, const char* op,
+                      const std::source_location* where);
+// The host blocks until `device` catches up on behalf of `op` (implicitly). Counted, and
+// checked against this thread's SyncGuard (sync_guard.cpp); `where` may be null.
+void record_host_wait(Device device, const char* op, const std::source_location* where);
 
 }  // namespace tessera::detail

@@ -34,18 +34,19 @@ namespace {
 
 [[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op, const char* why) {
   const DeviceCounters& c = counters(device);
+  const std::string report = backend_of(device).memory_report(device.index());
   throw OutOfMemoryError(fmt::format(
-      "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}. "
+      "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}{}{}. "
       "Free tensors you no longer need, use smaller batches, or raise the limit with "
       "set_memory_limit({}, bytes).",
       op, device.str(), format_bytes(bytes), bytes, format_bytes(c.in_use.load()),
-      format_bytes(c.limit.load()), why, device.str()));
+      format_bytes(c.limit.load()), why, report.empty() ? "" : "; ", report, device.str()));
 }
 
 }  // namespace
 
-Storage::Storage(Device device_in, std::size_t bytes_in, const char* op)
-    : bytes(bytes_in), device(device_in) {
+Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pinned_in)
+    : bytes(bytes_in), device(device_in), pinned(pinned_in) {
   DeviceCounters& c = counters(device);
   const std::size_t limit = c.limit.load(std::memory_order_relaxed);
   if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit");
@@ -54,10 +55,17 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op)
     c.in_use.fetch_sub(bytes);
     throw_oom(device, bytes, op, "the request does not fit under the limit");
   }
-  if (bytes > 0) {
+  if (bytes > 0 && pinned) {
+    data = cuda_backend()->allocate_pinned(bytes);
+    if (data == nullptr) {
+      c.in_use.fetch_sub(bytes);
+      throw_oom(device, bytes, op, "no page-locked host memory is left for it");
+    }
+  } else if (bytes > 0) {
     Backend& backend = backend_of(device);
     data = backend.allocate(device.index(), bytes);
     if (data == nullptr) {
+      // Return the cache to the device and retry once before giving up.
       backend.empty_cache(device.index());
       data = backend.allocate(device.index(), bytes);
     }
@@ -74,7 +82,11 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op)
 }
 
 Storage::~Storage() {
-  if (data != nullptr) backend_of(device).deallocate(device.index(), data, bytes);
+  if (data != nullptr && pinned) {
+    cuda_backend()->deallocate_pinned(data, bytes);
+  } else if (data != nullptr) {
+    backend_of(device).deallocate(device.index(), data, bytes);
+  }
   counters(device).in_use.fetch_sub(bytes);
 }
 

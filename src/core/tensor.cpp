@@ -54,11 +54,12 @@ std::size_t checked_bytes(const Shape& shape, Dtype dtype, const char* op) {
 
 }  // namespace
 
-Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op) {
+Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op,
+                   bool pinned) {
   mark_devices_in_use();
   if (!is_available(device)) check_device(device, op);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(device, checked_bytes(shape, dtype, op), op);
+  impl->storage = std::make_shared<Storage>(device, checked_bytes(shape, dtype, op), op, pinned);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -17,10 +17,10 @@ using detail::check_defined;
 using detail::impl_of;
 using detail::make_tensor;
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, std::source_location where) const {
   check_defined(*this, "to");
   if (device == this->device()) return *this;  // no copy, no allocation: the seed's `is Z`
-  return copy_to(device);
+  return copy_to(device, where);
 }
 
 Tensor Tensor::to(Dtype dtype) const {
@@ -31,16 +31,18 @@ Tensor Tensor::to(Dtype dtype) const {
   return out;
 }
 
-Tensor Tensor::to(Device device, Dtype dtype) const { return to(device).to(dtype); }
+Tensor Tensor::to(Device device, Dtype dtype, std::source_location where) const {
+  return to(device, where).to(dtype);
+}
 
-Tensor Tensor::copy_to(Device device) const {
+Tensor Tensor::copy_to(Device device, std::source_location where) const {
   check_defined(*this, "copy_to");
   Tensor out = make_tensor(shape(), dtype(), device, "copy_to");
-  out.copy_(*this);
+  out.copy_(*this, where);
   return out;
 }
 
-Tensor Tensor::cpu() const { return to(tessera::cpu()); }
+Tensor Tensor::cpu(std::source_location where) const { return to(tessera::cpu(), where); }
 Tensor Tensor::cuda(int index) const { return to(gpu(index)); }
 
 Tensor Tensor::clone() const { return copy_to(device()); }
@@ -50,7 +52,7 @@ Tensor Tensor::contiguous() const {
   return is_contiguous() ? *this : clone();
 }
 
-Tensor& Tensor::copy_(const Tensor& src_in) {
+Tensor& Tensor::copy_(const Tensor& src_in, std::source_location where) {
   check_defined(*this, "copy_", "self");
   check_defined(src_in, "copy_", "src");
   const Tensor src = src_in.shape() == shape() ? src_in : src_in.expand(shape());
@@ -61,28 +63,60 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     if (from != to) detail::record_copy(from, to, src.nbytes());
     return *this;
   }
-  // Across backends, stage through the host: contiguous on the source device, then bytes
-  // to the host and on to the destination device, then a same-device copy into place.
-  Tensor packed = src.is_contiguous() ? src : src.clone();
-  std::vector<char> staging(packed.nbytes());
-  detail::backend_of(from).copy_to_host(packed, staging.data());
-  Tensor landed = make_tensor(shape(), src.dtype(), to, "copy_");
-  detail::backend_of(to).copy_from_host(staging.data(), landed);
-  detail::backend_of(to).copy(landed, *this);
+  // CPU <-> GPU: the bytes cross in src's dtype from a contiguous tensor; the destination
+  // backend then converts and lays them out in place if this tensor needs it.
+  const Tensor packed = src.is_contiguous() ? src : src.clone();
+  const bool direct = is_contiguous() && dtype() == packed.dtype();
+  const Tensor landed = direct ? *this : make_tensor(shape(), packed.dtype(), to, "copy_");
+  if (from.is_cpu()) {
+    // A queued CPU device may still be producing src.
+    if (!detail::is_host(from)) {
+      detail::record_host_wait(from, "copy_", &where);
+      detail::backend_of(from).synchronize(from.index());
+    }
+    detail::backend_of(to).copy_from_cpu(packed, landed);
+  } else {
+    // The host waits for the GPU; and a queued CPU destination for its earlier readers.
+    detail::record_host_wait(from, "copy_", &where);
+    if (!detail::is_host(to)) detail::backend_of(to).synchronize(to.index());
+    detail::backend_of(from).copy_to_host(packed, impl_of(landed).data());
+  }
+  if (!direct) detail::backend_of(to).copy(landed, *this);
   detail::record_copy(from, to, packed.nbytes());
   return *this;
+}
+
+Tensor Tensor::pin_memory() const {
+  check_defined(*this, "pin_memory");
+  TESSERA_CHECK(device().is_cpu(), DeviceError,
+                "[pin_memory] only CPU tensors can be pinned; this tensor is on {}",
+                device().str());
+  if (is_pinned()) return *this;
+  TESSERA_CHECK(num_gpus() > 0, DeviceError,
+                "[pin_memory] page-locked memory comes from the CUDA driver, and no GPU is "
+                "available: {}. Use the tensor as it is",
+                gpu_unavailable_reason());
+  Tensor out = make_tensor(shape(), dtype(), device(), "pin_memory", /*pinned=*/true);
+  detail::backend_of(device()).copy(*this, out);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  check_defined(*this, "is_pinned");
+  return impl_->storage->pinned;
 }
 
 }  // namespace tessera
 
 namespace tessera::detail {
 
-void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op) {
+void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
+                  const std::source_location& where) {
   check_defined(t, op);
   // Move the tensor's own bytes (packed on the device if it is a view) and convert on the
   // host, so the ledger and the bus see the data's size, not the requested type's.
   const Tensor packed = t.is_contiguous() ? t : t.clone();
-  record_host_read(t.device(), packed.nbytes());
+  record_host_read(t.device(), packed.nbytes(), op, &where);
   if (packed.dtype() == as) {
     backend_of(t.device()).copy_to_host(packed, dst);
     return;
@@ -101,16 +135,17 @@ void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op) {
   });
 }
 
-void read_item(const Tensor& t, void* dst, Dtype as) {
+void read_item(const Tensor& t, void* dst, Dtype as, const std::source_location& where) {
   check_defined(t, "item");
   TESSERA_CHECK(t.numel() == 1, ShapeError,
                 "[item] expects a tensor with exactly one element, got shape {} ({} elements); "
                 "reduce it first (e.g. sum()) or index it",
                 t.shape().str(), t.numel());
-  read_to_host(t, dst, as, "item");
+  read_to_host(t, dst, as, "item", where);
 }
 
-void* cpu_data(const Tensor& t, Dtype expected, const char* op) {
+void* cpu_data(const Tensor& t, Dtype expected, const char* op,
+               const std::source_location& where) {
   check_defined(t, op);
   TESSERA_CHECK(t.device().is_cpu(), DeviceError,
                 "[{}] raw pointers are only given for CPU tensors; this tensor is on {}. Copy it "
@@ -120,7 +155,7 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op) {
                 "[{}] the tensor holds {}, not {}; convert it with .to({}) first", op,
                 dtype_name(t.dtype()), dtype_name(expected), dtype_name(expected));
   if (!is_host(t.device())) {
-    ++counters(t.device()).host_waits;
+    record_host_wait(t.device(), op, &where);
     backend_of(t.device()).synchronize(t.device().index());
   }
   return impl_of(t).data();

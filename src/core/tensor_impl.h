@@ -14,7 +14,8 @@ namespace tessera::detail {
 // A block of device memory. Frees itself through the device's allocator and accounting.
 struct Storage {
   // Throws OutOfMemoryError naming `op` when the device's limit or memory is exhausted.
-  Storage(Device device, std::size_t bytes, const char* op);
+  // `pinned` (CPU only) takes page-locked memory from the GPU backend.
+  Storage(Device device, std::size_t bytes, const char* op, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -22,6 +23,7 @@ struct Storage {
   void* data = nullptr;
   std::size_t bytes = 0;
   Device device;
+  bool pinned = false;
 };
 
 struct TensorImpl {
@@ -47,7 +49,8 @@ bool is_contiguous_layout(const Shape& shape, const Strides& strides);
 
 // A new tensor with fresh, uninitialized storage. `op` names the op in an OOM message.
 // Checks that `device` exists (DeviceError otherwise).
-Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op);
+Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op,
+                   bool pinned = false);
 // A view of `base`'s storage with new metadata.
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
                  std::int64_t offset);

@@ -98,7 +98,10 @@ void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shap
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
-  const std::vector<double> values = t.to_vector<double>();
+  // Printing is a host read like any other (counted, checked by SyncGuard); it has no
+  // caller location to report.
+  std::vector<double> values(static_cast<std::size_t>(t.numel()));
+  detail::read_to_host(t, values.data(), kFloat64, "print", std::source_location());
   const Formatter f(t.dtype(), values);
   os << "tensor(";
   if (t.dim() == 0) {

@@ -1,0 +1,83 @@
+#pragma once
+// The CUDA backend: one in-order stream per GPU, a caching allocator per GPU, pinned
+// staging for host copies, peer copies ordered with events. See Note [CUDA streams and
+// memory] in cuda_backend.cpp.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/pinned_pool.h"
+#include "core/device_registry.h"
+
+namespace tessera::detail {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend();
+
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  int device_count() const override { return count_; }
+  std::string unavailable_reason() const override;
+  DeviceInfo info(int index) const override;
+
+  void* allocate(int index, std::size_t bytes) override;
+  void deallocate(int index, void* ptr, std::size_t bytes) override;
+  std::size_t reserved(int index) const override;
+  void empty_cache(int index) override;
+  std::string memory_report(int index) const override;
+
+  void copy_from_host(const void* src, const Tensor& dst) override;
+  void copy_to_host(const Tensor& src, void* dst) override;
+  void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void synchronize(int index) override;
+
+  void* allocate_pinned(std::size_t bytes) override;
+  void deallocate_pinned(void* ptr, std::size_t bytes) override;
+
+  void fill(const Tensor& out, double value) override;
+  void arange(const Tensor& out, double start, double step) override;
+  void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+              std::uint64_t offset) override;
+  void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                     const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // cuda_matmul.cpp
+  void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+
+  // Makes `index` the calling thread's current CUDA device and returns its stream.
+  cudaStream_t activate(int index);
+  // The device's cuBLAS handle, bound to its stream (created on first use).
+  cublasHandle_t cublas(int index);
+
+ private:
+  struct PerDevice {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    std::unique_ptr<CudaAllocator> allocator;
+    std::once_flag init;
+  };
+  PerDevice& device(int index);
+
+  int count_ = 0;
+  std::string reason_;  // why no GPU is visible, when count_ == 0
+  std::array<PerDevice, kMaxDevicesPerKind> devices_;
+  PinnedPool pinned_;
+};
+
+CudaBackend& cuda_backend_impl();
+
+// The kernel's view of a tensor.
+cuda::KernelArg kernel_arg(const Tensor& t);
+
+}  // namespace tessera::detail

@@ -1,0 +1,137 @@
+// CUDA copies: host <-> device through pinned memory, device <-> device on one GPU or
+// between two (peer copies ordered with events). See Note [CUDA streams and memory].
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <utility>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+// Pinned CPU tensors being read by asynchronous copies, kept alive until their event fires.
+struct InFlight {
+  cudaEvent_t done;
+  Tensor source;
+};
+std::mutex g_in_flight_mutex;
+std::deque<InFlight> g_in_flight;
+
+void reap_finished_copies() {
+  std::lock_guard lock(g_in_flight_mutex);
+  while (!g_in_flight.empty() && cudaEventQuery(g_in_flight.front().done) == cudaSuccess) {
+    TESSERA_CUDA_CHECK(cudaEventDestroy(g_in_flight.front().done));
+    g_in_flight.pop_front();
+  }
+  (void)cudaGetLastError();  // cudaErrorNotReady from the query is not an error
+}
+
+// Makes `waiter` wait for everything queued so far on `signaller`.
+void order_streams(cudaStream_t signaller, cudaStream_t waiter) {
+  cudaEvent_t event;
+  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  TESSERA_CUDA_CHECK(cudaEventRecord(event, signaller));
+  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(waiter, event, 0));
+  TESSERA_CUDA_CHECK(cudaEventDestroy(event));  // released once it has fired
+}
+
+}  // namespace
+
+cuda::KernelArg kernel_arg(const Tensor& t) {
+  const TensorImpl& impl = impl_of(t);
+  cuda::KernelArg arg;
+  arg.data = impl.data();
+  arg.dtype = impl.dtype;
+  arg.ndim = impl.shape.size();
+  for (int d = 0; d < arg.ndim; ++d) {
+    arg.sizes[d] = impl.shape[d];
+    arg.strides[d] = impl.strides[d];
+  }
+  arg.numel = impl.numel();
+  arg.contiguous = impl.contiguous;
+  return arg;
+}
+
+void CudaBackend::copy_from_host(const void* src, const Tensor& dst) {
+  const std::size_t bytes = dst.nbytes();
+  if (bytes == 0) return;
+  const cudaStream_t stream = activate(dst.device().index());
+  // Stage through pinned memory so the DMA is asynchronous and the caller's buffer is free
+  // to go as soon as we return.
+  void* staging = pinned_.acquire_staging(bytes);
+  std::memcpy(staging, src, bytes);
+  TESSERA_CUDA_CHECK(
+      cudaMemcpyAsync(impl_of(dst).data(), staging, bytes, cudaMemcpyHostToDevice, stream));
+  pinned_.release_staging(staging, stream);
+}
+
+void CudaBackend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
+  reap_finished_copies();
+  if (!impl_of(src).storage->pinned) {
+    copy_from_host(impl_of(src).data(), dst);
+    return;
+  }
+  const std::size_t bytes = dst.nbytes();
+  if (bytes == 0) return;
+  const cudaStream_t stream = activate(dst.device().index());
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(impl_of(dst).data(), impl_of(src).data(), bytes,
+                                     cudaMemcpyHostToDevice, stream));
+  InFlight copy{nullptr, src};
+  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&copy.done, cudaEventDisableTiming));
+  TESSERA_CUDA_CHECK(cudaEventRecord(copy.done, stream));
+  std::lock_guard lock(g_in_flight_mutex);
+  g_in_flight.push_back(std::move(copy));
+}
+
+void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
+  const cudaStream_t stream = activate(src.device().index());
+  const std::size_t bytes = src.nbytes();
+  if (bytes > 0) {
+    TESSERA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, impl_of(src).data(), bytes, cudaMemcpyDeviceToHost, stream));
+  }
+  // No unsafe asynchronous device-to-host copy: the host has the values when we return.
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (dst.numel() == 0) return;
+  const int s = src.device().index(), d = dst.device().index();
+  const bool plain = src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous();
+  if (s == d) {
+    const cudaStream_t stream = activate(d);
+    if (plain) {
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(impl_of(dst).data(), impl_of(src).data(), dst.nbytes(),
+                                         cudaMemcpyDeviceToDevice, stream));
+    } else {
+      cuda::launch_copy(stream, kernel_arg(src), kernel_arg(dst));
+    }
+    return;
+  }
+  if (!plain) {
+    // Pack on the source GPU in the destination's dtype, move the bytes, unpack there.
+    Tensor packed = make_tensor(src.shape(), dst.dtype(), src.device(), "copy_");
+    copy(src, packed);
+    Tensor landed = make_tensor(dst.shape(), dst.dtype(), dst.device(), "copy_");
+    copy(packed, landed);
+    copy(landed, dst);
+    return;
+  }
+  const cudaStream_t dst_stream = activate(d);
+  const cudaStream_t src_stream = activate(s);
+  order_streams(dst_stream, src_stream);  // earlier readers of dst are done
+  // cudaMemcpyPeerAsync uses a direct peer path when the GPUs have one, else the host.
+  TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(impl_of(dst).data(), d, impl_of(src).data(), s,
+                                         dst.nbytes(), src_stream));
+  order_streams(src_stream, dst_stream);  // dst's later work sees the copy
+}
+
+void CudaBackend::synchronize(int index) {
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(activate(index)));
+  reap_finished_copies();
+}
+
+}  // namespace tessera::detail

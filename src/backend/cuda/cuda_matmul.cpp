@@ -1,0 +1,76 @@
+// CUDA matmul: batched GEMM through cuBLAS (cublasGemmStridedBatchedEx_64, one call per
+// product). See Note [cuBLAS operands]. Plain cuBLAS rather than cuBLASLt: it picks the same
+// Hopper kernels for these shapes and needs no descriptor or workspace management here.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/check.h"
+#include "tessera/settings.h"
+
+// Note [cuBLAS operands]
+// cuBLAS is column-major and tessera row-major. A row-major M x N matrix C is the
+// column-major N x M matrix C^T, and C^T = B^T A^T, so cuBLAS computes (N, M, K) with B
+// first and A second. A row-major operand (column stride 1, row stride ld) read
+// column-major is its own transpose: op N with that ld. A transposed view (row stride 1,
+// column stride ld, see Note [Matmul operands] in src/ops/matmul.cpp) read column-major is
+// the matrix itself: op T with ld = its column stride. That is the same (trans, ld) pair the
+// CPU's row-major BLAS call uses. Batch stride 0 (a broadcast operand) is legal in cuBLAS.
+// float32 uses CUBLAS_COMPUTE_32F (exact float32 products and sums) unless
+// set_matmul_allow_tf32(true), then CUBLAS_COMPUTE_32F_FAST_TF32.
+
+namespace tessera::detail {
+namespace {
+
+using i64 = std::int64_t;
+
+struct GemmOperand {
+  cublasOperation_t op;
+  i64 ld;
+  i64 batch_stride;
+  const void* data;
+};
+
+GemmOperand gemm_operand(const cuda::KernelArg& t) {
+  const bool trans = t.strides[2] != 1;
+  TESSERA_INTERNAL_ASSERT(!trans || t.strides[1] == 1,
+                          "matmul operand strides [{}, {}, {}] are not BLAS-able", t.strides[0],
+                          t.strides[1], t.strides[2]);
+  return {trans ? CUBLAS_OP_T : CUBLAS_OP_N, trans ? t.strides[2] : t.strides[1], t.strides[0],
+          t.data};
+}
+
+}  // namespace
+
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const cuda::KernelArg ka = kernel_arg(a), kb = kernel_arg(b), kc = kernel_arg(out);
+  const i64 batches = kc.sizes[0], m = kc.sizes[1], n = kc.sizes[2], k = ka.sizes[2];
+  if (kc.numel == 0) return;
+  const cudaStream_t stream = activate(out.device().index());
+  if (k == 0) {  // an empty sum; cuBLAS would also reject the leading dimensions
+    TESSERA_CUDA_CHECK(
+        cudaMemsetAsync(kc.data, 0, static_cast<std::size_t>(kc.numel) * itemsize(kc.dtype),
+                        stream));
+    return;
+  }
+  TESSERA_INTERNAL_ASSERT(kc.contiguous, "matmul output must be contiguous");
+  const GemmOperand ga = gemm_operand(ka), gb = gemm_operand(kb);
+  const bool dbl = kc.dtype == kFloat64;
+  const cudaDataType type = dbl ? CUDA_R_64F : CUDA_R_32F;
+  const cublasComputeType_t compute = dbl                   ? CUBLAS_COMPUTE_64F
+                                      : matmul_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                            : CUBLAS_COMPUTE_32F;
+  // alpha and beta are host scalars of the compute type (CUBLAS_POINTER_MODE_HOST, the
+  // handle's default).
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
+  // C^T (N x M, ldc N) = op(B)^T-view * op(A)^T-view; see Note [cuBLAS operands].
+  TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      cublas(out.device().index()), gb.op, ga.op, n, m, k, alpha, gb.data, type, gb.ld,
+      gb.batch_stride, ga.data, type, ga.ld, ga.batch_stride, beta, kc.data, type, n, m * n,
+      batches, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace tessera::detail

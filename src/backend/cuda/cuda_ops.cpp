@@ -1,0 +1,50 @@
+// The CUDA backend's kernel entry points: each passes the tensors to its launcher on the
+// device's stream (kernels.h). Nothing here waits.
+#include "backend/cuda/cuda_backend.h"
+
+namespace tessera::detail {
+
+void CudaBackend::fill(const Tensor& out, double value) {
+  cuda::launch_fill(activate(out.device().index()), kernel_arg(out), value);
+}
+
+void CudaBackend::arange(const Tensor& out, double start, double step) {
+  cuda::launch_arange(activate(out.device().index()), kernel_arg(out), start, step);
+}
+
+void CudaBackend::random(const Tensor& out, RandomKind kind, double a, double b,
+                         std::uint64_t seed, std::uint64_t offset) {
+  cuda::launch_random(activate(out.device().index()), kernel_arg(out), kind, a, b, seed, offset);
+}
+
+void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
+  cuda::launch_unary(activate(out.device().index()), op, kernel_arg(in), kernel_arg(out));
+}
+
+void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  cuda::launch_binary(activate(out.device().index()), op, kernel_arg(a), kernel_arg(b),
+                      kernel_arg(out));
+}
+
+void CudaBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                                const Tensor& out) {
+  cuda::launch_binary_scalar(activate(out.device().index()), op, kernel_arg(a), scalar,
+                             scalar_first, kernel_arg(out));
+}
+
+void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  cuda::launch_where(activate(out.device().index()), kernel_arg(cond), kernel_arg(a),
+                     kernel_arg(b), kernel_arg(out));
+}
+
+void CudaBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask,
+                         const Tensor& out) {
+  cuda::launch_reduce(activate(out.device().index()), op, kernel_arg(in), dim_mask,
+                      kernel_arg(out));
+}
+
+void CudaBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out) {
+  cuda::launch_softmax(activate(out.device().index()), kernel_arg(in), dim, log, kernel_arg(out));
+}
+
+}  // namespace tessera::detail
