@@ -1,5 +1,6 @@
 #include "info_command.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
@@ -62,6 +63,22 @@ void print_cpu() {
   print_memory_table(cpus);
 }
 
+// Splits `text` into its non-empty lines.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    if (end > start) lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+// One block per GPU: index, name, multiprocessors, memory, then the backend's details as it
+// gives them (PCI bus id, UUID, compute capability, driver and runtime versions) and its
+// memory report (the driver's free/total). All of it comes through the backend seam; the tool
+// never calls CUDA itself.
 void print_gpus() {
   const int n = num_gpus();
   fmt::print("\nGPUs\n  num_gpus(): {}\n", n);
@@ -72,11 +89,18 @@ void print_gpus() {
   detail::Backend* cuda = detail::backend_for(DeviceKind::kCuda);
   std::vector<Device> gpus;
   for (int i = 0; i < n; ++i) {
+    const Device d = gpu(i);
     const detail::DeviceInfo info = cuda->info(i);
-    fmt::print("  {:<7} {}, {} memory, {} multiprocessors\n", gpu(i).str(), info.name,
+    const MemoryStats s = memory_stats(d);
+    fmt::print("  {:<7} {}, {} memory, {} multiprocessors\n", d.str(), info.name,
                format_bytes(info.total_memory), info.cores);
-    if (!info.details.empty()) fmt::print("          {}\n", info.details);
-    gpus.push_back(gpu(i));
+    fmt::print("          memory:  {} used by tessera of {} total ({} in tensors)\n",
+               format_bytes(s.reserved), format_bytes(info.total_memory), format_bytes(s.in_use));
+    for (const std::string& line : lines_of(info.details)) fmt::print("          {}\n", line);
+    for (const std::string& line : lines_of(cuda->memory_report(i))) {
+      fmt::print("          memory report: {}\n", line);
+    }
+    gpus.push_back(d);
   }
   print_memory_table(gpus);
 }

@@ -59,10 +59,10 @@ class Backend {
   virtual std::size_t reserved(int index) const = 0;
   virtual void empty_cache(int index) = 0;
   // Extra facts for an out-of-memory message (cache, driver free/total); "" when none.
-  virtual std::string memory_report(int index) const { return ""; }
+  virtual std::string memory_report(int /*index*/) const { return ""; }
   // Page-locked host memory for pinned CPU tensors; nullptr when the backend has none.
-  virtual void* allocate_pinned(std::size_t bytes) { return nullptr; }
-  virtual void deallocate_pinned(void* ptr, std::size_t bytes) {}
+  virtual void* allocate_pinned(std::size_t /*bytes*/) { return nullptr; }
+  virtual void deallocate_pinned(void* /*ptr*/, std::size_t /*bytes*/) {}
 
   // Host <-> device bytes for contiguous tensors. copy_from_host finishes reading `src`
   // before it returns; copy_to_host waits for the device.

@@ -269,5 +269,12 @@ TEST_P(Reduce, ErrorMessages) {
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Reduce);
 
+TEST(ReduceInfinity, RowsOfInfinitiesReduceToInfinity) {
+  const Tensor neg = full({3}, -INFINITY);
+  EXPECT_EQ(max(neg).item<float>(), -INFINITY);
+  EXPECT_EQ(min(full({3}, INFINITY)).item<float>(), INFINITY);
+  EXPECT_EQ(max(neg.view({1, 3}), {1}).item<float>(), -INFINITY);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -60,7 +60,12 @@ struct ExtremumReducer {
   using Acc = T;
   using Out = T;
   static Acc identity() {
-    return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+    // Floating types start at -/+inf so a row of infinities reduces to an infinity.
+    if constexpr (std::numeric_limits<T>::has_infinity) {
+      return kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    } else {
+      return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+    }
   }
   static void add(Acc& acc, T v, i64) {
     // Branch-free (`|`, a select) so the lane loop in row() vectorizes.

@@ -1,0 +1,513 @@
+// gpu_bench: tessera on one GPU, next to raw CUDA runtime references, for scripts/gpu-check.
+//
+//   gpu_bench [--out FILE.json] [--quick] [--device DEV]
+//
+// --device picks another device than cuda:0 (e.g. cpu, to try the program without a GPU: the
+// raw CUDA references and pinned copies then fail and are reported as errors).
+// Plain C++: std::chrono around the region and tessera::synchronize (or cudaDeviceSynchronize
+// for the raw references) before reading the clock; no Google Benchmark. Every measurement
+// runs warm-up ops first, then `reps` timed repetitions of `inner` ops back to back, each
+// repetition ending with a wait for the device; the figure is the median over repetitions of
+// (repetition time / inner). bench/peers/pytorch_gpu.py measures PyTorch the same way, with the
+// same sizes, repetitions and input distributions, and bench/gpu/summarize.py puts the two
+// side by side.
+//
+// Measurements (keys of "results" in the JSON):
+//   matmul.fp32.N, matmul.tf32.N  square float32 matmul, N = 256 ... 8192, TFLOP/s (2 N^3 per
+//                                 op); for N <= 1024 also the relative error against a float64
+//                                 product on the CPU (rel_err)
+//   copy.{h2d,d2h}.{pinned,pageable}  256 MiB between a CPU tensor and a GPU tensor (copy_),
+//                                 GB/s; pinned = Tensor::pin_memory()
+//   copy.d2d                      1 GiB GPU -> GPU (copy_), GB/s counting bytes read + written
+//   add.large                     a + b on 256 Mi float32 (output allocated per op), GB/s
+//                                 counting 3 x 1 GiB
+//   add.small, add.small.sync     a + b on 2x3 float32: host time to issue one op (the per-op
+//                                 overhead), and the time per op including the final wait, us
+//   raw.{h2d,d2h}.{pinned,pageable}, raw.d2d  the same copies with cudaMemcpy on
+//                                 cudaMallocHost / malloc / cudaMalloc buffers (the peaks)
+// Exit status: 0 when every section ran and every check passed, 1 otherwise (the JSON is
+// written either way), 2 when tessera sees no GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tessera/tessera.h"
+#if __has_include("tessera/settings.h")
+#include "tessera/settings.h"
+#define TESSERA_GPU_BENCH_HAS_TF32 1
+#else
+#define TESSERA_GPU_BENCH_HAS_TF32 0
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tessera::Device;
+using tessera::Tensor;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+}
+#define CHECK_CUDA(call) cuda_check((call), #call)
+
+// ---- results ----
+struct Result {
+  double value = 0;
+  std::string unit;
+  double seconds = 0;  // median seconds per op
+  double min_seconds = 0;
+  double max_seconds = 0;
+  int reps = 0;
+  int inner = 0;
+  double bytes = 0;  // bytes per op counted for bandwidth figures
+  double rel_err = -1;
+  bool checked = false;
+  bool ok = true;
+};
+
+struct Report {
+  std::map<std::string, Result> results;
+  std::vector<std::string> errors;
+  std::vector<std::string> notes;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void write_json(const Report& r, const std::string& path, const std::string& device_name,
+                bool quick) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "gpu_bench: cannot write %s\n", path.c_str());
+    return;
+  }
+  std::fprintf(f, "{\n  \"impl\": \"tessera\",\n  \"version\": \"%s\",\n", tessera::kVersion);
+  std::fprintf(f, "  \"device\": \"%s\",\n  \"quick\": %s,\n", json_escape(device_name).c_str(),
+               quick ? "true" : "false");
+  std::fprintf(f,
+               "  \"timing\": \"median over reps of (rep time / inner); host clock, "
+               "synchronize before reading it\",\n");
+  std::fprintf(f, "  \"results\": {");
+  bool first = true;
+  for (const auto& [key, x] : r.results) {
+    std::fprintf(f,
+                 "%s\n    \"%s\": {\"value\": %s, \"unit\": \"%s\", \"seconds\": %s, "
+                 "\"min_seconds\": %s, \"max_seconds\": %s, \"reps\": %d, \"inner\": %d",
+                 first ? "" : ",", json_escape(key).c_str(), num(x.value).c_str(), x.unit.c_str(),
+                 num(x.seconds).c_str(), num(x.min_seconds).c_str(), num(x.max_seconds).c_str(),
+                 x.reps, x.inner);
+    if (x.bytes > 0) std::fprintf(f, ", \"bytes\": %s", num(x.bytes).c_str());
+    if (x.checked) {
+      std::fprintf(f, ", \"rel_err\": %s, \"ok\": %s", num(x.rel_err).c_str(),
+                   x.ok ? "true" : "false");
+    }
+    std::fprintf(f, "}");
+    first = false;
+  }
+  std::fprintf(f, "\n  },\n  \"errors\": [");
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    std::fprintf(f, "%s\"%s\"", i ? ", " : "", json_escape(r.errors[i]).c_str());
+  }
+  std::fprintf(f, "],\n  \"notes\": [");
+  for (std::size_t i = 0; i < r.notes.size(); ++i) {
+    std::fprintf(f, "%s\"%s\"", i ? ", " : "", json_escape(r.notes[i]).c_str());
+  }
+  std::fprintf(f, "]\n}\n");
+  std::fclose(f);
+}
+
+// ---- timing ----
+struct Timing {
+  double median = 0, min = 0, max = 0;
+  int reps = 0, inner = 0;
+};
+
+Timing summarize(std::vector<double> per_op, int inner) {
+  std::sort(per_op.begin(), per_op.end());
+  Timing t;
+  const std::size_t n = per_op.size();
+  t.median = n % 2 ? per_op[n / 2] : 0.5 * (per_op[n / 2 - 1] + per_op[n / 2]);
+  t.min = per_op.front();
+  t.max = per_op.back();
+  t.reps = static_cast<int>(n);
+  t.inner = inner;
+  return t;
+}
+
+// Runs `body` `warmup` times, waits, then `reps` repetitions of `inner` bodies each followed by
+// one wait; returns the per-op statistics.
+Timing time_op(int warmup, int reps, int inner, const std::function<void()>& body,
+               const std::function<void()>& wait) {
+  for (int i = 0; i < warmup; ++i) body();
+  wait();
+  std::vector<double> per_op;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < inner; ++i) body();
+    wait();
+    per_op.push_back(seconds_since(t0) / inner);
+  }
+  return summarize(per_op, inner);
+}
+
+Result make_result(const Timing& t, double value, const char* unit, double bytes = 0) {
+  Result r;
+  r.value = value;
+  r.unit = unit;
+  r.seconds = t.median;
+  r.min_seconds = t.min;
+  r.max_seconds = t.max;
+  r.reps = t.reps;
+  r.inner = t.inner;
+  r.bytes = bytes;
+  return r;
+}
+
+void print_result(const std::string& key, const Result& r) {
+  std::printf("%-22s %10.3f %-8s (median %.3g s/op over %d x %d", key.c_str(), r.value,
+              r.unit.c_str(), r.seconds, r.reps, r.inner);
+  if (r.checked) std::printf(", rel_err %.2e%s", r.rel_err, r.ok ? "" : " FAILED");
+  std::printf(")\n");
+  std::fflush(stdout);
+}
+
+void record(Report& report, const std::string& key, Result r) {
+  print_result(key, r);
+  report.results[key] = std::move(r);
+}
+
+// Runs one section, turning an exception into a recorded error so the others still run.
+void section(Report& report, const char* name, const std::function<void()>& f) {
+  std::printf("-- %s\n", name);
+  std::fflush(stdout);
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::printf("   ERROR in %s: %s\n", name, e.what());
+    report.errors.push_back(std::string(name) + ": " + e.what());
+  }
+}
+
+// ---- matmul ----
+struct MatmulPlan {
+  std::int64_t n;
+  int inner, reps;
+};
+
+// ||out - ref|| / ||ref|| with ref a float64 product on the CPU.
+double matmul_rel_err(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const Device host = tessera::cpu();
+  const Tensor ref = tessera::matmul(a.to(host, tessera::kFloat64), b.to(host, tessera::kFloat64));
+  const std::vector<double> want = ref.to_vector<double>();
+  const std::vector<double> got = out.to_vector<double>();
+  double num2 = 0, den2 = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = got[i] - want[i];
+    num2 += d * d;
+    den2 += want[i] * want[i];
+  }
+  if (std::isnan(num2)) return NAN;
+  return std::sqrt(num2 / den2);
+}
+
+void bench_matmul(Report& report, Device dev, bool quick) {
+  std::vector<MatmulPlan> plans = {{256, 100, 15}, {512, 50, 15}, {1024, 20, 11},
+                                   {2048, 5, 11},  {4096, 2, 9},  {8192, 1, 7}};
+  if (quick) plans = {{256, 20, 5}, {1024, 5, 5}};
+  for (const MatmulPlan& p : plans) {
+    // Inputs drawn on the CPU (standard normal, never zeros) and copied over.
+    tessera::manual_seed(static_cast<std::uint64_t>(p.n));
+    const Tensor a = tessera::randn({p.n, p.n}).to(dev);
+    const Tensor b = tessera::randn({p.n, p.n}).to(dev);
+    const double flops = 2.0 * static_cast<double>(p.n) * p.n * p.n;
+    for (const bool tf32 : {false, true}) {
+#if TESSERA_GPU_BENCH_HAS_TF32
+      tessera::set_matmul_allow_tf32(tf32);
+#else
+      if (tf32) {
+        report.notes.push_back("no tessera/settings.h: TF32 rows not measured");
+        continue;
+      }
+#endif
+      const std::string key =
+          std::string("matmul.") + (tf32 ? "tf32." : "fp32.") + std::to_string(p.n);
+      Tensor c;
+      const Timing t = time_op(
+          2, p.reps, p.inner, [&] { c = tessera::matmul(a, b); },
+          [&] { tessera::synchronize(dev); });
+      Result r = make_result(t, flops / t.median / 1e12, "TFLOP/s");
+      if (p.n <= 1024) {
+        r.checked = true;
+        r.rel_err = matmul_rel_err(a, b, c);
+        // float32 lands far under 1e-3 (K <= 1024: ~1e-6); TF32 near 3e-4.
+        r.ok = std::isfinite(r.rel_err) && r.rel_err < (tf32 ? 5e-3 : 1e-4);
+        if (!r.ok) report.errors.push_back(key + ": relative error " + num(r.rel_err));
+      }
+      record(report, key, r);
+    }
+  }
+#if TESSERA_GPU_BENCH_HAS_TF32
+  tessera::set_matmul_allow_tf32(false);
+#endif
+  tessera::empty_cache(dev);
+}
+
+// ---- host <-> device copies ----
+constexpr std::int64_t kCopyElems = std::int64_t{64} << 20;  // 256 MiB of float32
+constexpr double kCopyBytes = static_cast<double>(kCopyElems) * sizeof(float);
+
+void bench_copies(Report& report, Device dev, bool quick) {
+  const int reps = quick ? 5 : 11;
+  const Tensor pageable = tessera::rand({kCopyElems});
+  Tensor on_gpu = tessera::empty({kCopyElems}, dev);
+  const auto wait = [] { tessera::synchronize(); };
+  for (const bool is_pinned : {false, true}) {
+    const Tensor host = is_pinned ? pageable.pin_memory() : pageable;
+    if (is_pinned && !host.is_pinned()) {
+      report.errors.push_back("pin_memory() returned an unpinned tensor");
+    }
+    const std::string kind = is_pinned ? "pinned" : "pageable";
+    Timing t = time_op(
+        2, reps, 1, [&] { on_gpu.copy_(host); }, wait);
+    record(report, "copy.h2d." + kind,
+           make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
+    Tensor back = tessera::empty({kCopyElems});
+    if (is_pinned) back = back.pin_memory();
+    t = time_op(
+        2, reps, 1, [&] { back.copy_(on_gpu); }, wait);
+    record(report, "copy.d2h." + kind,
+           make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
+    // The round trip must give back what went in (a sample: the first and last 64 Ki).
+    for (const std::int64_t start : {std::int64_t{0}, kCopyElems - (64 << 10)}) {
+      const std::vector<float> x = host.narrow(0, start, 64 << 10).to_vector<float>();
+      const std::vector<float> y = back.narrow(0, start, 64 << 10).to_vector<float>();
+      if (x != y) report.errors.push_back("copy round trip (" + kind + ") changed the data");
+    }
+  }
+  tessera::empty_cache(dev);
+}
+
+void bench_raw_copies(Report& report, bool quick) {
+  const int reps = quick ? 5 : 11;
+  const auto bytes = static_cast<std::size_t>(kCopyBytes);
+  const auto wait = [] { CHECK_CUDA(cudaDeviceSynchronize()); };
+  void* d = nullptr;
+  void* pinned = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, bytes));
+  CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+  std::vector<float> pageable(static_cast<std::size_t>(kCopyElems), 1.5f);
+  std::memset(pinned, 0x3f, bytes);
+  try {
+    for (const bool is_pinned : {true, false}) {
+      void* h = is_pinned ? pinned : static_cast<void*>(pageable.data());
+      const std::string kind = is_pinned ? "pinned" : "pageable";
+      Timing t = time_op(
+          2, reps, 1, [&] { CHECK_CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice)); }, wait);
+      record(report, "raw.h2d." + kind,
+             make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
+      t = time_op(
+          2, reps, 1, [&] { CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }, wait);
+      record(report, "raw.d2h." + kind,
+             make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
+    }
+  } catch (...) {
+    cudaFree(d);
+    cudaFreeHost(pinned);
+    throw;
+  }
+  CHECK_CUDA(cudaFree(d));
+  CHECK_CUDA(cudaFreeHost(pinned));
+}
+
+// ---- device bandwidth: device-to-device copies and a large add ----
+constexpr std::int64_t kLargeElems = std::int64_t{256} << 20;  // 256 Mi float32 = 1 GiB
+constexpr double kLargeBytes = static_cast<double>(kLargeElems) * sizeof(float);
+
+void bench_raw_d2d(Report& report, bool quick) {
+  const auto bytes = static_cast<std::size_t>(kLargeBytes);
+  void* src = nullptr;
+  void* dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, bytes));
+  CHECK_CUDA(cudaMalloc(&dst, bytes));
+  try {
+    CHECK_CUDA(cudaMemset(src, 0x3f, bytes));
+    const Timing t = time_op(
+        3, quick ? 5 : 11, 10,
+        [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr)); },
+        [] { CHECK_CUDA(cudaDeviceSynchronize()); });
+    record(report, "raw.d2d",
+           make_result(t, 2 * kLargeBytes / t.median / 1e9, "GB/s", 2 * kLargeBytes));
+  } catch (...) {
+    cudaFree(src);
+    cudaFree(dst);
+    throw;
+  }
+  CHECK_CUDA(cudaFree(src));
+  CHECK_CUDA(cudaFree(dst));
+}
+
+void bench_device_bandwidth(Report& report, Device dev, bool quick) {
+  const int reps = quick ? 5 : 11;
+  const auto wait = [dev] { tessera::synchronize(dev); };
+  tessera::manual_seed(1);
+  const Tensor a = tessera::rand({kLargeElems}, dev);
+  const Tensor b = tessera::rand({kLargeElems}, dev);
+  {
+    Tensor dst = tessera::empty({kLargeElems}, dev);
+    const Timing t = time_op(
+        3, reps, 10, [&] { dst.copy_(a); }, wait);
+    record(report, "copy.d2d",
+           make_result(t, 2 * kLargeBytes / t.median / 1e9, "GB/s", 2 * kLargeBytes));
+  }
+  Tensor c;
+  const Timing t = time_op(
+      3, reps, 10, [&] { c = a + b; }, wait);
+  Result r = make_result(t, 3 * kLargeBytes / t.median / 1e9, "GB/s", 3 * kLargeBytes);
+  // Check a sample of the sum on the host.
+  r.checked = true;
+  r.rel_err = 0;
+  for (const std::int64_t start : {std::int64_t{0}, kLargeElems - 4096}) {
+    const std::vector<float> x = a.narrow(0, start, 4096).to_vector<float>();
+    const std::vector<float> y = b.narrow(0, start, 4096).to_vector<float>();
+    const std::vector<float> z = c.narrow(0, start, 4096).to_vector<float>();
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = static_cast<double>(x[i] + y[i]);
+      r.rel_err = std::max(r.rel_err, std::abs(z[i] - want) / std::max(1e-30, std::abs(want)));
+    }
+  }
+  r.ok = r.rel_err == 0;
+  if (!r.ok) report.errors.push_back("add.large: wrong sum, max rel err " + num(r.rel_err));
+  record(report, "add.large", r);
+  c = Tensor();
+  tessera::empty_cache(dev);
+}
+
+// ---- per-op overhead ----
+void bench_small_add(Report& report, Device dev, bool quick) {
+  const Tensor a = tessera::rand({2, 3}).to(dev);
+  const Tensor b = tessera::rand({2, 3}).to(dev);
+  constexpr int kInner = 200;  // well under the launch queue's depth: issuing never blocks
+  const int reps = quick ? 7 : 31;
+  Tensor c;
+  for (int i = 0; i < 2000; ++i) c = a + b;  // warm-up
+  tessera::synchronize(dev);
+  std::vector<double> issue, total;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kInner; ++i) c = a + b;
+    issue.push_back(seconds_since(t0) / kInner);
+    tessera::synchronize(dev);
+    total.push_back(seconds_since(t0) / kInner);
+  }
+  const Timing ti = summarize(issue, kInner);
+  const Timing tt = summarize(total, kInner);
+  record(report, "add.small", make_result(ti, ti.median * 1e6, "us"));
+  record(report, "add.small.sync", make_result(tt, tt.median * 1e6, "us"));
+  const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>(),
+                           z = c.to_vector<float>();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (z[i] != x[i] + y[i]) {
+      report.errors.push_back("add.small: wrong sum");
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  std::string device_text = "cuda:0";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--out" && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (arg == "--device" && i + 1 < argc) {
+      device_text = argv[++i];
+    } else if (arg == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: gpu_bench [--out FILE.json] [--quick] [--device DEV]\n");
+      return 2;
+    }
+  }
+
+  Report report;
+  std::string device_name = "none";
+  const Device dev = Device::parse(device_text);
+  if (dev.is_cuda() && tessera::num_gpus() <= dev.index()) {
+    std::printf("gpu_bench: tessera sees no GPU: %s\n", tessera::gpu_unavailable_reason().c_str());
+    report.errors.push_back("no GPU: " + tessera::gpu_unavailable_reason());
+    if (!out_path.empty()) write_json(report, out_path, device_name, quick);
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  if (dev.is_cpu()) {
+    device_name = "cpu";
+  } else if (cudaGetDeviceProperties(&prop, dev.index()) == cudaSuccess) {
+    device_name = prop.name;
+  }
+  std::printf("gpu_bench: tessera %s on %s (%s)%s\n", tessera::kVersion, dev.str().c_str(),
+              device_name.c_str(), quick ? ", quick" : "");
+
+  const auto t0 = Clock::now();
+  section(report, "per-op overhead (a + b on 2x3)", [&] { bench_small_add(report, dev, quick); });
+  section(report, "matmul float32 / TF32", [&] { bench_matmul(report, dev, quick); });
+  section(report, "host <-> device copies (tessera)", [&] { bench_copies(report, dev, quick); });
+  const int raw_index = dev.is_cuda() ? dev.index() : 0;
+  section(report, "host <-> device copies (cudaMemcpy)", [&] {
+    CHECK_CUDA(cudaSetDevice(raw_index));
+    bench_raw_copies(report, quick);
+  });
+  section(report, "device-to-device copy (cudaMemcpy)", [&] {
+    CHECK_CUDA(cudaSetDevice(raw_index));
+    bench_raw_d2d(report, quick);
+  });
+  section(report, "device bandwidth (copy_, a + b on 256 Mi)",
+          [&] { bench_device_bandwidth(report, dev, quick); });
+  std::printf("gpu_bench: done in %.1f s, %zu error(s)\n", seconds_since(t0), report.errors.size());
+  for (const std::string& e : report.errors) std::printf("  error: %s\n", e.c_str());
+
+  if (!out_path.empty()) write_json(report, out_path, device_name, quick);
+  return report.errors.empty() ? 0 : 1;
+}

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""PyTorch on one GPU, measured the way bench/gpu/gpu_bench.cpp measures tessera.
+
+    python3 bench/peers/pytorch_gpu.py [--out FILE.json] [--quick]
+
+Same sizes, repetitions, warm-up and input distributions as gpu_bench, and the same timing:
+each timed repetition runs `inner` ops back to back and ends with torch.cuda.synchronize();
+the host clock (time.perf_counter) is read after it; the figure is the median over
+repetitions of (repetition time / inner). The JSON has gpu_bench's keys (see the comment at
+the top of gpu_bench.cpp), so bench/gpu/summarize.py can put the two side by side.
+Exit status: 0 when everything ran and every check passed, 1 otherwise, 2 without a GPU.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+COPY_ELEMS = 64 << 20  # 256 MiB of float32
+COPY_BYTES = COPY_ELEMS * 4
+LARGE_ELEMS = 256 << 20  # 256 Mi float32 = 1 GiB
+LARGE_BYTES = LARGE_ELEMS * 4
+
+
+def sync():
+    torch.cuda.synchronize()
+
+
+def summarize(per_op, inner):
+    return {
+        "seconds": statistics.median(per_op),
+        "min_seconds": min(per_op),
+        "max_seconds": max(per_op),
+        "reps": len(per_op),
+        "inner": inner,
+    }
+
+
+def time_op(warmup, reps, inner, body):
+    for _ in range(warmup):
+        body()
+    sync()
+    per_op = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            body()
+        sync()
+        per_op.append((time.perf_counter() - t0) / inner)
+    return summarize(per_op, inner)
+
+
+class Report:
+    def __init__(self):
+        self.results = {}
+        self.errors = []
+        self.notes = []
+
+    def record(self, key, timing, value, unit, **extra):
+        r = dict(value=value, unit=unit, **timing, **extra)
+        self.results[key] = r
+        line = (f"{key:<22} {value:10.3f} {unit:<8} (median {timing['seconds']:.3g} s/op over "
+                f"{timing['reps']} x {timing['inner']}")
+        if "rel_err" in extra:
+            line += f", rel_err {extra['rel_err']:.2e}" + ("" if extra["ok"] else " FAILED")
+        print(line + ")", flush=True)
+
+    def section(self, name, fn):
+        print(f"-- {name}", flush=True)
+        try:
+            fn()
+        except Exception as e:  # one failing section must not hide the others
+            print(f"   ERROR in {name}: {e!r}", flush=True)
+            self.errors.append(f"{name}: {e!r}")
+
+
+def set_tf32(on):
+    """torch.backends.cuda.matmul.allow_tf32 = on (newer releases deprecate it in favour of
+    fp32_precision, which is the fallback)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.backends.cuda.matmul.allow_tf32 = on
+        except (AttributeError, RuntimeError):
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+
+
+def bench_small_add(rep, dev, quick):
+    a = torch.rand(2, 3).to(dev)
+    b = torch.rand(2, 3).to(dev)
+    inner = 200
+    reps = 7 if quick else 31
+    c = None
+    for _ in range(2000):
+        c = a + b
+    sync()
+    issue, total = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            c = a + b
+        issue.append((time.perf_counter() - t0) / inner)
+        sync()
+        total.append((time.perf_counter() - t0) / inner)
+    ti, tt = summarize(issue, inner), summarize(total, inner)
+    rep.record("add.small", ti, ti["seconds"] * 1e6, "us")
+    rep.record("add.small.sync", tt, tt["seconds"] * 1e6, "us")
+    if not torch.equal(c.cpu(), a.cpu() + b.cpu()):
+        rep.errors.append("add.small: wrong sum")
+
+
+def bench_matmul(rep, dev, quick):
+    plans = [(256, 100, 15), (512, 50, 15), (1024, 20, 11), (2048, 5, 11), (4096, 2, 9),
+             (8192, 1, 7)]
+    if quick:
+        plans = [(256, 20, 5), (1024, 5, 5)]
+    try:
+        for n, inner, reps in plans:
+            gen = torch.Generator().manual_seed(n)
+            a = torch.randn(n, n, generator=gen).to(dev)
+            b = torch.randn(n, n, generator=gen).to(dev)
+            flops = 2.0 * n * n * n
+            for tf32 in (False, True):
+                set_tf32(tf32)
+                key = f"matmul.{'tf32' if tf32 else 'fp32'}.{n}"
+                out = [None]
+
+                def body():
+                    out[0] = torch.mm(a, b)
+
+                t = time_op(2, reps, inner, body)
+                extra = {}
+                if n <= 1024:
+                    ref = a.cpu().double() @ b.cpu().double()
+                    err = ((out[0].cpu().double() - ref).norm() / ref.norm()).item()
+                    ok = err == err and err < (5e-3 if tf32 else 1e-4)
+                    extra = dict(rel_err=err, ok=ok)
+                    if not ok:
+                        rep.errors.append(f"{key}: relative error {err:.3g}")
+                rep.record(key, t, flops / t["seconds"] / 1e12, "TFLOP/s", **extra)
+    finally:
+        set_tf32(False)
+        torch.cuda.empty_cache()
+
+
+def bench_copies(rep, dev, quick):
+    reps = 5 if quick else 11
+    pageable = torch.rand(COPY_ELEMS)
+    pinned = pageable.pin_memory()
+    on_gpu = torch.empty(COPY_ELEMS, device=dev)
+    for kind, host in (("pinned", pinned), ("pageable", pageable)):
+        t = time_op(2, reps, 1, lambda: on_gpu.copy_(host))
+        rep.record(f"copy.h2d.{kind}", t, COPY_BYTES / t["seconds"] / 1e9, "GB/s",
+                   bytes=COPY_BYTES)
+        back = torch.empty(COPY_ELEMS, pin_memory=(kind == "pinned"))
+        t = time_op(2, reps, 1, lambda: back.copy_(on_gpu))
+        rep.record(f"copy.d2h.{kind}", t, COPY_BYTES / t["seconds"] / 1e9, "GB/s",
+                   bytes=COPY_BYTES)
+        if not torch.equal(back, host):
+            rep.errors.append(f"copy round trip ({kind}) changed the data")
+    del on_gpu
+    torch.cuda.empty_cache()
+
+
+def bench_device_bandwidth(rep, dev, quick):
+    reps = 5 if quick else 11
+    gen = torch.Generator(device=dev).manual_seed(1)
+    a = torch.rand(LARGE_ELEMS, device=dev, generator=gen)
+    b = torch.rand(LARGE_ELEMS, device=dev, generator=gen)
+    dst = torch.empty(LARGE_ELEMS, device=dev)
+    t = time_op(3, reps, 10, lambda: dst.copy_(a))
+    rep.record("copy.d2d", t, 2 * LARGE_BYTES / t["seconds"] / 1e9, "GB/s", bytes=2 * LARGE_BYTES)
+    del dst
+    out = [None]
+
+    def body():
+        out[0] = a + b
+
+    t = time_op(3, reps, 10, body)
+    c = out[0]
+    err = 0.0
+    for start in (0, LARGE_ELEMS - 4096):
+        x, y, z = (v[start:start + 4096].cpu() for v in (a, b, c))
+        err = max(err, ((z - (x + y)).abs() / (x + y).abs().clamp_min(1e-30)).max().item())
+    ok = err == 0
+    if not ok:
+        rep.errors.append(f"add.large: wrong sum, max rel err {err:.3g}")
+    rep.record("add.large", t, 3 * LARGE_BYTES / t["seconds"] / 1e9, "GB/s",
+               bytes=3 * LARGE_BYTES, rel_err=err, ok=ok)
+    del a, b, c, out
+    torch.cuda.empty_cache()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    args = parser.parse_args()
+
+    rep = Report()
+    info = {"impl": "pytorch", "version": torch.__version__, "device": "none",
+            "quick": args.quick,
+            "timing": "median over reps of (rep time / inner); host clock, "
+                      "torch.cuda.synchronize before reading it"}
+    status = 0
+    if not torch.cuda.is_available():
+        print("pytorch_gpu: torch.cuda.is_available() is False", flush=True)
+        rep.errors.append("no GPU: torch.cuda.is_available() is False")
+        status = 2
+    else:
+        dev = torch.device("cuda:0")
+        info["device"] = torch.cuda.get_device_name(dev)
+        info["cuda"] = torch.version.cuda
+        print(f"pytorch_gpu: torch {torch.__version__} (CUDA {torch.version.cuda}) on "
+              f"{info['device']}{', quick' if args.quick else ''}", flush=True)
+        t0 = time.perf_counter()
+        rep.section("per-op overhead (a + b on 2x3)", lambda: bench_small_add(rep, dev, args.quick))
+        rep.section("matmul float32 / TF32", lambda: bench_matmul(rep, dev, args.quick))
+        rep.section("host <-> device copies", lambda: bench_copies(rep, dev, args.quick))
+        rep.section("device bandwidth (copy_, a + b on 256 Mi)",
+                    lambda: bench_device_bandwidth(rep, dev, args.quick))
+        print(f"pytorch_gpu: done in {time.perf_counter() - t0:.1f} s, "
+              f"{len(rep.errors)} error(s)", flush=True)
+        for e in rep.errors:
+            print(f"  error: {e}", flush=True)
+        status = 0 if not rep.errors else 1
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(info, results=rep.results, errors=rep.errors, notes=rep.notes), f,
+                      indent=2)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

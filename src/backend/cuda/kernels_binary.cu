@@ -1,0 +1,96 @@
+// CUDA binary launchers: tensor (op) tensor and tensor (op) scalar share one kernel pair per
+// (op, dtype); a scalar is a uniform input carried in the kernel's parameters.
+#include <limits>
+
+#include "backend/cuda/map_kernel.cuh"
+#include "backend/elementwise_functors.h"
+#include "core/dispatch.h"
+
+namespace tessera::detail::cuda {
+namespace {
+
+template <typename Fn>
+constexpr bool kIsComparison =
+    std::is_same_v<Fn, EqFn> || std::is_same_v<Fn, NeFn> || std::is_same_v<Fn, LtFn> ||
+    std::is_same_v<Fn, LeFn> || std::is_same_v<Fn, GtFn> || std::is_same_v<Fn, GeFn>;
+
+// (op, dtype) pairs the front end sends (ops/elementwise.cpp): bool only adds, multiplies,
+// takes maximum/minimum and compares; integer division is computed in float32. The rest
+// are not instantiated.
+template <typename T, typename Fn>
+constexpr bool kBinaryReachable = std::is_same_v<T, bool>
+                                      ? (kIsComparison<Fn> || std::is_same_v<Fn, AddFn> ||
+                                         std::is_same_v<Fn, MulFn> ||
+                                         std::is_same_v<Fn, MaximumFn> ||
+                                         std::is_same_v<Fn, MinimumFn>)
+                                      : (std::is_floating_point_v<T> || !std::is_same_v<Fn, DivFn>);
+
+// Integer pow by squaring: the CPU goes through double pow, which is exact wherever the
+// result fits in 53 bits, but CUDA's pow may be off by an ulp (3^4 -> 80.99999...), which
+// truncation would turn into a wrong integer. Overflow wraps (the CPU's cast is undefined).
+template <typename T>
+struct IntPowFn {
+  __device__ T operator()(T a, T b) const {
+    if constexpr (std::is_signed_v<T>) {
+      if (b < 0) {  // 1 / a^|b| truncated toward zero
+        if (a == 1) return 1;
+        if (a == -1) return (b & 1) ? -1 : 1;
+        return a == 0 ? std::numeric_limits<T>::min() : 0;  // min: x86's (int)inf
+      }
+    }
+    using U = std::make_unsigned_t<T>;
+    U result = 1, base = static_cast<U>(a);
+    for (U e = static_cast<U>(b); e != 0; e >>= 1) {
+      if (e & 1) result = static_cast<U>(result * base);
+      base = static_cast<U>(base * base);
+    }
+    return static_cast<T>(result);
+  }
+};
+
+// out = a (op) b, where either operand may be an immediate scalar (Operand::arg nullptr).
+bool launch_typed(cudaStream_t stream, BinaryOp op, Dtype dtype, const KernelArg& out,
+                  const KernelArg* a, const KernelArg* b, double scalar) {
+  bool launched = false;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T s = convert_to<T>(scalar);
+    const Operand<T> x{a, s}, y{b, s};
+    dispatch_binary(op, [&](auto fn) {
+      using Fn = decltype(fn);
+      if constexpr (kBinaryReachable<T, Fn>) {
+        using Out = std::conditional_t<kIsComparison<Fn>, bool, T>;
+        if constexpr (std::is_same_v<Fn, PowFn> && std::is_integral_v<T> &&
+                      !std::is_same_v<T, bool>) {
+          launch_map<Out, T, T, 2>(stream, "pow", IntPowFn<T>{}, out, x, y);
+        } else {
+          launch_map<Out, T, T, 2>(stream, "binary", fn, out, x, y);
+        }
+        launched = true;
+      }
+    });
+  });
+  return launched;
+}
+
+}  // namespace
+
+void launch_binary(StreamHandle s, BinaryOp op, const KernelArg& a, const KernelArg& b,
+                   const KernelArg& out) {
+  TESSERA_CUDA_EXPECT(a.dtype == b.dtype && out.dtype == (is_comparison(op) ? kBool : a.dtype),
+                      "binary operands have unexpected dtypes");
+  TESSERA_CUDA_EXPECT(launch_typed(static_cast<cudaStream_t>(s), op, a.dtype, out, &a, &b, 0),
+                      "binary op on a dtype the front end never sends");
+}
+
+void launch_binary_scalar(StreamHandle s, BinaryOp op, const KernelArg& a, double scalar,
+                          bool scalar_first, const KernelArg& out) {
+  TESSERA_CUDA_EXPECT(out.dtype == (is_comparison(op) ? kBool : a.dtype),
+                      "binary operands have unexpected dtypes");
+  const KernelArg* x = scalar_first ? nullptr : &a;
+  const KernelArg* y = scalar_first ? &a : nullptr;
+  TESSERA_CUDA_EXPECT(launch_typed(static_cast<cudaStream_t>(s), op, a.dtype, out, x, y, scalar),
+                      "binary op on a dtype the front end never sends");
+}
+
+}  // namespace tessera::detail::cuda
