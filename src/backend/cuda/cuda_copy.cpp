@@ -18,7 +18,8 @@ struct InFlight {
   Tensor source;
 };
 std::mutex g_in_flight_mutex;
-std::deque<InFlight> g_in_flight;
+// Never destroyed: releasing a pinned tensor after the CUDA runtime shut down would fail.
+std::deque<InFlight>& g_in_flight = *new std::deque<InFlight>();
 
 void reap_finished_copies() {
   std::lock_guard lock(g_in_flight_mutex);
@@ -29,8 +30,12 @@ void reap_finished_copies() {
   (void)cudaGetLastError();  // cudaErrorNotReady from the query is not an error
 }
 
-// Makes `waiter` wait for everything queued so far on `signaller`.
-void order_streams(cudaStream_t signaller, cudaStream_t waiter) {
+// Makes `waiter` wait for everything queued so far on `signaller`, which belongs to GPU
+// `signaller_device`. An event must be created and recorded on its stream's device; any
+// stream may wait on it.
+void order_streams(CudaBackend& backend, int signaller_device, cudaStream_t signaller,
+                   cudaStream_t waiter) {
+  backend.activate(signaller_device);
   cudaEvent_t event;
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   TESSERA_CUDA_CHECK(cudaEventRecord(event, signaller));
@@ -122,11 +127,12 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   }
   const cudaStream_t dst_stream = activate(d);
   const cudaStream_t src_stream = activate(s);
-  order_streams(dst_stream, src_stream);  // earlier readers of dst are done
+  order_streams(*this, d, dst_stream, src_stream);  // earlier readers of dst are done
+  activate(s);
   // cudaMemcpyPeerAsync uses a direct peer path when the GPUs have one, else the host.
   TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(impl_of(dst).data(), d, impl_of(src).data(), s,
                                          dst.nbytes(), src_stream));
-  order_streams(src_stream, dst_stream);  // dst's later work sees the copy
+  order_streams(*this, s, src_stream, dst_stream);  // dst's later work sees the copy
 }
 
 void CudaBackend::synchronize(int index) {

@@ -46,6 +46,10 @@ void* PinnedPool::allocate(std::size_t bytes) {
   return p;
 }
 
-void PinnedPool::deallocate(void* ptr) { TESSERA_CUDA_CHECK(cudaFreeHost(ptr)); }
+void PinnedPool::deallocate(void* ptr) {
+  // Called from tensor destructors, which must not throw: a failure (e.g. the runtime is
+  // shutting down at exit) leaks the block instead.
+  if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
 
 }  // namespace tessera::detail
