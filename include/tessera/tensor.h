@@ -153,6 +153,26 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_();
 
+  // ---- automatic differentiation (see tessera/autograd.h) ----
+  /// Marks this tensor as a leaf whose gradient backward() accumulates in grad(). Floating
+  /// dtypes only (DtypeError). Returns *this.
+  Tensor& requires_grad_(bool enabled = true);
+  /// Whether ops on this tensor are recorded for backward().
+  bool requires_grad() const;
+  /// The accumulated gradient, on this tensor's device; undefined until a backward() reached
+  /// it.
+  Tensor grad() const;
+  /// Replaces the accumulated gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad);
+  /// Whether the tensor was not produced by a recorded op.
+  bool is_leaf() const;
+  /// Computes the gradient of this tensor with respect to every leaf that requires grad and
+  /// adds it to their grad(). Without `gradient` the tensor must have one element.
+  /// `retain_graph` keeps the recorded graph for another backward(). Never waits.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  /// The same data, cut from the graph: requires_grad() is false.
+  Tensor detach() const;
+
   detail::TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<detail::TensorImpl>& impl_ptr() const { return impl_; }
 

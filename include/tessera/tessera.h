@@ -1,5 +1,6 @@
 #pragma once
 /// The whole public API of tessera.
+#include "tessera/autograd.h"
 #include "tessera/cpu_devices.h"
 #include "tessera/device.h"
 #include "tessera/device_scope.h"

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
@@ -97,6 +99,31 @@ int wrap_dim(int dim, int rank, const char* op) {
   return dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
 }
 
+// Views join the graph like any op (see autograd/view_grad.cpp).
+Tensor with_reshape_grad(const char* name, const Tensor& self, Tensor out) {
+  if (detail::needs_grad(self)) detail::record_reshape(name, self, out);
+  return out;
+}
+Tensor with_permute_grad(const Tensor& self, const std::vector<int>& dims, Tensor out) {
+  if (detail::needs_grad(self)) detail::record_permute(self, dims, out);
+  return out;
+}
+Tensor with_subview_grad(const char* name, const Tensor& self, Tensor out,
+                         std::function<Tensor(const Tensor&)> same_view) {
+  if (detail::needs_grad(self)) detail::record_subview(name, self, out, std::move(same_view));
+  return out;
+}
+Tensor with_expand_grad(const Tensor& self, Tensor out) {
+  if (detail::needs_grad(self)) detail::record_expand(self, out);
+  return out;
+}
+std::vector<int> transpose_dims(int rank, int a, int b) {
+  std::vector<int> dims(static_cast<std::size_t>(rank));
+  for (int i = 0; i < rank; ++i) dims[i] = i;
+  if (rank > 0) std::swap(dims[a], dims[b]);
+  return dims;
+}
+
 }  // namespace
 
 const Shape& Tensor::shape() const {
@@ -161,7 +188,7 @@ Tensor Tensor::view(const Shape& new_shape) const {
                 "[view] shape {} has {} elements but the tensor of shape {} has {}",
                 new_shape.str(), known, shape().str(), n);
   if (impl_->contiguous) {
-    return make_view(*this, target, detail::contiguous_strides(target), impl_->offset);
+  return with_reshape_grad("view", *this, make_view(*this, target, detail::contiguous_strides(target), impl_->offset));
   }
   // Non-contiguous: a view exists when every run of old dims that merges into new dims is
   // itself contiguous (the rule of PyTorch's computeStride). Walk the old dims from the end
@@ -196,7 +223,7 @@ Tensor Tensor::view(const Shape& new_shape) const {
                 "[view] shape {} is not compatible with the layout of this tensor (shape {}, "
                 "strides {}); use reshape(), which copies when it must",
                 new_shape.str(), shape().str(), os.str());
-  return make_view(*this, target, new_strides, impl_->offset);
+  return with_reshape_grad("view", *this, make_view(*this, target, new_strides, impl_->offset));
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
@@ -219,7 +246,7 @@ Tensor Tensor::transpose(int dim0, int dim1) const {
     std::swap(s[a], s[b]);
     std::swap(st[a], st[b]);
   }
-  return make_view(*this, s, st, impl_->offset);
+  return with_permute_grad(*this, transpose_dims(dim(), a, b), make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::t() const {
@@ -244,7 +271,7 @@ Tensor Tensor::permute(const Shape& dims) const {
     s.push_back(impl_->shape[d]);
     st.push_back(impl_->strides[d]);
   }
-  return make_view(*this, s, st, impl_->offset);
+  return with_permute_grad(*this, std::vector<int>(dims.begin(), dims.end()), make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
@@ -258,7 +285,8 @@ Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
                 start + length, d, n, shape().str());
   Shape s = impl_->shape;
   s[d] = length;
-  return make_view(*this, s, impl_->strides, impl_->offset + start * impl_->strides[d]);
+  return with_subview_grad("narrow", *this, make_view(*this, s, impl_->strides, impl_->offset + start * impl_->strides[d]),
+                           [d, start, length](const Tensor& z) { return z.narrow(d, start, length); });
 }
 
 Tensor Tensor::slice(int d, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -278,7 +306,8 @@ Tensor Tensor::slice(int d, std::int64_t start, std::int64_t end, std::int64_t s
   Strides st = impl_->strides;
   s[d] = length;
   st[d] *= step;
-  return make_view(*this, s, st, impl_->offset + start * impl_->strides[d]);
+  return with_subview_grad("slice", *this, make_view(*this, s, st, impl_->offset + start * impl_->strides[d]),
+                           [d, start, end, step](const Tensor& z) { return z.slice(d, start, end, step); });
 }
 
 Tensor Tensor::select(int d, std::int64_t index) const {
@@ -295,7 +324,8 @@ Tensor Tensor::select(int d, std::int64_t index) const {
   const std::int64_t offset = impl_->offset + index * st[d];
   s.erase(d);
   st.erase(d);
-  return make_view(*this, s, st, offset);
+  return with_subview_grad("select", *this, make_view(*this, s, st, offset),
+                           [d, index](const Tensor& z) { return z.select(d, index); });
 }
 
 Tensor Tensor::unsqueeze(int d) const {
@@ -310,7 +340,7 @@ Tensor Tensor::unsqueeze(int d) const {
   const std::int64_t stride = d < r ? st[d] * s[d] : 1;
   s.insert(d, 1);
   st.insert(d, stride);
-  return make_view(*this, s, st, impl_->offset);
+  return with_reshape_grad("unsqueeze", *this, make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::squeeze() const {
@@ -322,7 +352,7 @@ Tensor Tensor::squeeze() const {
       st.push_back(impl_->strides[d]);
     }
   }
-  return make_view(*this, s, st, impl_->offset);
+  return with_reshape_grad("squeeze", *this, make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::squeeze(int d) const {
@@ -334,7 +364,7 @@ Tensor Tensor::squeeze(int d) const {
   Strides st = impl_->strides;
   s.erase(d);
   st.erase(d);
-  return make_view(*this, s, st, impl_->offset);
+  return with_reshape_grad("squeeze", *this, make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -358,7 +388,7 @@ Tensor Tensor::expand(const Shape& target) const {
     s[i] = want;
     st[i] = (j >= 0 && have == want) ? impl_->strides[j] : 0;
   }
-  return make_view(*this, s, st, impl_->offset);
+  return with_expand_grad(*this, make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::flatten(int start_dim, int end_dim) const {

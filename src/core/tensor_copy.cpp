@@ -4,7 +4,10 @@
 
 #include <vector>
 
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "backend/backend.h"
+#include "tessera/autograd.h"
 #include "backend/cpu/copy_kernel.h"
 #include "core/check.h"
 #include "core/device_registry.h"
@@ -28,6 +31,7 @@ Tensor Tensor::to(Dtype dtype) const {
   if (dtype == this->dtype()) return *this;
   Tensor out = make_tensor(shape(), dtype, device(), "to");
   detail::backend_of(device()).copy(*this, out);
+  if (detail::needs_grad(*this)) detail::record_copy("to", *this, out);
   return out;
 }
 
@@ -38,7 +42,12 @@ Tensor Tensor::to(Device device, Dtype dtype, std::source_location where) const 
 Tensor Tensor::copy_to(Device device, std::source_location where) const {
   check_defined(*this, "copy_to");
   Tensor out = make_tensor(shape(), dtype(), device, "copy_to");
-  out.copy_(*this, where);
+  const bool grad = detail::needs_grad(*this);
+  {
+    NoGradGuard internal;  // the copy below is this op's own plumbing
+    out.copy_(*this, where);
+  }
+  if (grad) detail::record_copy("copy_to", *this, out);
   return out;
 }
 
@@ -55,6 +64,7 @@ Tensor Tensor::contiguous() const {
 Tensor& Tensor::copy_(const Tensor& src_in, std::source_location where) {
   check_defined(*this, "copy_", "self");
   check_defined(src_in, "copy_", "src");
+  detail::check_inplace("copy_", {this, &src_in});
   const Tensor src = src_in.shape() == shape() ? src_in : src_in.expand(shape());
   const Device from = src.device(), to = device();
   if (from.kind() == to.kind()) {

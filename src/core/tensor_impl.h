@@ -26,8 +26,12 @@ struct Storage {
   bool pinned = false;
 };
 
+struct AutogradMeta;  // src/autograd/autograd_meta.h
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
+  // Set only for tensors that require grad (leaves) or were produced by a recorded op.
+  std::shared_ptr<AutogradMeta> autograd;
   Shape shape;
   Strides strides;
   std::int64_t offset = 0;  // in elements

@@ -2,7 +2,10 @@
 // backend kernel. See Note [Scalar promotion].
 #include <cmath>
 
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "backend/backend.h"
+#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
@@ -55,12 +58,20 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
     // The common case, kept free of handle copies: it bounds the per-op overhead.
     Tensor out = detail::make_tensor(ai.shape, out_dtype, device, name);
     backend.binary(op, a, b, out);
+    if (ai.autograd || bi.autograd) [[unlikely]] {
+      if (detail::needs_grad({&a, &b})) detail::record_binary(op, name, a, b, out);
+    }
     return out;
   }
   const Shape shape = detail::broadcast_shapes(name, ai.shape, bi.shape);
   Tensor out = detail::make_tensor(shape, out_dtype, device, name);
-  backend.binary(op, detail::prepare_operand(a, dtype, shape),
-                 detail::prepare_operand(b, dtype, shape), out);
+  const bool grad = detail::needs_grad({&a, &b});
+  {
+    NoGradGuard internal;  // dtype conversion and broadcasting are part of this op's formula
+    backend.binary(op, detail::prepare_operand(a, dtype, shape),
+                   detail::prepare_operand(b, dtype, shape), out);
+  }
+  if (grad) detail::record_binary(op, name, a, b, out);
   return out;
 }
 
@@ -68,10 +79,15 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
   detail::check_defined(a, name);
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
   check_bool_arithmetic(op, dtype, name);
-  const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+  const bool grad = detail::needs_grad(a);
   Tensor out =
       detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype, a.device(), name);
-  detail::backend_of(a.device()).binary_scalar(op, x, s, scalar_first, out);
+  {
+    NoGradGuard internal;
+    const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+    detail::backend_of(a.device()).binary_scalar(op, x, s, scalar_first, out);
+  }
+  if (grad) detail::record_binary_scalar(op, name, a, s, scalar_first, out);
   return out;
 }
 
@@ -82,15 +98,21 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
   TESSERA_CHECK(dtype != kBool, DtypeError,
                 "[{}] is not defined for bool tensors; convert with .to(kInt64) or .to(kFloat32)",
                 name);
-  const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+  const bool grad = detail::needs_grad(a);
   Tensor out = detail::make_tensor(a.shape(), dtype, a.device(), name);
-  detail::backend_of(a.device()).unary(op, x, out);
+  {
+    NoGradGuard internal;
+    const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
+    detail::backend_of(a.device()).unary(op, x, out);
+  }
+  if (grad) detail::record_unary(op, name, a, out);
   return out;
 }
 
 // self (op)= other, computed in self's dtype.
 Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& other) {
   const Device device = detail::common_device(name, self, other);
+  detail::check_inplace(name, {&self, &other});
   detail::check_writable(self, name);
   const Dtype promoted = compute_dtype(op, promote_types(self.dtype(), other.dtype()));
   TESSERA_CHECK(is_floating(self.dtype()) || !is_floating(promoted), DtypeError,
@@ -117,6 +139,7 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
 
 Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   detail::check_defined(self, name);
+  detail::check_inplace(name, {&self});
   detail::check_writable(self, name);
   TESSERA_CHECK(
       is_floating(self.dtype()) || !is_floating(compute_dtype(op, scalar_dtype(self.dtype(), s))),
@@ -180,9 +203,14 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape = detail::broadcast_shapes(
       "where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
   Tensor out = detail::make_tensor(shape, dtype, device, "where");
-  detail::backend_of(device).where(detail::prepare_operand(cond, kBool, shape),
-                                   detail::prepare_operand(a, dtype, shape),
-                                   detail::prepare_operand(b, dtype, shape), out);
+  const bool grad = detail::needs_grad({&a, &b});
+  {
+    NoGradGuard internal;
+    detail::backend_of(device).where(detail::prepare_operand(cond, kBool, shape),
+                                     detail::prepare_operand(a, dtype, shape),
+                                     detail::prepare_operand(b, dtype, shape), out);
+  }
+  if (grad) detail::record_where(cond, a, b, out);
   return out;
 }
 
@@ -216,6 +244,7 @@ Tensor& Tensor::div_(double v) { return inplace_scalar(BinaryOp::kDiv, "div_", *
 
 Tensor& Tensor::fill_(double value) {
   detail::check_defined(*this, "fill_");
+  detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
   detail::backend_of(device()).fill(*this, value);
   return *this;

@@ -1,6 +1,9 @@
 // Front end of matmul: numpy.matmul shapes lowered to the backend's batched [B, M, K] x
 // [B, K, N] form without copying when the operands' layouts allow. See Note [Matmul operands].
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "backend/backend.h"
+#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
@@ -64,6 +67,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 "[matmul] both operands need at least 1 dim, got shapes {} and {}; use mul for "
                 "scalars",
                 a.shape().str(), b.shape().str());
+  const bool grad = detail::needs_grad({&a, &b});
+  NoGradGuard internal;  // the views below are plumbing; the product is recorded as a whole
   // 1-D operands become a row (self) or a column (other), removed again from the result.
   const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
@@ -82,7 +87,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape result = batch;
   if (a.dim() > 1) result.push_back(m);
   if (b.dim() > 1) result.push_back(n);
-  return out.view(result);
+  Tensor product = out.view(result);
+  if (grad) detail::record_matmul(a, b, product);
+  return product;
 }
 
 }  // namespace tessera

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
@@ -66,7 +68,15 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& a, std::uint32_t mask
   }
   Tensor out = detail::make_tensor(keep, out_dtype, a.device(), name);
   detail::backend_of(a.device()).reduce(op, a, mask, out);
-  return keepdim ? out : out.view(squeezed);
+  Tensor result = keepdim ? out : out.view(squeezed);
+  if (detail::needs_grad(a)) {
+    std::vector<int> dims;
+    for (int d = 0; d < a.dim(); ++d) {
+      if ((mask >> d) & 1u) dims.push_back(d);
+    }
+    detail::record_reduce(op, name, a, dims, keepdim, result);
+  }
+  return result;
 }
 
 Dtype sum_dtype(Dtype d) { return is_floating(d) ? d : kInt64; }

@@ -1,6 +1,9 @@
 // Front end of softmax and log_softmax: dtype and dim checks, then the backend kernel on a
 // contiguous input.
+#include "autograd/formulas.h"
+#include "autograd/record.h"
 #include "backend/backend.h"
+#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
 #include "tessera/ops.h"
@@ -21,9 +24,13 @@ Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
                 dim, a.shape().str(), lo, hi);
   const int d = r == 0 ? 0 : (dim < 0 ? dim + r : dim);
   Tensor out = detail::make_tensor(a.shape(), a.dtype(), a.device(), name);
-  // A 0-dim tensor is softmaxed as one element along a size-1 dim.
-  const Tensor in = r == 0 ? a.reshape({1}) : a.contiguous();
-  detail::backend_of(a.device()).softmax(in, d, log, r == 0 ? out.view({1}) : out);
+  {
+    NoGradGuard internal;  // the reshapes below are plumbing, not part of the graph
+    // A 0-dim tensor is softmaxed as one element along a size-1 dim.
+    const Tensor in = r == 0 ? a.reshape({1}) : a.contiguous();
+    detail::backend_of(a.device()).softmax(in, d, log, r == 0 ? out.view({1}) : out);
+  }
+  if (detail::needs_grad(a)) detail::record_softmax(a, d, log, out);
   return out;
 }
 

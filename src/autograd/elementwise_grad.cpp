@@ -1,0 +1,140 @@
+// Backward formulas of the elementwise ops. Broadcast inputs get their gradient summed back
+// to their shape (sum_to).
+#include "autograd/formulas.h"
+#include "autograd/record.h"
+#include "tessera/factories.h"
+#include "tessera/operators.h"
+
+namespace tessera::detail {
+namespace {
+
+// d max(a, b) / da: 1 where a wins, 1/2 on ties (as PyTorch), 0 elsewhere.
+Tensor winner_mask(const Tensor& a, const Tensor& b, bool maximum) {
+  const Tensor wins = maximum ? gt(a, b) : lt(a, b);
+  return where(wins, 1.0, where(eq(a, b), 0.5, zeros_like(a)));
+}
+
+}  // namespace
+
+void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor& b,
+                   const Tensor& out) {
+  if (is_comparison(op)) return;
+  const Shape sa = a.shape(), sb = b.shape();
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  auto finish = [sa, sb, ga, gb](const Tensor& da, const Tensor& db) {
+    return std::vector<Tensor>{ga ? sum_to(da, sa) : Tensor(), gb ? sum_to(db, sb) : Tensor()};
+  };
+  BackwardFn fn;
+  switch (op) {
+    case BinaryOp::kAdd:
+      fn = [finish](const Tensor& g) { return finish(g, g); };
+      break;
+    case BinaryOp::kSub:
+      fn = [finish](const Tensor& g) { return finish(g, -g); };
+      break;
+    case BinaryOp::kMul:
+      fn = [finish, a, b](const Tensor& g) { return finish(g * b, g * a); };
+      break;
+    case BinaryOp::kDiv:
+      fn = [finish, a, b](const Tensor& g) { return finish(g / b, -g * a / (b * b)); };
+      break;
+    case BinaryOp::kPow:
+      fn = [finish, a, b, out = out.detach()](const Tensor& g) {
+        return finish(g * b * pow(a, b - 1.0), g * out * log(a));
+      };
+      break;
+    case BinaryOp::kMaximum:
+    case BinaryOp::kMinimum: {
+      const bool is_max = op == BinaryOp::kMaximum;
+      fn = [finish, a, b, is_max](const Tensor& g) {
+        return finish(g * winner_mask(a, b, is_max), g * winner_mask(b, a, is_max));
+      };
+      break;
+    }
+    default:
+      return;
+  }
+  record(name, out, {&a, &b}, std::move(fn));
+}
+
+void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double s,
+                          bool scalar_first, const Tensor& out) {
+  BackwardFn fn;
+  switch (op) {
+    case BinaryOp::kAdd:
+      fn = [](const Tensor& g) { return std::vector<Tensor>{g}; };
+      break;
+    case BinaryOp::kSub:
+      fn = [scalar_first](const Tensor& g) { return std::vector<Tensor>{scalar_first ? -g : g}; };
+      break;
+    case BinaryOp::kMul:
+      fn = [s](const Tensor& g) { return std::vector<Tensor>{g * s}; };
+      break;
+    case BinaryOp::kDiv:
+      fn = [s, scalar_first, a](const Tensor& g) {
+        return std::vector<Tensor>{scalar_first ? -g * s / (a * a) : g / s};
+      };
+      break;
+    case BinaryOp::kPow:  // a ** s
+      fn = [s, a](const Tensor& g) { return std::vector<Tensor>{g * s * pow(a, s - 1.0)}; };
+      break;
+    case BinaryOp::kMaximum:
+    case BinaryOp::kMinimum: {
+      const bool is_max = op == BinaryOp::kMaximum;
+      fn = [s, a, is_max](const Tensor& g) {
+        return std::vector<Tensor>{g * winner_mask(a, full_like(a, s), is_max)};
+      };
+      break;
+    }
+    default:
+      return;  // comparisons have no gradient
+  }
+  record(name, out, {&a}, std::move(fn));
+}
+
+void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& out_in) {
+  // A formula keeps the output detached: holding the output itself would be a cycle
+  // (output -> its node -> the formula -> output).
+  const Tensor out = out_in.detach();
+  BackwardFn fn;
+  switch (op) {
+    case UnaryOp::kNeg:
+      fn = [](const Tensor& g) { return std::vector<Tensor>{-g}; };
+      break;
+    case UnaryOp::kExp:
+      fn = [out](const Tensor& g) { return std::vector<Tensor>{g * out}; };
+      break;
+    case UnaryOp::kLog:
+      fn = [a](const Tensor& g) { return std::vector<Tensor>{g / a}; };
+      break;
+    case UnaryOp::kSqrt:
+      fn = [out](const Tensor& g) { return std::vector<Tensor>{g / (out * 2.0)}; };
+      break;
+    case UnaryOp::kAbs:
+      fn = [a](const Tensor& g) {
+        return std::vector<Tensor>{g * where(gt(a, 0.0), 1.0, where(lt(a, 0.0), -1.0, zeros_like(a)))};
+      };
+      break;
+    case UnaryOp::kRelu:
+      fn = [a](const Tensor& g) { return std::vector<Tensor>{where(gt(a, 0.0), g, 0.0)}; };
+      break;
+    case UnaryOp::kSigmoid:
+      fn = [out](const Tensor& g) { return std::vector<Tensor>{g * out * (1.0 - out)}; };
+      break;
+    case UnaryOp::kTanh:
+      fn = [out](const Tensor& g) { return std::vector<Tensor>{g * (1.0 - out * out)}; };
+      break;
+  }
+  record(name, out_in, {&a}, std::move(fn));
+}
+
+void record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const Shape sa = a.shape(), sb = b.shape();
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  record("where", out, {&a, &b}, [cond, sa, sb, ga, gb](const Tensor& g) {
+    return std::vector<Tensor>{ga ? sum_to(where(cond, g, 0.0), sa) : Tensor(),
+                               gb ? sum_to(where(cond, 0.0, g), sb) : Tensor()};
+  });
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,229 @@
+// The graph recorder and the backward pass. See Note [Backward pass].
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd_meta.h"
+#include "autograd/record.h"
+#include "core/check.h"
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+#include "tessera/operators.h"
+
+// Note [Backward pass]
+// The graph is recorded as each op runs: a Node per op holding its backward formula (with
+// the tensors it saved) and one Edge per input. backward() finds the nodes reachable from
+// the output, counts how many edges feed each, and processes a node once all its
+// gradients have arrived (a topological order), summing gradients that meet. Leaves get
+// their gradient added to grad(). Formulas run under NoGradGuard and only queue device
+// work: backward never waits for a device. Unless retain_graph, each node drops its
+// formula (and its saved tensors) once used, so memory is returned as the pass goes.
+
+namespace tessera {
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+bool grad_enabled() { return t_grad_enabled; }
+
+}  // namespace tessera
+
+namespace tessera::detail {
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : inputs) {
+    if (t->defined() && t->impl()->autograd && t->impl()->autograd->requires_grad) return true;
+  }
+  return false;
+}
+
+void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+            BackwardFn backward) {
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->backward = std::move(backward);
+  node->output_shape = out.shape();
+  node->output_dtype = out.dtype();
+  for (const Tensor* t : inputs) {
+    Edge edge;
+    const auto& meta = t->defined() ? t->impl()->autograd : nullptr;
+    if (meta && meta->requires_grad) {
+      if (meta->grad_fn) {
+        edge.node = meta->grad_fn;
+      } else {
+        edge.leaf = t->impl_ptr();
+      }
+    }
+    node->next.push_back(std::move(edge));
+  }
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->requires_grad = true;
+  meta->grad_fn = std::move(node);
+  out.impl()->autograd = std::move(meta);
+}
+
+void check_inplace(const char* op, std::initializer_list<const Tensor*> operands) {
+  if (!t_grad_enabled) return;
+  for (const Tensor* t : operands) {
+    TESSERA_CHECK(!(t->defined() && t->requires_grad()), Error,
+                  "[{}] cannot write in place while a tensor that requires grad takes part: the "
+                  "graph for backward() may need the old values. Use the out-of-place op, or "
+                  "update under NoGradGuard (as optimizers do)",
+                  op);
+  }
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int lead = grad.dim() - shape.size();
+  std::vector<int> dims;
+  for (int d = 0; d < grad.dim(); ++d) {
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) dims.push_back(d);
+  }
+  return sum(grad, dims, /*keepdim=*/true).reshape(shape);
+}
+
+namespace {
+
+void accumulate(TensorImpl& leaf, const Tensor& g) {
+  AutogradMeta& meta = *leaf.autograd;
+  // The first gradient is copied: formulas may hand the same tensor to several inputs, and
+  // users (or gradient clipping) scale grad() in place.
+  meta.grad = meta.grad.defined() ? meta.grad + g : g.clone();
+}
+
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_graph) {
+  check_defined(root, "backward");
+  TESSERA_CHECK(root.requires_grad(), Error,
+                "[backward] this tensor does not require grad: no op that produced it had an "
+                "input with requires_grad_() set (or it was computed under NoGradGuard)");
+  Tensor gradient = gradient_in;
+  if (!gradient.defined()) {
+    TESSERA_CHECK(root.numel() == 1, ShapeError,
+                  "[backward] without a gradient argument the tensor must have one element, "
+                  "got shape {}; pass backward(gradient) or reduce it first (e.g. sum())",
+                  root.shape().str());
+    gradient = ones_like(root);
+  }
+  TESSERA_CHECK(gradient.shape() == root.shape(), ShapeError,
+                "[backward] gradient has shape {} but the tensor has shape {}",
+                gradient.shape().str(), root.shape().str());
+  TESSERA_CHECK(gradient.device() == root.device(), DeviceMismatchError,
+                "[backward] gradient is on {} but the tensor is on {}; move it with .to({})",
+                gradient.device().str(), root.device().str(), root.device().str());
+  NoGradGuard no_grad;
+  const AutogradMeta& root_meta = *root.impl()->autograd;
+  if (!root_meta.grad_fn) {
+    accumulate(*root.impl(), gradient);
+    return;
+  }
+  // Count the edges into each node reachable from the root.
+  std::unordered_map<Node*, int> pending;
+  std::vector<Node*> stack{root_meta.grad_fn.get()};
+  std::unordered_set<Node*> seen{root_meta.grad_fn.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next) {
+      if (!e.node) continue;
+      ++pending[e.node.get()];
+      if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
+    }
+  }
+  std::unordered_map<Node*, Tensor> grads{{root_meta.grad_fn.get(), gradient}};
+  std::vector<Node*> ready{root_meta.grad_fn.get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    Tensor g = std::move(grads[n]);
+    grads.erase(n);
+    std::vector<Tensor> inputs(n->next.size());
+    if (g.defined()) {  // else no gradient reached this node: its inputs get none from it
+      TESSERA_CHECK(static_cast<bool>(n->backward), Error,
+                    "[backward] the graph through '{}' was already used by a backward() and "
+                    "freed; pass retain_graph = true to the first backward() to run it twice",
+                    n->name);
+      inputs = n->backward(g);
+      TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),
+                              "{} returned {} gradients for {} inputs", n->name, inputs.size(),
+                              n->next.size());
+      if (!retain_graph) n->backward = nullptr;
+    }
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const Edge& e = n->next[i];
+      if (inputs[i].defined()) {
+        if (e.leaf) {
+          accumulate(*e.leaf, inputs[i]);
+        } else if (e.node) {
+          Tensor& slot = grads[e.node.get()];
+          slot = slot.defined() ? slot + inputs[i] : inputs[i];
+        }
+      }
+      if (e.node && --pending[e.node.get()] == 0) ready.push_back(e.node.get());
+    }
+  }
+}
+
+}  // namespace tessera::detail
+
+namespace tessera {
+using detail::AutogradMeta;
+
+Tensor& Tensor::requires_grad_(bool enabled) {
+  detail::check_defined(*this, "requires_grad_");
+  TESSERA_CHECK(!enabled || is_floating(dtype()), DtypeError,
+                "[requires_grad_] only floating tensors have gradients; this one is {}. Convert "
+                "it with .to(kFloat32) first",
+                dtype_name(dtype()));
+  auto& meta = impl_->autograd;
+  TESSERA_CHECK(!(meta && meta->grad_fn), Error,
+                "[requires_grad_] this tensor was produced by a recorded op ({}); only leaves can "
+                "be marked. Use detach().requires_grad_() for a new leaf",
+                meta && meta->grad_fn ? meta->grad_fn->name : "");
+  if (!meta) meta = std::make_shared<AutogradMeta>();
+  meta->requires_grad = enabled;
+  return *this;
+}
+
+bool Tensor::requires_grad() const {
+  return defined() && impl_->autograd && impl_->autograd->requires_grad;
+}
+
+Tensor Tensor::grad() const {
+  detail::check_defined(*this, "grad");
+  return impl_->autograd ? impl_->autograd->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& grad) {
+  detail::check_defined(*this, "set_grad");
+  if (grad.defined()) {
+    TESSERA_CHECK(grad.shape() == shape() && grad.device() == device(), Error,
+                  "[set_grad] the gradient must match the tensor: got shape {} on {}, expected "
+                  "{} on {}",
+                  grad.shape().str(), grad.device().str(), shape().str(), device().str());
+  }
+  if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  impl_->autograd->grad = grad;
+}
+
+bool Tensor::is_leaf() const {
+  detail::check_defined(*this, "is_leaf");
+  return !(impl_->autograd && impl_->autograd->grad_fn);
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  detail::run_backward(*this, gradient, retain_graph);
+}
+
+Tensor Tensor::detach() const {
+  detail::check_defined(*this, "detach");
+  return detail::make_view(*this, shape(), strides(), storage_offset());
+}
+
+}  // namespace tessera

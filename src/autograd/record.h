@@ -1,0 +1,33 @@
+#pragma once
+// How ops join the graph: each differentiable op checks needs_grad() and, if so, records
+// its backward formula with record(). In-place ops call check_inplace() first.
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+
+// Whether grad mode is on and some input requires grad.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+inline bool needs_grad(const Tensor& a) { return needs_grad({&a}); }
+
+// Makes `out` (fresh from op `name`) require grad, with `backward` giving one gradient per
+// input, in order.
+void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+            BackwardFn backward);
+
+// Throws Error naming `op` when grad mode is on and any operand takes part in the graph:
+// writing in place would corrupt values the graph saved.
+void check_inplace(const char* op, std::initializer_list<const Tensor*> operands);
+
+// Tensor::backward(): see Note [Backward pass] in engine.cpp.
+void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+// The gradient of a broadcast: sums `grad` down to `shape`.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace tessera::detail

@@ -1,0 +1,83 @@
+// Backward formulas of reductions, matmul and softmax.
+#include "autograd/formulas.h"
+#include "autograd/record.h"
+#include "tessera/factories.h"
+#include "tessera/operators.h"
+
+namespace tessera::detail {
+namespace {
+
+// The gradient of a reduction's output, reshaped to the input's rank (reduced dims size 1)
+// so that it broadcasts over the input.
+Tensor with_kept_dims(const Tensor& g, const Shape& in, const std::vector<int>& dims) {
+  Shape kept = in;
+  for (int d : dims) kept[d] = 1;
+  return g.reshape(kept);
+}
+
+}  // namespace
+
+void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::vector<int>& dims,
+                   bool keepdim, const Tensor& out_in) {
+  const Shape in = a.shape();
+  const Tensor out = out_in.detach();
+  BackwardFn fn;
+  switch (op) {
+    case ReduceOp::kSum:
+      fn = [in, dims](const Tensor& g) {
+        return std::vector<Tensor>{with_kept_dims(g, in, dims).expand(in)};
+      };
+      break;
+    case ReduceOp::kMean: {
+      std::int64_t count = 1;
+      for (int d : dims) count *= in[d];
+      fn = [in, dims, count](const Tensor& g) {
+        return std::vector<Tensor>{(with_kept_dims(g, in, dims) / double(count)).expand(in)};
+      };
+      break;
+    }
+    case ReduceOp::kMax:
+    case ReduceOp::kMin:
+      // Ties share the gradient evenly, so the formula is a true subgradient.
+      fn = [in, dims, a, out](const Tensor& g) {
+        const Tensor hit = eq(a, with_kept_dims(out, in, dims)).to(a.dtype());
+        const Tensor share = hit / sum(hit, dims, /*keepdim=*/true);
+        return std::vector<Tensor>{with_kept_dims(g, in, dims) * share};
+      };
+      break;
+    case ReduceOp::kSumSquares:  // sum(a^2); norm's sqrt is recorded on its own
+      fn = [in, dims, a](const Tensor& g) {
+        return std::vector<Tensor>{with_kept_dims(g, in, dims) * a * 2.0};
+      };
+      break;
+    default:
+      return;  // argmax/argmin have no gradient
+  }
+  (void)keepdim;
+  record(name, out_in, {&a}, std::move(fn));
+}
+
+void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  record("matmul", out, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+    // As 2-D-or-more operands: a 1-D self is a row, a 1-D other is a column.
+    const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+    const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    Shape g_shape(g.shape());
+    if (a.dim() == 1) g_shape.insert(g_shape.size() - (b.dim() == 1 ? 0 : 1), 1);
+    if (b.dim() == 1) g_shape.push_back(1);
+    const Tensor g2 = g.reshape(g_shape);
+    const Tensor da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
+    const Tensor db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
+    return std::vector<Tensor>{da, db};
+  });
+}
+
+void record_softmax(const Tensor& a, int dim, bool log, const Tensor& out_in) {
+  const Tensor out = out_in.detach();
+  record(log ? "log_softmax" : "softmax", out_in, {&a}, [out, dim, log](const Tensor& g) {
+    if (log) return std::vector<Tensor>{g - exp(out) * sum(g, {dim}, /*keepdim=*/true)};
+    return std::vector<Tensor>{out * (g - sum(g * out, {dim}, /*keepdim=*/true))};
+  });
+}
+
+}  // namespace tessera::detail
