@@ -1,0 +1,117 @@
+// Autograd behaviour: accumulation, leaves, no-grad scopes, in-place refusal, errors, and
+// learning a known function with a training loop that stays on the device.
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class Autograd : public DeviceTest {};
+
+TEST_P(Autograd, GradientsAccumulateUntilCleared) {
+  Tensor w = tensor({1.0, 2.0}, device()).requires_grad_();
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_FALSE(w.grad().defined());
+  sum(w * w).backward();
+  sum(w * 3.0).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{5, 7}));  // 2w + 3
+  EXPECT_EQ(w.grad().device(), device());
+  w.set_grad(Tensor());
+  EXPECT_FALSE(w.grad().defined());
+}
+
+TEST_P(Autograd, SharedSubexpressionsSumTheirGradients) {
+  Tensor x = tensor({2.0}, device()).requires_grad_();
+  const Tensor y = x * x;          // used twice below
+  const Tensor z = y * y + y;      // x^4 + x^2
+  z.backward(ones_like(z));
+  EXPECT_FLOAT_EQ(x.grad().item<float>(), 4 * 8 + 2 * 2);
+  EXPECT_FALSE(z.is_leaf());
+  EXPECT_TRUE(z.requires_grad());
+}
+
+TEST_P(Autograd, NoGradAndDetachRecordNothing) {
+  Tensor w = ones({2}, device()).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(grad_enabled());
+    EXPECT_FALSE((w * 2.0).requires_grad());
+    w.sub_(1.0);  // allowed: this is how optimizers update
+  }
+  EXPECT_TRUE(grad_enabled());
+  EXPECT_FALSE(w.detach().requires_grad());
+  EXPECT_TRUE(w.detach().shares_storage(w));
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 0}));
+  // Ops on tensors that do not require grad are not recorded either.
+  EXPECT_FALSE((ones({2}, device()) + 1.0).requires_grad());
+}
+
+TEST_P(Autograd, ErrorsSayWhatToDo) {
+  Tensor w = ones({2}, device()).requires_grad_();
+  expect_throw_with<Error>([&] { w.add_(1.0); },
+                           {"[add_] cannot write in place", "requires grad", "NoGradGuard"});
+  Tensor y = w * 2.0;
+  expect_throw_with<Error>([&] { y.mul_(2.0); }, {"[mul_]"});
+  expect_throw_with<Error>([&] { zeros({2}, device()).copy_(w); }, {"[copy_]"});
+  expect_throw_with<ShapeError>([&] { y.backward(); },
+                                {"[backward] without a gradient argument", "shape [2]"});
+  expect_throw_with<Error>([&] { ones({1}, device()).backward(); },
+                           {"[backward] this tensor does not require grad"});
+  expect_throw_with<DtypeError>([&] { tensor({1, 2}, device()).requires_grad_(); },
+                                {"[requires_grad_]", "int64"});
+  expect_throw_with<Error>([&] { y.requires_grad_(); }, {"[requires_grad_]", "only leaves"});
+  Tensor loss = sum(w * w);
+  loss.backward();
+  expect_throw_with<Error>([&] { loss.backward(); }, {"already used", "retain_graph"});
+  Tensor kept = sum(w * w);
+  kept.backward(Tensor(), /*retain_graph=*/true);
+  kept.backward();  // fine the second time
+  expect_throw_with<ShapeError>([&] { (w * 2.0).backward(ones({3}, device())); },
+                                {"[backward] gradient has shape [3]"});
+}
+
+TEST_P(Autograd, LinearRegressionRecoversItsWeightsWithoutTransfers) {
+  manual_seed(3);
+  const Tensor true_w = tensor({{2.0}, {-3.4}}, device());
+  const Tensor X = randn({256, 2}, device());
+  const Tensor y = matmul(X, true_w) + 4.2;
+  Tensor w = zeros({2, 1}, device()).requires_grad_();
+  Tensor b = zeros({1}, device()).requires_grad_();
+  synchronize(device());
+  reset_transfer_stats();
+  for (int step = 0; step < 200; ++step) {
+    const Tensor loss = mean(pow(matmul(X, w) + b - y, 2.0));
+    loss.backward();
+    NoGradGuard no_grad;
+    w.sub_(w.grad() * 0.1);
+    b.sub_(b.grad() * 0.1);
+    w.set_grad(Tensor());
+    b.set_grad(Tensor());
+  }
+  // Forward, backward and the update stayed on the device: no copy, no host wait.
+  EXPECT_EQ(transfer_stats(), TransferStats{}) << transfer_stats();
+  const auto wv = w.to_vector<double>();
+  EXPECT_NEAR(wv[0], 2.0, 1e-3);
+  EXPECT_NEAR(wv[1], -3.4, 1e-3);
+  EXPECT_NEAR(b.item<double>(), 4.2, 1e-3);
+}
+
+TEST_P(Autograd, GraphMemoryIsReturnedAfterBackward) {
+  Tensor w = rand({64, 64}, device()).requires_grad_();
+  synchronize(device());
+  const std::size_t before = memory_stats(device()).in_use;
+  {
+    Tensor h = relu(matmul(w, w)) * 2.0;
+    sum(h).backward();
+  }
+  w.set_grad(Tensor());
+  synchronize(device());
+  EXPECT_EQ(memory_stats(device()).in_use, before);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Autograd);
+
+}  // namespace
+}  // namespace tessera
