@@ -36,6 +36,29 @@ enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, 
 
 enum class RandomKind : std::uint8_t { kUniform, kNormal };
 
+// Scalars of one fused SGD step (PyTorch's torch.optim.SGD); see Backend::sgd_step.
+struct SgdParams {
+  double lr = 0;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffer is uninitialized: it becomes the gradient
+};
+
+// Scalars of one fused Adam/AdamW step. Bias corrections are computed on the host from the
+// step count: step_size = lr / (1 - beta1^t), bias_correction2_sqrt = sqrt(1 - beta2^t).
+struct AdamParams {
+  double lr = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double eps = 0;
+  double weight_decay = 0;
+  bool decoupled = false;  // AdamW: param *= 1 - lr * weight_decay before the update
+  double step_size = 0;
+  double bias_correction2_sqrt = 1;
+};
+
 struct DeviceInfo {
   std::string name;  // "AMD EPYC", "NVIDIA H100 80GB HBM3"
   std::size_t total_memory = 0;
@@ -98,6 +121,14 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Softmax (or log-softmax) along `dim` of a contiguous tensor.
   virtual void softmax(const Tensor& in, int dim, bool log, const Tensor& out) = 0;
+
+  // Optimizer steps, one fused kernel per parameter, updating in place. All tensors are
+  // contiguous, of one floating dtype and shape, on one device of this backend.
+  // momentum_buf is undefined when p.momentum == 0.
+  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                        const SgdParams& p) = 0;
+  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                         const Tensor& v, const AdamParams& p) = 0;
 };
 
 // The registered backend of a kind, or nullptr when tessera was built without it.

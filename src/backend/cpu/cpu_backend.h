@@ -45,6 +45,10 @@ class CpuBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdParams& p) override;  // cpu_optim.cpp
+  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamParams& p) override;
 
   // Runs `kernel` on `index`'s queue, or now when the device has none.
   template <typename F>

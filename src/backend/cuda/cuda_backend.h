@@ -54,6 +54,10 @@ class CudaBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // cuda_matmul.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdParams& p) override;  // cuda_optim.cpp
+  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const AdamParams& p) override;
 
   // Makes `index` the calling thread's current CUDA device and returns its stream.
   cudaStream_t activate(int index);

@@ -51,3 +51,15 @@ void launch_reduce(StreamHandle s, ReduceOp op, const KernelArg& in, std::uint32
 void launch_softmax(StreamHandle s, const KernelArg& in, int dim, bool log, const KernelArg& out);
 
 }  // namespace tessera::detail::cuda
+
+namespace tessera::detail::cuda {
+
+// ---- optimizer steps (kernels_optim.cu) ----
+// Same contract as Backend::sgd_step and Backend::adam_step: contiguous float32/float64
+// tensors of one dtype and size; momentum_buf.data is nullptr when there is no momentum.
+void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
+                     const KernelArg& momentum_buf, const SgdParams& p);
+void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
+                      const KernelArg& m, const KernelArg& v, const AdamParams& p);
+
+}  // namespace tessera::detail::cuda

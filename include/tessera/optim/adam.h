@@ -1,0 +1,57 @@
+#pragma once
+/// Adam and AdamW (decoupled weight decay), exactly as torch.optim.Adam / AdamW without
+/// amsgrad: bias-corrected first and second moments, per-parameter step counts.
+#include <cstdint>
+#include <vector>
+
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;  ///< Adam: added to the gradient (L2 penalty).
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;  ///< AdamW: p *= 1 - lr * weight_decay before the update.
+};
+
+class Adam : public Optimizer {
+ public:
+  /// Throws Error for lr, eps or weight_decay below 0 and betas outside [0, 1); see
+  /// Optimizer for the checks on `params`.
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+
+  /// One fused kernel per parameter with a grad (its moments are zero-filled on its first
+  /// step); bias corrections are host scalars. Never waits.
+  void step() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const AdamOptions& options() const { return options_; }
+  /// How many steps updated parameter i (0 before its first grad).
+  std::int64_t step_count(std::size_t i) const { return steps_.at(i); }
+
+ protected:
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+  std::vector<std::int64_t> steps_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter
+};
+
+class AdamW final : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+};
+
+}  // namespace tessera::optim

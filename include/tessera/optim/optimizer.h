@@ -1,0 +1,48 @@
+#pragma once
+/// Optimizer: the base of SGD, Adam and AdamW. An optimizer holds handles to leaf parameters
+/// (e.g. module.parameters()) and updates them in place on their own devices, one fused
+/// kernel per parameter; its state (momentum, moments) lives beside each parameter and is
+/// allocated at the first step that reaches it. Parameters without a grad are skipped.
+#include <cstddef>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Updates every parameter that has a grad, in place on its device. Never waits. Throws
+  /// DeviceMismatchError when a grad (or the optimizer's state) is on another device than
+  /// its parameter, ShapeError when a grad's shape differs, Error for a non-contiguous
+  /// parameter.
+  virtual void step() = 0;
+  /// Clears every parameter's grad (sets it undefined, like PyTorch's set_to_none=True).
+  void zero_grad();
+  /// The parameters, in the order given.
+  const std::vector<Tensor>& params() const { return params_; }
+  /// The learning rate, and a new one (Error when negative), e.g. for a schedule.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+
+ protected:
+  /// Checks `params`: not empty, each defined, a leaf, floating, and given once (Error,
+  /// DtypeError). `name` ("SGD") prefixes messages.
+  Optimizer(std::vector<Tensor> params, const char* name);
+
+  /// Parameter i's grad ready for a kernel (param's dtype, contiguous), or an undefined
+  /// tensor when it has none. Checks device, shape and layout (see step()).
+  Tensor grad_for_step(std::size_t i) const;
+  /// Checks that a state tensor allocated earlier still matches parameter i (the model may
+  /// have been moved or converted since).
+  void check_state(std::size_t i, const Tensor& state) const;
+
+  std::vector<Tensor> params_;
+  const char* name_;
+};
+
+}  // namespace tessera::optim

@@ -1,0 +1,38 @@
+#pragma once
+/// Stochastic gradient descent with momentum, dampening, weight decay and Nesterov momentum,
+/// exactly as torch.optim.SGD.
+#include <vector>
+
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::optim {
+
+struct SgdOptions {
+  double lr = 1e-3;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  /// Throws Error for lr, momentum, dampening or weight_decay below 0, or nesterov without
+  /// momentum > 0 and dampening 0; see Optimizer for the checks on `params`.
+  /// Per parameter with grad g: d = g + weight_decay * p; with momentum, buf = d at the
+  /// first step, else buf = momentum * buf + (1 - dampening) * d, and d = buf (or
+  /// d + momentum * buf with nesterov); then p -= lr * d.
+  SGD(std::vector<Tensor> params, SgdOptions options = {});
+
+  /// One fused kernel per parameter with a grad; never waits.
+  void step() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const SgdOptions& options() const { return options_; }
+
+ private:
+  SgdOptions options_;
+  std::vector<Tensor> momentum_;  // per parameter; undefined until its first step
+};
+
+}  // namespace tessera::optim

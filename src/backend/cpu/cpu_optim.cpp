@@ -1,0 +1,95 @@
+// CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), queued on the
+// parameter's device like every other kernel. The math mirrors kernels_optim.cu.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/strided_loop.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+// Calls f(i) for i in [0, n), split across the OpenMP pool when large.
+template <typename F>
+void parallel_for(std::int64_t n, F&& f) {
+  if (n < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    for (std::int64_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return reinterpret_cast<T*>(impl_of(t).data());
+}
+
+}  // namespace
+
+void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                          const SgdParams& p) {
+  launch_with(
+      param.device().index(),
+      [p](const Tensor& param, const Tensor& grad, const Tensor& buf) {
+        dispatch_floating(param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* w = data_of<T>(param);
+          const T* g = data_of<T>(grad);
+          T* b = buf.defined() ? data_of<T>(buf) : nullptr;
+          const T lr = static_cast<T>(p.lr), mu = static_cast<T>(p.momentum);
+          const T wd = static_cast<T>(p.weight_decay), damp = static_cast<T>(1 - p.dampening);
+          parallel_for(param.numel(), [&](std::int64_t i) {
+            T d = g[i];
+            if (p.weight_decay != 0) d += wd * w[i];
+            if (b != nullptr) {
+              const T m = p.first_step ? d : mu * b[i] + damp * d;
+              b[i] = m;
+              d = p.nesterov ? d + mu * m : m;
+            }
+            w[i] -= lr * d;
+          });
+        });
+      },
+      param, grad, momentum_buf);
+}
+
+void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
+                           const Tensor& v, const AdamParams& p) {
+  launch_with(
+      param.device().index(),
+      [p](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v) {
+        dispatch_floating(param.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* w = data_of<T>(param);
+          const T* g = data_of<T>(grad);
+          T* mp = data_of<T>(m);
+          T* vp = data_of<T>(v);
+          const T b1 = static_cast<T>(p.beta1), b2 = static_cast<T>(p.beta2);
+          const T wd = static_cast<T>(p.weight_decay), eps = static_cast<T>(p.eps);
+          const T decay = static_cast<T>(1 - p.lr * p.weight_decay);
+          const T step_size = static_cast<T>(p.step_size);
+          const T bc2_sqrt = static_cast<T>(p.bias_correction2_sqrt);
+          parallel_for(param.numel(), [&](std::int64_t i) {
+            T gi = g[i];
+            T wi = w[i];
+            if (p.weight_decay != 0) {
+              if (p.decoupled) {
+                wi *= decay;
+              } else {
+                gi += wd * wi;
+              }
+            }
+            const T mi = b1 * mp[i] + (1 - b1) * gi;
+            const T vi = b2 * vp[i] + (1 - b2) * gi * gi;
+            mp[i] = mi;
+            vp[i] = vi;
+            w[i] = wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+          });
+        });
+      },
+      param, grad, m, v);
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,81 @@
+// Adam and AdamW: option checks, host-side bias corrections, then one backend adam_step
+// per parameter with a grad.
+#include "tessera/optim/adam.h"
+
+#include <cmath>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+
+namespace tessera::optim {
+namespace {
+
+void check_non_negative(const char* op, const char* what, double value) {
+  TESSERA_CHECK(std::isfinite(value) && value >= 0, Error,
+                "[{}] invalid {}={}: it must be a finite number >= 0", op, what, value);
+}
+
+void check_beta(const char* op, const char* what, double value) {
+  TESSERA_CHECK(value >= 0 && value < 1, Error, "[{}] invalid {}={}: it must be in [0, 1)", op,
+                what, value);
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::move(params), options, /*decoupled=*/false, "Adam") {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name)
+    : Optimizer(std::move(params), name),
+      options_(options),
+      decoupled_(decoupled),
+      steps_(params_.size(), 0),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()) {
+  check_non_negative(name, "lr", options.lr);
+  check_non_negative(name, "eps", options.eps);
+  check_non_negative(name, "weight_decay", options.weight_decay);
+  check_beta(name, "beta1", options.beta1);
+  check_beta(name, "beta2", options.beta2);
+}
+
+void Adam::set_lr(double lr) {
+  check_non_negative(name_, "lr", lr);
+  options_.lr = lr;
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  const AdamOptions& o = options_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = grad_for_step(i);
+    if (!g.defined()) continue;
+    const Tensor& param = params_[i];
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = zeros_like(param);
+      exp_avg_sq_[i] = zeros_like(param);
+    }
+    check_state(i, exp_avg_[i]);
+    check_state(i, exp_avg_sq_[i]);
+    const double t = static_cast<double>(++steps_[i]);
+    const double bias_correction1 = 1 - std::pow(o.beta1, t);
+    const double bias_correction2 = 1 - std::pow(o.beta2, t);
+    const detail::AdamParams p{o.lr,
+                               o.beta1,
+                               o.beta2,
+                               o.eps,
+                               o.weight_decay,
+                               decoupled_,
+                               o.lr / bias_correction1,
+                               std::sqrt(bias_correction2)};
+    detail::backend_of(param.device()).adam_step(param, g, exp_avg_[i], exp_avg_sq_[i], p);
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay},
+           /*decoupled=*/true, "AdamW") {}
+
+}  // namespace tessera::optim

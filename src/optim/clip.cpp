@@ -1,0 +1,47 @@
+// clip_grad_norm_: the global norm and the scaling stay 0-dim device tensors, so clipping
+// never reads a value on the host (the clamp is a minimum op, not an `if`).
+#include "tessera/optim/clip.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "tessera/autograd.h"
+#include "tessera/device_scope.h"
+#include "tessera/factories.h"
+#include "tessera/ops.h"
+
+namespace tessera::optim {
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  TESSERA_CHECK(std::isfinite(max_norm) && max_norm >= 0, Error,
+                "[clip_grad_norm_] invalid max_norm={}: it must be a finite number >= 0", max_norm);
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    TESSERA_CHECK(params[i].defined(), Error, "[clip_grad_norm_] parameter {} is undefined", i);
+    Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    if (grads.empty()) first = i;
+    TESSERA_CHECK(grads.empty() || g.device() == grads[0].device(), DeviceMismatchError,
+                  "[clip_grad_norm_] gradients are on different devices: parameter {}'s on {}, "
+                  "parameter {}'s on {}. Clip each device's parameters separately",
+                  first, grads[0].device().str(), i, g.device().str());
+    grads.push_back(std::move(g));
+  }
+  if (grads.empty()) {
+    return zeros(Shape{}, {kFloat32, params.empty() ? default_device() : params[0].device()});
+  }
+  // As PyTorch: the norm of the per-parameter norms.
+  Tensor total_sq;
+  for (const Tensor& g : grads) {
+    const Tensor n = norm(g);
+    total_sq = total_sq.defined() ? add(total_sq, mul(n, n)) : mul(n, n);
+  }
+  const Tensor total = sqrt(total_sq);
+  const Tensor scale = minimum(div(max_norm, add(total, 1e-6)), 1.0);
+  for (Tensor& g : grads) g.mul_(scale);
+  return total;
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,59 @@
+// SGD: option checks, then one backend sgd_step per parameter with a grad.
+#include "tessera/optim/sgd.h"
+
+#include <cmath>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+
+namespace tessera::optim {
+namespace {
+
+void check_non_negative(const char* what, double value) {
+  TESSERA_CHECK(std::isfinite(value) && value >= 0, Error,
+                "[SGD] invalid {}={}: it must be a finite number >= 0", what, value);
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SgdOptions options)
+    : Optimizer(std::move(params), "SGD"), options_(options), momentum_(params_.size()) {
+  check_non_negative("lr", options.lr);
+  check_non_negative("momentum", options.momentum);
+  check_non_negative("dampening", options.dampening);
+  check_non_negative("weight_decay", options.weight_decay);
+  TESSERA_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0), Error,
+                "[SGD] nesterov=true needs momentum > 0 and dampening = 0, got momentum={} and "
+                "dampening={}",
+                options.momentum, options.dampening);
+}
+
+void SGD::set_lr(double lr) {
+  check_non_negative("lr", lr);
+  options_.lr = lr;
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
+                      options_.weight_decay, options_.nesterov, false};
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = grad_for_step(i);
+    if (!g.defined()) continue;
+    const Tensor& param = params_[i];
+    p.first_step = false;
+    if (options_.momentum != 0) {
+      if (!momentum_[i].defined()) {
+        // Uninitialized: the kernel writes the first buffer (= the gradient) itself.
+        momentum_[i] = empty_like(param);
+        p.first_step = true;
+      }
+      check_state(i, momentum_[i]);
+    }
+    detail::backend_of(param.device()).sgd_step(param, g, momentum_[i], p);
+  }
+}
+
+}  // namespace tessera::optim

@@ -1,0 +1,104 @@
+// Each optimizer error's wording once, and its type.
+#include "autograd/autograd_meta.h"
+#include "support/device_test.h"
+#include "tessera/optim/adam.h"
+#include "tessera/optim/clip.h"
+#include "tessera/optim/sgd.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class OptimErrors : public DeviceTest {
+ protected:
+  Tensor param() const { return ones({2}, device()).requires_grad_(); }
+};
+
+TEST_P(OptimErrors, NegativeLearningRate) {
+  expect_throw_with<Error>([&] { optim::SGD({param()}, {.lr = -0.1}); },
+                           {"[SGD] invalid lr=-0.1", ">= 0"});
+  optim::Adam adam({param()});
+  expect_throw_with<Error>([&] { adam.set_lr(-1); }, {"[Adam] invalid lr=-1"});
+}
+
+TEST_P(OptimErrors, BetaOutsideUnitInterval) {
+  expect_throw_with<Error>([&] { optim::Adam({param()}, {.beta1 = 1.0}); },
+                           {"[Adam] invalid beta1=1", "[0, 1)"});
+  expect_throw_with<Error>([&] { optim::AdamW({param()}, {.beta2 = -0.5}); },
+                           {"[AdamW] invalid beta2=-0.5", "[0, 1)"});
+}
+
+TEST_P(OptimErrors, NesterovNeedsMomentum) {
+  expect_throw_with<Error>(
+      [&] { optim::SGD({param()}, {.lr = 0.1, .nesterov = true}); },
+      {"[SGD] nesterov=true needs momentum > 0 and dampening = 0", "momentum=0"});
+}
+
+TEST_P(OptimErrors, NonLeafParameter) {
+  const Tensor y = param() * 2.0;
+  expect_throw_with<Error>(
+      [&] {
+        optim::SGD({param(), y});
+      },
+      {"[SGD] parameter 1 is not a leaf", "detach().requires_grad_()"});
+}
+
+TEST_P(OptimErrors, NonFloatingParameter) {
+  expect_throw_with<DtypeError>(
+      [&] {
+        optim::Adam({tensor({1, 2}, device())});
+      },
+      {"[Adam] parameter 0 is int64", "float32 and float64"});
+}
+
+TEST_P(OptimErrors, EmptyOrRepeatedParameters) {
+  expect_throw_with<Error>([&] { optim::SGD(std::vector<Tensor>{}); },
+                           {"[SGD] got an empty parameter list", "module.parameters()"});
+  const Tensor p = param();
+  expect_throw_with<Error>(
+      [&] {
+        optim::SGD({p, p});
+      },
+      {"[SGD] parameter 1 is the same tensor as parameter 0"});
+}
+
+TEST_P(OptimErrors, GradOnAnotherDevice) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device other =
+      available_devices()[0] == device() ? available_devices()[1] : available_devices()[0];
+  Tensor p = param();
+  // set_grad refuses this; force it to prove step() checks anyway.
+  detail::impl_of(p).autograd->grad = ones({2}, other);
+  optim::SGD opt({p}, {.lr = 0.1});
+  expect_throw_with<DeviceMismatchError>(
+      [&] { opt.step(); },
+      {"[SGD.step] parameter 0 is on " + device().str(), "its grad is on " + other.str()});
+}
+
+TEST_P(OptimErrors, ClipAcrossDevices) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device other =
+      available_devices()[0] == device() ? available_devices()[1] : available_devices()[0];
+  Tensor a = param(), b = ones({2}, other).requires_grad_();
+  a.set_grad(ones({2}, device()));
+  b.set_grad(ones({2}, other));
+  expect_throw_with<DeviceMismatchError>(
+      [&] {
+        optim::clip_grad_norm_({a, b}, 1.0);
+      },
+      {"[clip_grad_norm_] gradients are on different devices", "parameter 1's on " + other.str()});
+}
+
+TEST_P(OptimErrors, NegativeMaxNorm) {
+  Tensor a = param();
+  a.set_grad(ones({2}, device()));
+  expect_throw_with<Error>([&] { optim::clip_grad_norm_({a}, -1.0); },
+                           {"[clip_grad_norm_] invalid max_norm=-1", ">= 0"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(OptimErrors);
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,200 @@
+// SGD, Adam and AdamW against a float64 host reference of PyTorch's formulas, minimizing a
+// quadratic, and skipping parameters without a grad.
+#include <cmath>
+#include <functional>
+#include <memory>
+
+#include "support/device_test.h"
+#include "tessera/optim/adam.h"
+#include "tessera/optim/sgd.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::random_values;
+
+// torch.optim.SGD's single-tensor update.
+struct RefSgd {
+  optim::SgdOptions o;
+  std::vector<double> buf;
+  void step(std::vector<double>& w, const std::vector<double>& g) {
+    const bool first = buf.empty();
+    if (first) buf.resize(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      double d = g[i] + o.weight_decay * w[i];
+      if (o.momentum != 0) {
+        buf[i] = first ? d : o.momentum * buf[i] + (1 - o.dampening) * d;
+        d = o.nesterov ? d + o.momentum * buf[i] : buf[i];
+      }
+      w[i] -= o.lr * d;
+    }
+  }
+};
+
+// torch.optim.Adam / AdamW's single-tensor update (amsgrad off).
+struct RefAdam {
+  optim::AdamOptions o;
+  bool decoupled = false;
+  std::vector<double> m, v;
+  int t = 0;
+  void step(std::vector<double>& w, const std::vector<double>& g) {
+    if (m.empty()) m.assign(w.size(), 0), v.assign(w.size(), 0);
+    ++t;
+    const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      double gi = g[i];
+      if (decoupled) {
+        w[i] *= 1 - o.lr * o.weight_decay;
+      } else {
+        gi += o.weight_decay * w[i];
+      }
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * gi;
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * gi * gi;
+      w[i] -= o.lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + o.eps);
+    }
+  }
+};
+
+class Optim : public DeviceTest {
+ protected:
+  // Runs `steps` steps of `opt` over two parameters with fresh random grads each step and
+  // compares with `ref` (one reference per parameter) after every step.
+  template <typename Ref>
+  void check_against(
+      Dtype dtype,
+      const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make, Ref ref0,
+      const std::string& what) {
+    const double tol = dtype == kFloat64 ? 1e-12 : 2e-5;
+    std::vector<Tensor> params{
+        testing::make_input(random_values(12, 1), {3, 4}, dtype, device()).requires_grad_(),
+        testing::make_input(random_values(5, 2), {5}, dtype, device()).requires_grad_()};
+    std::vector<std::vector<double>> w{params[0].to_vector<double>(),
+                                       params[1].to_vector<double>()};
+    std::vector<Ref> refs{ref0, ref0};
+    auto opt = make(params);
+    for (int step = 0; step < 3; ++step) {
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        const Tensor g = testing::make_input(random_values(w[k].size(), 10 * step + k + 7, -2, 2),
+                                             params[k].shape(), dtype, device());
+        params[k].set_grad(g);
+        refs[k].step(w[k], g.to_vector<double>());
+      }
+      opt->step();
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        EXPECT_EQ(params[k].device(), device());
+        expect_close(params[k], w[k], tol, tol,
+                     what + " " + std::string(dtype_name(dtype)) + " step " + std::to_string(step) +
+                         " param " + std::to_string(k));
+      }
+      opt->zero_grad();
+      EXPECT_FALSE(params[0].grad().defined());
+    }
+  }
+};
+
+TEST_P(Optim, SgdMatchesPyTorchFormulas) {
+  const std::vector<std::pair<std::string, optim::SgdOptions>> cases{
+      {"plain", {.lr = 0.1}},
+      {"momentum", {.lr = 0.05, .momentum = 0.9}},
+      {"dampening", {.lr = 0.05, .momentum = 0.9, .dampening = 0.3}},
+      {"nesterov", {.lr = 0.05, .momentum = 0.8, .nesterov = true}},
+      {"weight_decay", {.lr = 0.1, .momentum = 0.5, .weight_decay = 0.01}},
+      {"weight_decay_plain", {.lr = 0.1, .weight_decay = 0.1}}};
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    for (const auto& [name, o] : cases) {
+      check_against<RefSgd>(
+          dtype, [o](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, o); },
+          RefSgd{o, {}}, "SGD " + name);
+    }
+  }
+}
+
+TEST_P(Optim, AdamAndAdamWMatchPyTorchFormulas) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const optim::AdamOptions plain{.lr = 0.01};
+    check_against<RefAdam>(
+        dtype, [&](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, plain); },
+        RefAdam{plain}, "Adam");
+    const optim::AdamOptions l2{
+        .lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1};
+    check_against<RefAdam>(
+        dtype, [&](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, l2); },
+        RefAdam{l2}, "Adam weight_decay");
+    const optim::AdamWOptions w{.lr = 0.02, .weight_decay = 0.1};
+    check_against<RefAdam>(
+        dtype, [&](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, w); },
+        RefAdam{{w.lr, w.beta1, w.beta2, w.eps, w.weight_decay}, /*decoupled=*/true}, "AdamW");
+  }
+}
+
+TEST_P(Optim, ParametersWithoutGradAreSkipped) {
+  Tensor a = ones({3}, device()).requires_grad_();
+  Tensor b = ones({2}, device()).requires_grad_();
+  optim::Adam opt({a, b}, {.lr = 0.1});
+  a.set_grad(ones({3}, device()));
+  opt.step();
+  EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{1, 1}));
+  EXPECT_EQ(opt.step_count(0), 1);
+  EXPECT_EQ(opt.step_count(1), 0);
+  expect_close(a, {0.9, 0.9, 0.9}, 1e-6, 1e-6);  // Adam's first step moves by lr
+  optim::SGD sgd({a, b}, {.lr = 0.5, .momentum = 0.9});
+  sgd.step();  // b has no grad; a's grad is ones
+  EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{1, 1}));
+  expect_close(a, {0.4, 0.4, 0.4}, 1e-6, 1e-6);
+}
+
+TEST_P(Optim, MinimizesAQuadratic) {
+  const Tensor target = tensor({1.5, -2.0, 0.25}, device());
+  using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
+  const std::vector<Make> makers{
+      [](auto p) {
+        return std::make_unique<optim::SGD>(
+            p, optim::SgdOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true});
+      },
+      [](auto p) { return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.05}); },
+      [](auto p) {
+        return std::make_unique<optim::AdamW>(p,
+                                              optim::AdamWOptions{.lr = 0.05, .weight_decay = 0});
+      }};
+  for (std::size_t which = 0; which < makers.size(); ++which) {
+    Tensor x = zeros({3}, device()).requires_grad_();
+    const auto opt = makers[which]({x});
+    for (int step = 0; step < 400; ++step) {
+      opt->zero_grad();
+      sum(pow(x - target, 2.0)).backward();
+      opt->step();
+    }
+    expect_close(x, {1.5, -2.0, 0.25}, 0, 1e-2, "optimizer " + std::to_string(which));
+  }
+}
+
+TEST_P(Optim, LargeParametersAreSplitAcrossThreads) {
+  const std::int64_t n = 1 << 17;  // past the CPU kernels' parallel grain
+  Tensor a = ones({n}, device()).requires_grad_();
+  Tensor b = ones({n}, {kFloat64, device()}).requires_grad_();
+  optim::SGD sgd({a}, {.lr = 0.5, .momentum = 0.9});
+  optim::AdamW adamw({b}, {.lr = 0.1, .weight_decay = 0.5});
+  a.set_grad(ones({n}, device()));
+  b.set_grad(full({n}, -3.0, {kFloat64, device()}));
+  sgd.step();
+  adamw.step();
+  expect_close(a, std::vector<double>(n, 0.5), 0, 1e-7);
+  expect_close(b, std::vector<double>(n, 1 * (1 - 0.05) + 0.1), 1e-9, 1e-9);
+}
+
+TEST_P(Optim, LearningRateCanChange) {
+  Tensor x = ones({2}, device()).requires_grad_();
+  optim::SGD opt({x}, {.lr = 0.1});
+  opt.set_lr(0.5);
+  EXPECT_EQ(opt.lr(), 0.5);
+  x.set_grad(ones({2}, device()));
+  opt.step();
+  expect_close(x, {0.5, 0.5}, 0, 1e-7);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Optim);
+
+}  // namespace
+}  // namespace tessera
