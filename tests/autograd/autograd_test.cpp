@@ -48,7 +48,7 @@ TEST_P(Autograd, NoGradAndDetachRecordNothing) {
   EXPECT_FALSE((ones({2}, device()) + 1.0).requires_grad());
 }
 
-TEST_P(Autograd, ErrorsSayWhatToDo) {
+TEST_P(Autograd, ErrorsNameTheFix) {
   Tensor w = ones({2}, device()).requires_grad_();
   expect_throw_with<Error>([&] { w.add_(1.0); },
                            {"[add_] cannot write in place", "requires grad", "NoGradGuard"});
