@@ -8,6 +8,7 @@
 #include "tessera/error.h"
 #include "tessera/factories.h"
 #include "tessera/memory.h"
+#include "tessera/nn.h"
 #include "tessera/operators.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"

@@ -121,6 +121,15 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Softmax (or log-softmax) along `dim` of a contiguous tensor.
   virtual void softmax(const Tensor& in, int dim, bool log, const Tensor& out) = 0;
+  // Cross-entropy of contiguous logits [N, C] against int64 class indices [N], fused with a
+  // stable log-softmax: losses[i] = logsumexp(logits[i]) - logits[i, targets[i]], and probs
+  // (contiguous [N, C], logits' dtype) gets softmax(logits) for the backward pass. A target
+  // outside [0, C) gives a NaN loss (found without a host wait; the front end documents it).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                             const Tensor& probs) = 0;
+  // grad_logits[i, c] = (probs[i, c] - (c == targets[i])) * grad_losses[i]; all contiguous.
+  virtual void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
+                                      const Tensor& grad_losses, const Tensor& grad_logits) = 0;
 
   // Optimizer steps, one fused kernel per parameter, updating in place. All tensors are
   // contiguous, of one floating dtype and shape, on one device of this backend.

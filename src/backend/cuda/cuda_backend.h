@@ -54,6 +54,10 @@ class CudaBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // cuda_matmul.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                     const Tensor& probs) override;  // cuda_ops.cpp
+  void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
+                              const Tensor& grad_losses, const Tensor& grad_logits) override;
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdParams& p) override;  // cuda_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

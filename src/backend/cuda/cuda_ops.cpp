@@ -47,4 +47,17 @@ void CudaBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out
   cuda::launch_softmax(activate(out.device().index()), kernel_arg(in), dim, log, kernel_arg(out));
 }
 
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
+                                const Tensor& losses, const Tensor& probs) {
+  cuda::launch_cross_entropy(activate(logits.device().index()), kernel_arg(logits),
+                             kernel_arg(targets), kernel_arg(losses), kernel_arg(probs));
+}
+
+void CudaBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets,
+                                         const Tensor& grad_losses, const Tensor& grad_logits) {
+  cuda::launch_cross_entropy_backward(activate(probs.device().index()), kernel_arg(probs),
+                                      kernel_arg(targets), kernel_arg(grad_losses),
+                                      kernel_arg(grad_logits));
+}
+
 }  // namespace tessera::detail

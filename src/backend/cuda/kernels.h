@@ -49,6 +49,12 @@ void launch_copy(StreamHandle s, const KernelArg& src, const KernelArg& dst);
 void launch_reduce(StreamHandle s, ReduceOp op, const KernelArg& in, std::uint32_t dim_mask,
                    const KernelArg& out);
 void launch_softmax(StreamHandle s, const KernelArg& in, int dim, bool log, const KernelArg& out);
+// Same contract as Backend::cross_entropy and Backend::cross_entropy_backward.
+void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelArg& targets,
+                          const KernelArg& losses, const KernelArg& probs);
+void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs,
+                                   const KernelArg& targets, const KernelArg& grad_losses,
+                                   const KernelArg& grad_logits);
 
 }  // namespace tessera::detail::cuda
 

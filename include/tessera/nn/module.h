@@ -1,0 +1,137 @@
+#pragma once
+/// nn::Module: the base of every layer and model. A module owns named parameters (leaf
+/// tensors that require grad), buffers (state that is not trained) and child modules, and
+/// every tensor it holds is one of these, so `to(device)` moves all of it (a model cannot
+/// "half move"). Calling a module checks that its input is on the device of its own
+/// parameters and throws DeviceMismatchError naming the module path otherwise:
+///
+///   nn::Sequential net(nn::Linear(2, 8), nn::ReLU(), nn::Linear(8, 1));
+///   net.to(try_gpu());                 // parameters and buffers move in place
+///   Tensor y = net(X);                 // X must be on net.device()
+///   net.at<nn::Linear>(0).weight.device();   // the seed's net[0].weight.data.device
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/dtype.h"
+#include "tessera/tensor.h"
+
+namespace tessera::nn {
+
+/// Name -> tensor, as state_dict() returns it and load_state_dict() takes it. Names are
+/// dotted paths: "0.weight", "fc1.bias".
+using StateDict = std::map<std::string, Tensor>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  /// Moving keeps the children and re-parents them to the new object.
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) = delete;
+
+  /// Checks that `x` is on the device of this module's own parameters and buffers (throws
+  /// DeviceMismatchError naming the module path, the parameter and both devices), then
+  /// runs forward().
+  Tensor operator()(const Tensor& x);
+  /// The computation, for subclasses to define. Call modules through operator().
+  virtual Tensor forward(const Tensor& x) = 0;
+
+  /// Parameters of this module and (with `recurse`) its descendants, in registration order.
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  /// Direct children, and every module of the tree (this one first, named "").
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  /// The parameter or buffer at a dotted path ("0.weight"); Error listing the names there
+  /// are when none has that name.
+  Tensor tensor(const std::string& path) const;
+  /// Calls fn on every module of the tree, children first (for custom initialization).
+  Module& apply(const std::function<void(Module&)>& fn);
+
+  /// Training mode (Dropout drops) or evaluation mode (Dropout passes through), recursively.
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  /// Moves every parameter and buffer to `device`, in place: tensor handles taken before
+  /// (`layer.weight`, an optimizer's params) see the new device. Grads move with their
+  /// parameters. Waits for the old device first (moving is a deliberate, rare step). Lazy
+  /// layers not yet built will build their parameters on `device`.
+  Module& to(Device device);
+  /// Converts floating parameters, buffers and grads to `dtype` in place.
+  Module& to(Dtype dtype);
+  /// The one device all parameters and buffers share. Throws DeviceMismatchError listing
+  /// each tensor and its device when they differ, and Error when the module holds no
+  /// tensor yet (a lazy layer before its first call) and was never moved.
+  Device device() const;
+
+  /// Handles to every parameter and buffer (not copies), by dotted name.
+  StateDict state_dict() const;
+  /// Copies `state` into the parameters and buffers (across devices and dtypes, as an
+  /// explicit copy). Everything is checked before anything changes: with `strict`, missing
+  /// and unexpected names throw; a shape that differs always throws (ShapeError). On any
+  /// error the module is left as it was.
+  void load_state_dict(const StateDict& state, bool strict = true);
+
+  /// Clears the grad of every parameter (sets it undefined).
+  void zero_grad();
+
+  /// The class name ("Linear") and the module's path from the root of its tree, e.g.
+  /// "Sequential[0]" or "MLP.hidden". The root is named by its class unless renamed.
+  const std::string& type_name() const { return type_name_; }
+  std::string path() const;
+  Module& set_name(std::string name);
+  /// The tree, one module per line, like PyTorch's print(net).
+  std::string str() const;
+  /// Extra text after the class name ("in_features=2, out_features=8").
+  virtual std::string extra_repr() const { return ""; }
+
+ protected:
+  explicit Module(std::string type_name);
+
+  /// Registers a parameter (made a leaf that requires grad) and returns its handle.
+  Tensor register_parameter(const std::string& name, Tensor value);
+  /// Registers a buffer (never requires grad).
+  Tensor register_buffer(const std::string& name, Tensor value);
+  /// Registers a child; `index_style` children print as [name] in paths (Sequential).
+  Module& register_module(const std::string& name, std::shared_ptr<Module> child,
+                          bool index_style = false);
+  /// Where to() last placed this module (for lazy layers), and its dtype.
+  std::optional<Device> placed_device() const { return placed_device_; }
+  std::optional<Dtype> placed_dtype() const { return placed_dtype_; }
+  /// Throws DeviceMismatchError when a parameter or buffer of this module itself is on
+  /// another device than `x`.
+  void check_input_device(const Tensor& x) const;
+
+ private:
+  struct Child {
+    std::string name;
+    std::shared_ptr<Module> module;
+    bool index_style = false;
+  };
+  void check_name(const std::string& name, const char* what) const;
+  void collect(const std::string& prefix, bool recurse, bool params,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  void str_into(std::string& out, const std::string& label, int indent) const;
+
+  std::string type_name_;
+  std::string name_;  // the root's label in paths; "" = type_name_
+  Module* parent_ = nullptr;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<Child> children_;
+  bool training_ = true;
+  std::optional<Device> placed_device_;
+  std::optional<Dtype> placed_dtype_;
+};
+
+}  // namespace tessera::nn

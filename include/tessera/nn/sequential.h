@@ -1,0 +1,52 @@
+#pragma once
+/// Sequential: modules applied in order, indexable like the seed's net[0].
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tessera/nn/module.h"
+
+namespace tessera::nn {
+
+class Sequential : public Module {
+ public:
+  Sequential() : Module("Sequential") {}
+  /// Sequential(nn::Linear(2, 8), nn::ReLU(), nn::Linear(8, 1)): takes ownership of
+  /// modules given as temporaries; pass std::shared_ptr to share one.
+  template <typename... Ms>
+    requires(sizeof...(Ms) > 0)
+  explicit Sequential(Ms&&... modules) : Sequential() {
+    (push_back(std::forward<Ms>(modules)), ...);
+  }
+
+  /// Appends a module (named by its index, "0", "1", ...) and returns it.
+  Module& push_back(std::shared_ptr<Module> module);
+  template <typename M>
+    requires std::derived_from<M, Module> && (!std::is_lvalue_reference_v<M>)
+  M& push_back(M&& module) {
+    return static_cast<M&>(push_back(std::make_shared<M>(std::move(module))));
+  }
+
+  std::size_t size() const { return layers_.size(); }
+  /// The i-th module; Error when i is out of range.
+  Module& operator[](std::size_t i) const;
+  /// The i-th module as its class, e.g. net.at<nn::Linear>(0).weight; Error naming the
+  /// actual class when it is another.
+  template <typename M>
+  M& at(std::size_t i) const {
+    Module& m = (*this)[i];
+    if (auto* typed = dynamic_cast<M*>(&m)) return *typed;
+    throw_wrong_type(i, m);
+  }
+
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  [[noreturn]] void throw_wrong_type(std::size_t i, const Module& m) const;
+  std::vector<Module*> layers_;  // owned through the children list
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,98 @@
+// CPU cross-entropy on logits, fused with a stable log-softmax (the math of
+// kernels_loss.cu): the max is subtracted before exp and the sum of exps accumulates in
+// double. Rows are independent, so they split across the OpenMP pool.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/strided_loop.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+using i64 = std::int64_t;
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return reinterpret_cast<T*>(impl_of(t).data());
+}
+
+template <typename T>
+void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                        const Tensor& probs) {
+  const i64 rows = logits.size(0), classes = logits.size(1);
+  const T* x = data_of<T>(logits);
+  const i64* t = data_of<i64>(targets);
+  T* loss = data_of<T>(losses);
+  T* p = data_of<T>(probs);
+  const bool serial = rows * classes < kParallelGrain || omp_in_parallel();
+#pragma omp parallel for schedule(static) if (!serial)
+  for (i64 r = 0; r < rows; ++r) {
+    const T* xr = x + r * classes;
+    T* pr = p + r * classes;
+    T mx = -std::numeric_limits<T>::infinity();
+    for (i64 c = 0; c < classes; ++c) mx = xr[c] > mx ? xr[c] : mx;
+    double sum = 0;
+    for (i64 c = 0; c < classes; ++c) {
+      pr[c] = std::exp(xr[c] - mx);
+      sum += static_cast<double>(pr[c]);
+    }
+    const T scale = static_cast<T>(1.0 / sum);
+    for (i64 c = 0; c < classes; ++c) pr[c] *= scale;
+    const i64 target = t[r];
+    loss[r] = target >= 0 && target < classes
+                  ? static_cast<T>(std::log(sum)) - (xr[target] - mx)
+                  : std::numeric_limits<T>::quiet_NaN();
+  }
+}
+
+template <typename T>
+void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets,
+                             const Tensor& grad_losses, const Tensor& grad_logits) {
+  const i64 rows = probs.size(0), classes = probs.size(1);
+  const T* p = data_of<T>(probs);
+  const i64* t = data_of<i64>(targets);
+  const T* g = data_of<T>(grad_losses);
+  T* out = data_of<T>(grad_logits);
+  const bool serial = rows * classes < kParallelGrain || omp_in_parallel();
+#pragma omp parallel for schedule(static) if (!serial)
+  for (i64 r = 0; r < rows; ++r) {
+    for (i64 c = 0; c < classes; ++c) {
+      out[r * classes + c] = (p[r * classes + c] - (t[r] == c ? T(1) : T(0))) * g[r];
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                               const Tensor& probs) {
+  launch_with(
+      logits.device().index(),
+      [](const Tensor& logits, const Tensor& targets, const Tensor& losses, const Tensor& probs) {
+        dispatch_floating(logits.dtype(), [&](auto tag) {
+          cross_entropy_rows<typename decltype(tag)::type>(logits, targets, losses, probs);
+        });
+      },
+      logits, targets, losses, probs);
+}
+
+void CpuBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets,
+                                        const Tensor& grad_losses, const Tensor& grad_logits) {
+  launch_with(
+      probs.device().index(),
+      [](const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
+         const Tensor& grad_logits) {
+        dispatch_floating(probs.dtype(), [&](auto tag) {
+          cross_entropy_grad_rows<typename decltype(tag)::type>(probs, targets, grad_losses,
+                                                                grad_logits);
+        });
+      },
+      probs, targets, grad_losses, grad_logits);
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,92 @@
+// Linear and LazyLinear.
+#include "tessera/nn/linear.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "tessera/ops.h"
+#include "tessera/operators.h"
+
+namespace tessera::nn {
+namespace {
+
+void check_features(const char* layer, std::int64_t in, std::int64_t out) {
+  TESSERA_CHECK(in > 0 && out > 0, ShapeError,
+                "[{}] in_features and out_features must be positive, got {} and {}", layer, in,
+                out);
+}
+
+// PyTorch's default: kaiming_uniform(a=sqrt(5)) on the weight, which is uniform in
+// +-1/sqrt(fan_in), and the same bound for the bias.
+Tensor init_uniform(const Shape& shape, std::int64_t fan_in, TensorOptions options) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return uniform(shape, -bound, bound, options);
+}
+
+Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      std::int64_t in_features) {
+  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError,
+                "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
+                "or reshape the input (e.g. with nn::Flatten)",
+                m.type_name(), m.path(), in_features, x.shape().str());
+  TESSERA_CHECK(x.dtype() == weight.dtype(), DtypeError,
+                "[{}] {} has {} parameters but the input is {}; convert the input with "
+                ".to({}) or the model with .to({})",
+                m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
+                dtype_name(weight.dtype()), dtype_name(x.dtype()));
+  Tensor y = matmul(x, weight.t());
+  return bias.defined() ? y + bias : y;
+}
+
+std::string linear_repr(std::int64_t in, std::int64_t out, bool bias) {
+  return fmt::format("in_features={}, out_features={}, bias={}", in, out, bias);
+}
+
+}  // namespace
+
+Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, TensorOptions options)
+    : Module("Linear"), in_features(in), out_features(out) {
+  check_features("Linear", in, out);
+  weight = register_parameter("weight", init_uniform({out, in}, in, options));
+  if (with_bias) bias = register_parameter("bias", init_uniform({out}, in, options));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  return linear_forward(*this, x, weight, bias, in_features);
+}
+
+std::string Linear::extra_repr() const {
+  return linear_repr(in_features, out_features, bias.defined());
+}
+
+LazyLinear::LazyLinear(std::int64_t out, bool with_bias)
+    : Module("LazyLinear"), out_features(out), has_bias_(with_bias) {
+  check_features("LazyLinear", 1, out);
+}
+
+Tensor LazyLinear::forward(const Tensor& x) {
+  if (!built()) {
+    TESSERA_CHECK(x.dim() >= 1 && x.size(-1) > 0, ShapeError,
+                  "[LazyLinear] {} cannot take in_features from an input of shape {}", path(),
+                  x.shape().str());
+    const Dtype dtype = placed_dtype().value_or(is_floating(x.dtype()) ? x.dtype() : kFloat32);
+    const Device device = placed_device().value_or(x.device());
+    const std::int64_t in = x.size(-1);
+    // Checked before anything is built, so a failed first call leaves the layer unbuilt.
+    TESSERA_CHECK(device == x.device(), DeviceMismatchError,
+                  "[LazyLinear] {} was moved to {}, input is on {}; tessera never copies "
+                  "implicitly: move the input with x.to({}) or the model with model.to({})",
+                  path(), device.str(), x.device().str(), device.str(), x.device().str());
+    weight = register_parameter("weight", init_uniform({out_features, in}, in, {dtype, device}));
+    if (has_bias_) bias = register_parameter("bias", init_uniform({out_features}, in, {dtype, device}));
+    in_features = in;
+  }
+  return linear_forward(*this, x, weight, bias, in_features);
+}
+
+std::string LazyLinear::extra_repr() const {
+  if (!built()) return fmt::format("in_features=<lazy>, out_features={}, bias={}", out_features, has_bias_);
+  return linear_repr(in_features, out_features, bias.defined());
+}
+
+}  // namespace tessera::nn

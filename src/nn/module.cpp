@@ -1,0 +1,385 @@
+// nn::Module: registration, traversal, moving in place, the device audit, state dicts.
+#include "tessera/nn/module.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device_registry.h"
+#include "core/tensor_impl.h"
+#include "tessera/autograd.h"
+
+namespace tessera::nn {
+namespace {
+
+// Note [Moving a module in place]
+// PyTorch's module.to() swaps each parameter's data under the same Parameter object, so
+// handles taken earlier (an optimizer's, `layer.weight`) follow the move. tessera does the
+// same by pointing the parameter's TensorImpl at the converted copy's storage and metadata.
+// Metadata is otherwise immutable (queued CPU kernels read it when they run), so the move
+// first waits for every device involved: no queued kernel can still read the old metadata.
+void rebind(const Tensor& dst, const Tensor& src) {
+  detail::TensorImpl& d = detail::impl_of(dst);
+  const detail::TensorImpl& s = detail::impl_of(src);
+  d.storage = s.storage;
+  d.shape = s.shape;
+  d.strides = s.strides;
+  d.offset = s.offset;
+  d.dtype = s.dtype;
+  d.contiguous = s.contiguous;
+}
+
+// Converts every tensor of `tensors` with `convert` (skipping those `convert` leaves alone)
+// and rebinds them, with their grads, once all devices involved are idle.
+template <typename Convert>
+void convert_in_place(const std::vector<Tensor>& tensors, Convert convert) {
+  NoGradGuard no_grad;
+  struct Move {
+    Tensor target, value, grad_value;
+  };
+  std::vector<Move> moves;
+  std::vector<Device> devices;
+  auto note = [&](Device d) {
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  };
+  for (const Tensor& t : tensors) {
+    Tensor value = convert(t);
+    if (value.is_same(t)) continue;
+    const Tensor grad = t.grad();
+    moves.push_back({t, value, grad.defined() ? convert(grad) : Tensor()});
+    note(t.device());
+    note(value.device());
+  }
+  if (moves.empty()) return;
+  for (Device d : devices) synchronize(d);
+  for (const Move& m : moves) {
+    rebind(m.target, m.value);
+    if (m.grad_value.defined()) Tensor(m.target).set_grad(m.grad_value);
+  }
+}
+
+std::string join_path(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
+Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
+
+Module::Module(Module&& other) noexcept
+    : type_name_(std::move(other.type_name_)),
+      name_(std::move(other.name_)),
+      parent_(other.parent_),
+      params_(std::move(other.params_)),
+      buffers_(std::move(other.buffers_)),
+      children_(std::move(other.children_)),
+      training_(other.training_),
+      placed_device_(other.placed_device_),
+      placed_dtype_(other.placed_dtype_) {
+  for (Child& c : children_) c.module->parent_ = this;
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  detail::check_defined(x, type_name_.c_str(), "input");
+  check_input_device(x);
+  return forward(x);
+}
+
+void Module::check_input_device(const Tensor& x) const {
+  auto check = [&](const std::pair<std::string, Tensor>& named) {
+    const Device d = named.second.device();
+    TESSERA_CHECK(d == x.device(), DeviceMismatchError,
+                  "[{}] {}.{} is on {}, input is on {}; tessera never copies implicitly: move "
+                  "the input with x.to({}) or the model with model.to({})",
+                  type_name_, path(), named.first, d.str(), x.device().str(), d.str(),
+                  x.device().str());
+  };
+  std::for_each(params_.begin(), params_.end(), check);
+  std::for_each(buffers_.begin(), buffers_.end(), check);
+}
+
+// ---- registration ----
+
+void Module::check_name(const std::string& name, const char* what) const {
+  TESSERA_CHECK(!name.empty() && name.find('.') == std::string::npos, Error,
+                "[{}] {} name '{}' must be non-empty and contain no '.'", type_name_, what, name);
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(e)>, Child>) {
+        return e.name == name;
+      } else {
+        return e.first == name;
+      }
+    });
+  };
+  TESSERA_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), Error,
+                "[{}] a parameter, buffer or child named '{}' exists already", type_name_, name);
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor value) {
+  check_name(name, "parameter");
+  detail::check_defined(value, "register_parameter", name.c_str());
+  TESSERA_CHECK(is_floating(value.dtype()), DtypeError,
+                "[{}] parameter '{}' must be floating to take gradients, got {}", type_name_, name,
+                dtype_name(value.dtype()));
+  if (!value.is_leaf()) value = value.detach();
+  value.requires_grad_(true);
+  params_.emplace_back(name, value);
+  return value;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor value) {
+  check_name(name, "buffer");
+  detail::check_defined(value, "register_buffer", name.c_str());
+  value = value.detach();
+  buffers_.emplace_back(name, value);
+  return value;
+}
+
+Module& Module::register_module(const std::string& name, std::shared_ptr<Module> child,
+                                bool index_style) {
+  check_name(name, "child module");
+  TESSERA_CHECK(child != nullptr, Error, "[{}] child module '{}' is null", type_name_, name);
+  TESSERA_CHECK(child->parent_ == nullptr, Error,
+                "[{}] child module '{}' ({}) belongs to another module already: {}", type_name_,
+                name, child->type_name_, child->path());
+  child->parent_ = this;
+  children_.push_back({name, std::move(child), index_style});
+  return *children_.back().module;
+}
+
+// ---- traversal ----
+
+void Module::collect(const std::string& prefix, bool recurse, bool params,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(join_path(prefix, name), t);
+  if (!recurse) return;
+  for (const Child& c : children_) c.module->collect(join_path(prefix, c.name), true, params, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, true, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() const {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (const Child& c : children_) out.emplace_back(c.name, c.module.get());
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (const Child& c : children_) {
+    for (auto& [name, m] : c.module->named_modules()) {
+      out.emplace_back(join_path(c.name, name), m);
+    }
+  }
+  return out;
+}
+
+Tensor Module::tensor(const std::string& path) const {
+  const auto dot = path.find('.');
+  if (dot != std::string::npos) {
+    const std::string head = path.substr(0, dot);
+    for (const Child& c : children_) {
+      if (c.name == head) return c.module->tensor(path.substr(dot + 1));
+    }
+  } else {
+    for (const auto& list : {&params_, &buffers_}) {
+      for (const auto& [name, t] : *list) {
+        if (name == path) return t;
+      }
+    }
+  }
+  std::string names;
+  for (const auto& [name, t] : state_dict()) names += (names.empty() ? "" : ", ") + name;
+  throw Error(fmt::format("[{}] {} has no parameter or buffer '{}'; it has: {}", type_name_,
+                          this->path(), path, names.empty() ? "none" : names));
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (Child& c : children_) c.module->apply(fn);
+  fn(*this);
+  return *this;
+}
+
+Module& Module::train(bool on) {
+  for (auto& [name, m] : named_modules()) m->training_ = on;
+  return *this;
+}
+
+// ---- devices and dtypes ----
+
+Module& Module::to(Device device) {
+  detail::check_device(device, "Module::to");
+  std::vector<Tensor> tensors;
+  for (auto& [name, m] : named_modules()) {
+    m->placed_device_ = device;
+    for (const auto& list : {&m->params_, &m->buffers_}) {
+      for (const auto& [n, t] : *list) tensors.push_back(t);
+    }
+  }
+  convert_in_place(tensors, [device](const Tensor& t) { return t.to(device); });
+  return *this;
+}
+
+Module& Module::to(Dtype dtype) {
+  TESSERA_CHECK(is_floating(dtype), DtypeError,
+                "[Module::to] modules convert to floating dtypes only (float32, float64), got {}",
+                dtype_name(dtype));
+  std::vector<Tensor> tensors;
+  for (auto& [name, m] : named_modules()) {
+    m->placed_dtype_ = dtype;
+    for (const auto& list : {&m->params_, &m->buffers_}) {
+      for (const auto& [n, t] : *list) {
+        if (is_floating(t.dtype())) tensors.push_back(t);
+      }
+    }
+  }
+  convert_in_place(tensors, [dtype](const Tensor& t) { return t.to(dtype); });
+  return *this;
+}
+
+Device Module::device() const {
+  std::vector<std::pair<std::string, Device>> found;
+  std::vector<Device> distinct;
+  auto visit = [&](const Module& m, auto& self) -> void {
+    for (const auto& list : {&m.params_, &m.buffers_}) {
+      for (const auto& [name, t] : *list) {
+        found.emplace_back(m.path() + "." + name, t.device());
+        if (std::find(distinct.begin(), distinct.end(), t.device()) == distinct.end()) {
+          distinct.push_back(t.device());
+        }
+      }
+    }
+    for (const Child& c : m.children_) self(*c.module, self);
+  };
+  visit(*this, visit);
+  if (distinct.empty()) {
+    TESSERA_CHECK(placed_device_.has_value(), Error,
+                  "[Module::device] {} holds no parameters or buffers yet (a lazy layer builds "
+                  "them at its first call); call it once or place it with to(device)",
+                  path());
+    return *placed_device_;
+  }
+  if (distinct.size() == 1) return distinct.front();
+  std::string list;
+  for (const auto& [name, d] : found) list += fmt::format("\n  {} on {}", name, d.str());
+  throw DeviceMismatchError(fmt::format(
+      "[Module::device] {} has tensors on {} devices; move it with to(device) to put them on "
+      "one:{}",
+      path(), distinct.size(), list));
+}
+
+// ---- state ----
+
+StateDict Module::state_dict() const {
+  StateDict out;
+  for (auto& [name, t] : named_parameters()) out.emplace(name, t.detach());
+  for (auto& [name, t] : named_buffers()) out.emplace(name, t.detach());
+  return out;
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::vector<std::pair<std::string, Tensor>> own = named_parameters();
+  for (auto& entry : named_buffers()) own.push_back(std::move(entry));
+  std::vector<std::string> missing, unexpected;
+  std::set<std::string> own_names;
+  for (const auto& [name, t] : own) {
+    own_names.insert(name);
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    detail::check_defined(it->second, "load_state_dict", name.c_str());
+    TESSERA_CHECK(it->second.shape() == t.shape(), ShapeError,
+                  "[load_state_dict] {} has shape {} in the module but {} in the state dict; the "
+                  "state dict belongs to a differently configured model",
+                  name, t.shape().str(), it->second.shape().str());
+    TESSERA_CHECK(is_floating(it->second.dtype()) == is_floating(t.dtype()), DtypeError,
+                  "[load_state_dict] {} is {} in the module but {} in the state dict", name,
+                  dtype_name(t.dtype()), dtype_name(it->second.dtype()));
+  }
+  for (const auto& [name, t] : state) {
+    if (!own_names.contains(name)) unexpected.push_back(name);
+  }
+  if (strict && (!missing.empty() || !unexpected.empty())) {
+    auto join = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+      return s.empty() ? std::string("none") : s;
+    };
+    throw Error(fmt::format(
+        "[load_state_dict] the state dict does not match {}: missing {}; unexpected {}. Pass "
+        "strict=false to load the names that match",
+        path(), join(missing), join(unexpected)));
+  }
+  NoGradGuard no_grad;
+  for (const auto& [name, t] : own) {
+    auto it = state.find(name);
+    if (it != state.end()) Tensor(t).copy_(it->second);
+  }
+}
+
+void Module::zero_grad() {
+  for (Tensor& p : parameters()) p.set_grad(Tensor());
+}
+
+// ---- names and printing ----
+
+std::string Module::path() const {
+  if (parent_ == nullptr) return name_.empty() ? type_name_ : name_;
+  for (const Child& c : parent_->children_) {
+    if (c.module.get() == this) {
+      return parent_->path() + (c.index_style ? "[" + c.name + "]" : "." + c.name);
+    }
+  }
+  return type_name_;  // unreachable: a parent always lists its children
+}
+
+Module& Module::set_name(std::string name) {
+  name_ = std::move(name);
+  return *this;
+}
+
+void Module::str_into(std::string& out, const std::string& label, int indent) const {
+  const std::string pad(static_cast<std::size_t>(indent) * 2, ' ');
+  out += pad + (label.empty() ? "" : "(" + label + "): ") + type_name_ + "(" + extra_repr();
+  if (children_.empty()) {
+    out += ")\n";
+    return;
+  }
+  out += "\n";
+  for (const Child& c : children_) c.module->str_into(out, c.name, indent + 1);
+  out += pad + ")\n";
+}
+
+std::string Module::str() const {
+  std::string out;
+  str_into(out, "", 0);
+  return out;
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,298 @@
+// nn::Module and the basic layers: registration, indexing, moving in place, the device audit,
+// state dicts, lazy layers, and the errors users meet.
+#include <cmath>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+
+// The other device of a two-device run (cpu:1 when the suite runs on cpu:0, and so on).
+Device other_device(Device d) {
+  for (Device candidate : available_devices()) {
+    if (candidate != d) return candidate;
+  }
+  return d;
+}
+
+// A user-defined model with named children, like a d2l.Module subclass.
+class Mlp : public nn::Module {
+ public:
+  Mlp(int in, int hidden, int out, TensorOptions options = {})
+      : Module("Mlp"),
+        hidden_(register_module("hidden", std::make_shared<nn::Linear>(in, hidden, true, options))),
+        out_(register_module("out", std::make_shared<nn::Linear>(hidden, out, true, options))) {
+    scale = register_buffer("scale", ones({out}, options));
+  }
+  Tensor forward(const Tensor& x) override { return out_(relu(hidden_(x))) * scale; }
+  Tensor scale;
+
+ private:
+  Module& hidden_;
+  Module& out_;
+};
+
+class Modules : public DeviceTest {};
+
+TEST_P(Modules, LinearMatchesReferenceOnItsDevice) {
+  const Device d = device();
+  manual_seed(3);
+  nn::Linear layer(3, 2, true, {kFloat64, d});
+  EXPECT_EQ(layer.weight.device(), d);
+  EXPECT_EQ(layer.weight.shape(), Shape({2, 3}));
+  EXPECT_TRUE(layer.weight.requires_grad());
+  const auto w = layer.weight.to_vector<double>(), b = layer.bias.to_vector<double>();
+  for (double v : w) EXPECT_LE(std::abs(v), 1 / std::sqrt(3.0));
+  const std::vector<double> xs = testing::random_values(4 * 3, 7);
+  const Tensor y = layer(from_vector(xs, {4, 3}, {kFloat64, d}));
+  EXPECT_EQ(y.device(), d);
+  std::vector<double> expected(8);
+  for (int i = 0; i < 4; ++i) {
+    for (int o = 0; o < 2; ++o) {
+      double acc = b[o];
+      for (int k = 0; k < 3; ++k) acc += xs[i * 3 + k] * w[o * 3 + k];
+      expected[i * 2 + o] = acc;
+    }
+  }
+  expect_close(y, expected, 1e-12, 1e-12);
+}
+
+TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
+  nn::Sequential net(nn::Linear(2, 8, true, device()), nn::ReLU(), nn::Linear(8, 1, true, device()));
+  ASSERT_EQ(net.size(), 3u);
+  EXPECT_EQ(net[1].type_name(), "ReLU");
+  // The seed's net[0].weight.data.device, in two spellings.
+  EXPECT_EQ(net.at<nn::Linear>(0).weight.device(), device());
+  EXPECT_TRUE(net[0].tensor("weight").is_same(net.at<nn::Linear>(0).weight));
+  EXPECT_TRUE(net.tensor("2.bias").is_same(net.at<nn::Linear>(2).bias));
+  std::vector<std::string> names;
+  for (auto& [name, t] : net.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(net.parameters().size(), 4u);
+  EXPECT_EQ(net[2].path(), "Sequential[2]");
+  EXPECT_NE(net.str().find("(0): Linear(in_features=2, out_features=8, bias=true)"),
+            std::string::npos)
+      << net.str();
+  expect_throw_with<Error>([&] { net.at<nn::Linear>(1); }, {"Sequential[1] is a ReLU"});
+  expect_throw_with<Error>([&] { net[3]; }, {"has 3 modules", "[3]"});
+  expect_throw_with<Error>([&] { net.tensor("0.scale"); }, {"no parameter or buffer 'scale'",
+                                                           "weight"});
+  const Tensor y = net(rand({5, 2}, device()));
+  EXPECT_EQ(y.shape(), Shape({5, 1}));
+}
+
+TEST_P(Modules, UserModulesRegisterChildrenAndBuffers) {
+  Mlp net(4, 6, 3, device());
+  std::vector<std::string> names;
+  for (auto& [name, t] : net.state_dict()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"hidden.bias", "hidden.weight", "out.bias",
+                                             "out.weight", "scale"}));
+  EXPECT_EQ(net.buffers().size(), 1u);
+  EXPECT_FALSE(net.scale.requires_grad());
+  EXPECT_EQ(net.named_modules().size(), 3u);
+  EXPECT_EQ(net.named_modules()[1].second->path(), "Mlp.hidden");
+  EXPECT_EQ(net(rand({2, 4}, device())).shape(), Shape({2, 3}));
+  net.eval();
+  EXPECT_FALSE(net.named_modules()[2].second->is_training());
+}
+
+TEST_P(Modules, ToMovesParametersBuffersAndGradsInPlace) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device d = device(), other = other_device(d);
+  Mlp net(4, 6, 3, d);
+  const Tensor weight = net.tensor("hidden.weight");  // a handle taken before the move
+  const auto before = weight.to_vector<double>();
+  sum(net(rand({2, 4}, d))).backward();
+  net.to(other);
+  EXPECT_EQ(net.device(), other);
+  EXPECT_EQ(weight.device(), other) << "handles taken before to() must follow the move";
+  EXPECT_EQ(net.scale.device(), other);
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_EQ(weight.grad().device(), other);
+  EXPECT_EQ(weight.to_vector<double>(), before);
+  EXPECT_EQ(net(rand({2, 4}, other)).device(), other);
+}
+
+TEST_P(Modules, ToConvertsDtypeInPlace) {
+  nn::Sequential net(nn::Linear(3, 2, true, device()));
+  const Tensor w = net.tensor("0.weight");
+  const auto before = w.to_vector<double>();
+  net.to(kFloat64);
+  EXPECT_EQ(w.dtype(), kFloat64);
+  EXPECT_TRUE(w.requires_grad());
+  expect_close(w.to_vector<double>(), before, 0, 0);
+  expect_throw_with<DtypeError>([&] { net.to(kInt32); }, {"floating dtypes only"});
+  expect_throw_with<DtypeError>([&] { net(rand({1, 3}, device())); },
+                                {"float64 parameters but the input is float32"});
+}
+
+TEST_P(Modules, DeviceAuditListsTensorsThatDiffer) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device d = device(), other = other_device(d);
+  nn::Sequential net(nn::Linear(2, 2, true, d), nn::Linear(2, 2, true, other));
+  expect_throw_with<DeviceMismatchError>(
+      [&] { net.device(); },
+      {"2 devices", "Sequential[0].weight on " + d.str(), "Sequential[1].bias on " + other.str()});
+  nn::Sequential lazy(nn::LazyLinear(1));
+  expect_throw_with<Error>([&] { lazy.device(); }, {"no parameters or buffers yet"});
+}
+
+TEST_P(Modules, CallingOnAnotherDeviceNamesTheParameter) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device d = device(), other = other_device(d);
+  nn::Sequential net(nn::Linear(2, 2, true, d));
+  net.set_name("net");
+  expect_throw_with<DeviceMismatchError>(
+      [&] { net(rand({1, 2}, other)); },
+      {"net[0].weight is on " + d.str(), "input is on " + other.str(), "x.to("});
+}
+
+TEST_P(Modules, LazyLinearBuildsOnTheInputsDeviceOrWhereItWasMoved) {
+  const Device d = device();
+  nn::Sequential net(nn::LazyLinear(1));
+  EXPECT_FALSE(net.at<nn::LazyLinear>(0).built());
+  EXPECT_TRUE(net.parameters().empty());
+  const Tensor y = net(rand({2, 20}, d));
+  EXPECT_EQ(y.shape(), Shape({2, 1}));
+  EXPECT_EQ(net.at<nn::LazyLinear>(0).weight.shape(), Shape({1, 20}));
+  EXPECT_EQ(net.device(), d);
+  EXPECT_EQ(net.parameters().size(), 2u);
+
+  // Moved before its first call: the parameters are made there, and the input is checked.
+  for (Device target : available_devices()) {
+    nn::Sequential placed(nn::LazyLinear(3));
+    placed.to(target);
+    EXPECT_EQ(placed.device(), target);
+    if (target != d) {
+      expect_throw_with<DeviceMismatchError>([&] { placed(rand({2, 5}, d)); },
+                                             {"was moved to " + target.str()});
+      EXPECT_FALSE(placed.at<nn::LazyLinear>(0).built()) << "a failed call must build nothing";
+    }
+    EXPECT_EQ(placed(rand({2, 5}, target)).device(), target);
+    EXPECT_EQ(placed.at<nn::LazyLinear>(0).weight.device(), target);
+  }
+}
+
+TEST_P(Modules, StateDictRoundTripsAndBadStateLeavesTheModelUntouched) {
+  const Device d = device();
+  manual_seed(1);
+  Mlp a(4, 6, 3, d);
+  manual_seed(2);
+  Mlp b(4, 6, 3, {kFloat64, d});
+  b.load_state_dict(a.state_dict());
+  EXPECT_EQ(b.tensor("out.weight").dtype(), kFloat64) << "loading converts into the module's dtype";
+  expect_close(b.tensor("out.weight").to_vector<double>(),
+               a.tensor("out.weight").to_vector<double>(), 0, 0);
+
+  const auto kept = b.tensor("hidden.weight").to_vector<double>();
+  nn::StateDict bad = a.state_dict();
+  bad["hidden.weight"] = zeros({6, 4}, d);
+  bad["out.weight"] = zeros({3, 5}, d);  // wrong shape, checked before anything is written
+  expect_throw_with<ShapeError>([&] { b.load_state_dict(bad); },
+                                {"out.weight has shape [3, 6] in the module but [3, 5]"});
+  EXPECT_EQ(b.tensor("hidden.weight").to_vector<double>(), kept);
+
+  nn::StateDict partial = a.state_dict();
+  partial.erase("scale");
+  partial["extra"] = zeros({1}, d);
+  expect_throw_with<Error>([&] { b.load_state_dict(partial); },
+                           {"missing scale", "unexpected extra", "strict=false"});
+  EXPECT_NO_THROW(b.load_state_dict(partial, false));
+}
+
+TEST_P(Modules, ZeroGradAndApply) {
+  nn::Sequential net(nn::Linear(3, 4, true, device()), nn::Tanh(), nn::Linear(4, 1, true, device()));
+  sum(net(rand({2, 3}, device()))).backward();
+  for (const Tensor& p : net.parameters()) EXPECT_TRUE(p.grad().defined());
+  net.zero_grad();
+  for (const Tensor& p : net.parameters()) EXPECT_FALSE(p.grad().defined());
+  int linears = 0;
+  net.apply([&](nn::Module& m) {
+    if (auto* l = dynamic_cast<nn::Linear*>(&m)) {
+      nn::init::constant_(l->weight, 0.5);
+      ++linears;
+    }
+  });
+  EXPECT_EQ(linears, 2);
+  for (double v : net.at<nn::Linear>(2).weight.to_vector<double>()) EXPECT_EQ(v, 0.5);
+}
+
+TEST_P(Modules, DropoutScalesInTrainingAndPassesInEval) {
+  manual_seed(5);
+  nn::Dropout drop(0.25);
+  const Tensor x = ones({100000}, device());
+  const auto y = drop(x).to_vector<double>();
+  double kept = 0, total = 0;
+  for (double v : y) {
+    EXPECT_TRUE(v == 0 || std::abs(v - 1 / 0.75) < 1e-6) << v;
+    kept += v != 0;
+    total += v;
+  }
+  EXPECT_NEAR(kept / y.size(), 0.75, 0.01);
+  EXPECT_NEAR(total / y.size(), 1.0, 0.02);
+  drop.eval();
+  EXPECT_TRUE(drop(x).is_same(x));
+  EXPECT_THROW(nn::Dropout(1.5), Error);
+  nn::Dropout all(1.0);
+  EXPECT_EQ(sum(all(x)).item<double>(), 0);
+}
+
+TEST_P(Modules, FlattenAndActivations) {
+  const Tensor x = from_vector(std::vector<double>{-1, 0, 2, -3, 4, 5}, {1, 2, 3}, device());
+  EXPECT_EQ(nn::Flatten()(x).shape(), Shape({1, 6}));
+  EXPECT_EQ(nn::Flatten(0)(x).shape(), Shape({6}));
+  expect_close(nn::ReLU()(x), {0, 0, 2, 0, 4, 5}, 0, 0);
+  expect_close(nn::Sigmoid()(x).flatten(), {1 / (1 + std::exp(1.0)), 0.5, 1 / (1 + std::exp(-2.0)),
+                                            1 / (1 + std::exp(3.0)), 1 / (1 + std::exp(-4.0)),
+                                            1 / (1 + std::exp(-5.0))},
+               1e-6, 1e-7);
+  expect_close(nn::Tanh()(x).flatten(), {std::tanh(-1.0), 0, std::tanh(2.0), std::tanh(-3.0),
+                                         std::tanh(4.0), std::tanh(5.0)},
+               1e-6, 1e-7);
+}
+
+TEST_P(Modules, ShapeErrorsNameTheLayer) {
+  nn::Sequential net(nn::Linear(4, 2, true, device()));
+  expect_throw_with<ShapeError>([&] { net(rand({3, 5}, device())); },
+                                {"Sequential[0] expects inputs whose last dim is in_features=4",
+                                 "[3, 5]"});
+  EXPECT_THROW(nn::Linear(0, 3), ShapeError);
+}
+
+TEST_P(Modules, InitializersHaveTheirStatisticsAndStayOnTheDevice) {
+  const Device d = device();
+  manual_seed(11);
+  Tensor w = empty({256, 512}, d);
+  reset_transfer_stats();
+  nn::init::xavier_uniform_(w);
+  nn::init::kaiming_normal_(w);
+  nn::Linear made_there(512, 256, true, d);
+  const TransferStats stats = transfer_stats();
+  EXPECT_EQ(stats.copies(), 0u) << "initialization must not go through the host";
+  const auto v = w.to_vector<double>();
+  double m = 0, sq = 0;
+  for (double x : v) m += x, sq += x * x;
+  m /= v.size();
+  EXPECT_NEAR(m, 0, 0.01);
+  EXPECT_NEAR(std::sqrt(sq / v.size() - m * m), std::sqrt(2.0 / 512), 0.002);
+  nn::init::xavier_uniform_(w);
+  const double bound = std::sqrt(6.0 / (256 + 512));
+  for (double x : w.to_vector<double>()) ASSERT_LE(std::abs(x), bound);
+  Tensor bias = empty({4}, d);
+  expect_throw_with<ShapeError>([&] { nn::init::xavier_normal_(bias); }, {"at least 2 dims"});
+  manual_seed(11);
+  Tensor a = empty({3, 3}, d), b = empty({3, 3}, d);
+  nn::init::normal_(a);
+  manual_seed(11);
+  nn::init::normal_(b);
+  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>()) << "seeded initialization repeats";
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Modules);
+
+}  // namespace
+}  // namespace tessera
