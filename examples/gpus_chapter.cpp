@@ -1,5 +1,5 @@
-// Sections 6.7.1 (Computing Devices) and 6.7.2 (Tensors and GPUs) of Dive into Deep
-// Learning in tessera, printing each step like the book. On a machine without GPUs every
+// Sections 6.7.1 (Computing Devices), 6.7.2 (Tensors and GPUs) and 6.7.3 (Neural Networks
+// and GPUs) of Dive into Deep Learning in tessera, printing each step like the book. On a machine without GPUs every
 // try_gpu(i) falls back to the CPU; run it with TESSERA_CPU_DEVICES=2 to see the rules
 // about a second device (mismatch errors, explicit copies, the transfer ledger) in action.
 #include <iostream>
@@ -56,6 +56,19 @@ int main() {
   show("Z.copy_to(try_gpu(1)).is_same(Z)  // copy_to always allocates",
        Z.copy_to(try_gpu(1)).is_same(Z));
 
+  // ---- 6.7.3 Neural Networks and GPUs: a model's parameters live on a device ----
+  std::cout << "== 6.7.3 Neural Networks and GPUs ==\n\n";
+  nn::Sequential net(nn::LazyLinear(1));
+  net.set_name("net");
+  // Moved before its first call, the lazy layer builds its parameters right there, never on
+  // the host first (like MXNet's net.initialize(ctx=try_gpu())).
+  net.to(try_gpu());
+  show("net = Sequential(LazyLinear(1)); net.to(try_gpu()); net(X)", net(X));
+  show("net.at<nn::LazyLinear>(0).weight.device()  // net[0].weight.data.device",
+       net.at<nn::LazyLinear>(0).weight.device());
+  show("net.device()  // every parameter and buffer on one device, or an error", net.device());
+  show("net.str()", net.str());
+
   // ---- Two devices: tessera never copies silently ----
   const std::vector<Device> devices = available_devices();
   std::cout << "== Two devices ==\n\n";
@@ -73,6 +86,14 @@ int main() {
   std::cout << ">>> A = ones({2, 3}, " << first << "); B = rand({2, 3}, " << second << "); A + B\n";
   try {
     Tensor C = A + B;
+    std::cout << "unexpected: no error\n";
+    return 1;
+  } catch (const DeviceMismatchError& e) {
+    std::cout << "DeviceMismatchError: " << e.what() << "\n\n";
+  }
+  std::cout << ">>> net(B)  // net's parameters are on " << first << "\n";
+  try {
+    net(B);
     std::cout << "unexpected: no error\n";
     return 1;
   } catch (const DeviceMismatchError& e) {
