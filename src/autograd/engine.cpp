@@ -89,11 +89,19 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 
 namespace {
 
-void accumulate(TensorImpl& leaf, const Tensor& g) {
+void accumulate(TensorImpl& leaf, Tensor&& g) {
   AutogradMeta& meta = *leaf.autograd;
-  // The first gradient is copied: formulas may hand the same tensor to several inputs, and
-  // users (or gradient clipping) scale grad() in place.
-  meta.grad = meta.grad.defined() ? meta.grad + g : g.clone();
+  if (meta.grad.defined()) {
+    meta.grad = meta.grad + g;
+    return;
+  }
+  // The first gradient is copied when anything else can see it: formulas may hand the same
+  // tensor to several inputs (or a view of it), and users (or gradient clipping) scale
+  // grad() in place. A fresh, contiguous gradient nobody else holds is kept as it is.
+  const bool sole_owner = g.impl_ptr().use_count() == 1 &&
+                          detail::impl_of(g).storage.use_count() == 1 && g.is_contiguous() &&
+                          !detail::impl_of(g).autograd;
+  meta.grad = sole_owner ? std::move(g) : g.clone();
 }
 
 }  // namespace
@@ -120,7 +128,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
   NoGradGuard no_grad;
   const AutogradMeta& root_meta = *root.impl()->autograd;
   if (!root_meta.grad_fn) {
-    accumulate(*root.impl(), gradient);
+    accumulate(*root.impl(), Tensor(gradient));
     return;
   }
   // Count the edges into each node reachable from the root.
@@ -159,7 +167,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
       const Edge& e = n->next[i];
       if (inputs[i].defined()) {
         if (e.leaf) {
-          accumulate(*e.leaf, inputs[i]);
+          accumulate(*e.leaf, std::move(inputs[i]));
         } else if (e.node) {
           Tensor& slot = grads[e.node.get()];
           slot = slot.defined() ? slot + inputs[i] : inputs[i];

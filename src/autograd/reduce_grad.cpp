@@ -58,7 +58,10 @@ void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::ve
 }
 
 void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
-  record("matmul", out, {&a, &b}, [a = a.detach(), b = b.detach()](const Tensor& g) {
+  // Only the gradients some input needs: a layer's input rarely needs one, and computing it
+  // would cost as much as the weight's.
+  const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  record("matmul", out, {&a, &b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
     // As 2-D-or-more operands: a 1-D self is a row, a 1-D other is a column.
     const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
     const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
@@ -66,8 +69,9 @@ void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     if (a.dim() == 1) g_shape.insert(g_shape.size() - (b.dim() == 1 ? 0 : 1), 1);
     if (b.dim() == 1) g_shape.push_back(1);
     const Tensor g2 = g.reshape(g_shape);
-    const Tensor da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
-    const Tensor db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
+    Tensor da, db;
+    if (need_a) da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
+    if (need_b) db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
     return std::vector<Tensor>{da, db};
   });
 }

@@ -3,7 +3,10 @@
 
 #include <cmath>
 
+#include "autograd/record.h"
 #include "core/check.h"
+#include "core/device_rules.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 #include "tessera/operators.h"
 
@@ -34,8 +37,7 @@ Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, co
                 ".to({}) or the model with .to({})",
                 m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
                 dtype_name(weight.dtype()), dtype_name(x.dtype()));
-  Tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  return linear(x, weight, bias);
 }
 
 std::string linear_repr(std::int64_t in, std::int64_t out, bool bias) {
@@ -43,6 +45,47 @@ std::string linear_repr(std::int64_t in, std::int64_t out, bool bias) {
 }
 
 }  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (bias.defined()) {
+    detail::common_device("linear", {{"input", &x}, {"weight", &weight}, {"bias", &bias}});
+  } else {
+    detail::common_device("linear", {{"input", &x}, {"weight", &weight}});
+  }
+  TESSERA_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), ShapeError,
+                "[linear] input {} and weight {} do not fit: the weight must be [out, in] with "
+                "in = the input's last dim",
+                x.shape().str(), weight.shape().str());
+  const std::int64_t out = weight.size(0), in = weight.size(1);
+  TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({out}), ShapeError,
+                "[linear] bias {} must be [{}] for weight {}", bias.shape().str(), out,
+                weight.shape().str());
+  Shape out_shape(x.shape());
+  out_shape[out_shape.size() - 1] = out;
+  Tensor x2, y;
+  {
+    NoGradGuard internal;  // one node for the whole layer, recorded below
+    x2 = x.dim() == 2 ? x : x.reshape({-1, in});
+    Tensor y2 = matmul(x2, weight.t());
+    if (bias.defined()) y2.add_(bias);
+    y = x.dim() == 2 ? y2 : y2.reshape(out_shape);
+  }
+  if (detail::needs_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    detail::record("linear", y, {&x, &weight, &bias},
+                   [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), out, need_x,
+                    need_w, need_b](const Tensor& g) {
+                     const Tensor g2 = g.reshape({-1, out});
+                     Tensor dx, dw, db;
+                     if (need_x) dx = matmul(g2, w).reshape(x_shape);
+                     if (need_w) dw = matmul(g2.t(), x2);  // [out, in], the weight's layout
+                     if (need_b) db = sum(g2, {0});
+                     return std::vector<Tensor>{dx, dw, db};
+                   });
+  }
+  return y;
+}
 
 Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, TensorOptions options)
     : Module("Linear"), in_features(in), out_features(out) {

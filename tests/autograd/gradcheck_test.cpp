@@ -74,6 +74,21 @@ TEST_P(GradCheck, ScalarOps) {
   });
 }
 
+TEST_P(GradCheck, LinearLayerAndLosses) {
+  const Device d = device();
+  gradcheck("linear", d, {{{2, 3, 4}}, {{5, 4}}, {{5}}},
+            [](auto& x) { return nn::linear(x[0], x[1], x[2]); });
+  gradcheck("linear without bias", d, {{{4}}, {{3, 4}}},
+            [](auto& x) { return nn::linear(x[0], x[1]); });
+  gradcheck("linear through a transposed input", d, {{{4, 3}}, {{2, 4}}},
+            [](auto& x) { return nn::linear(x[0].t(), x[1]); });
+  const Tensor targets = from_vector(std::vector<std::int64_t>{2, 0, 1}, {3}, d);
+  gradcheck("cross_entropy", d, {{{3, 4}, -3, 3}}, [&](auto& x) {
+    return nn::cross_entropy(x[0], targets, nn::Reduction::kNone);
+  });
+  gradcheck("mse_loss", d, {{{3, 2}}, {{3, 2}}}, [](auto& x) { return nn::mse_loss(x[0], x[1]); });
+}
+
 TEST_P(GradCheck, UnaryOps) {
   const Device d = device();
   gradcheck("neg", d, {{{4}}}, [](auto& x) { return -x[0]; });

@@ -7,6 +7,11 @@
 
 namespace tessera::nn {
 
+/// x W^T + b over the last dim of x (any leading dims): x [..., in], weight [out, in], bias
+/// [out] or undefined. One op in the graph: its backward computes only the gradients its
+/// inputs need (a network's input needs none) and the weight's directly in its layout.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
 /// Linear(in_features, out_features): weight [out, in] and bias [out], initialized like
 /// PyTorch (uniform in +-1/sqrt(in_features)) directly on `options.device` (default: the
 /// current DeviceScope's device) from the default generator (manual_seed).
