@@ -1,6 +1,7 @@
 #pragma once
 /// The whole public API of tessera.
 #include "tessera/autograd.h"
+#include "tessera/conv.h"
 #include "tessera/cpu_devices.h"
 #include "tessera/device.h"
 #include "tessera/device_scope.h"

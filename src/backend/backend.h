@@ -36,6 +36,16 @@ enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, 
 
 enum class RandomKind : std::uint8_t { kUniform, kNormal };
 
+// Geometry of a 2-D convolution or pooling window over NCHW tensors (kernel sizes of a
+// convolution come from its weight).
+struct Window2d {
+  int kernel_h = 1, kernel_w = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+};
+
+enum class PoolKind : std::uint8_t { kMax, kAvg };
+
 // Scalars of one fused SGD step (PyTorch's torch.optim.SGD); see Backend::sgd_step.
 struct SgdParams {
   double lr = 0;
@@ -130,6 +140,25 @@ class Backend {
   // grad_logits[i, c] = (probs[i, c] - (c == targets[i])) * grad_losses[i]; all contiguous.
   virtual void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
                                       const Tensor& grad_losses, const Tensor& grad_logits) = 0;
+
+  // 2-D convolution (cross-correlation, like PyTorch) of contiguous NCHW x [N, C, H, W] with
+  // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.
+  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Tensor& out, const Window2d& w) = 0;
+  // Its gradients from grad_out [N, O, OH, OW], each written only when defined: grad_x like
+  // x, grad_weight like weight, grad_bias [O]. All contiguous, one floating dtype.
+  virtual void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                               const Tensor& grad_x, const Tensor& grad_weight,
+                               const Tensor& grad_bias, const Window2d& w) = 0;
+  // Max or average pooling of contiguous x [N, C, H, W] into out [N, C, OH, OW]. Max pooling
+  // treats padding as -inf and writes each window's argmax (the flat index into its H x W
+  // plane, int64) to indices; average pooling divides by kernel_h * kernel_w, padding
+  // included (PyTorch's count_include_pad), and gets an undefined indices.
+  virtual void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
+                      const Window2d& w) = 0;
+  // grad_x (overwritten, contiguous like x) from grad_out; indices as pool2d wrote them.
+  virtual void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
+                               const Tensor& grad_x, const Window2d& w) = 0;
 
   // Optimizer steps, one fused kernel per parameter, updating in place. All tensors are
   // contiguous, of one floating dtype and shape, on one device of this backend.

@@ -89,6 +89,23 @@ TEST_P(GradCheck, LinearLayerAndLosses) {
   gradcheck("mse_loss", d, {{{3, 2}}, {{3, 2}}}, [](auto& x) { return nn::mse_loss(x[0], x[1]); });
 }
 
+TEST_P(GradCheck, ConvolutionAndPooling) {
+  const Device d = device();
+  gradcheck("conv2d", d, {{{2, 2, 5, 4}}, {{3, 2, 3, 2}}, {{3}}}, [](auto& x) {
+    return conv2d(x[0], x[1], x[2], {.stride = {2, 1}, .padding = {1, 1}});
+  });
+  gradcheck("conv2d 1x1 without bias", d, {{{2, 3, 2, 3}}, {{2, 3, 1, 1}}},
+            [](auto& x) { return conv2d(x[0], x[1]); });
+  gradcheck("conv2d of a permuted input", d, {{{2, 4, 4, 1}}, {{1, 1, 2, 2}}},
+            [](auto& x) { return conv2d(x[0].permute({0, 3, 1, 2}), x[1]); });
+  gradcheck("max_pool2d", d, {{{2, 2, 5, 5}}}, [](auto& x) {
+    return max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  });
+  gradcheck("avg_pool2d", d, {{{1, 2, 4, 5}}}, [](auto& x) {
+    return avg_pool2d(x[0], {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}});
+  });
+}
+
 TEST_P(GradCheck, UnaryOps) {
   const Device d = device();
   gradcheck("neg", d, {{{4}}}, [](auto& x) { return -x[0]; });

@@ -69,3 +69,37 @@ void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& g
                       const KernelArg& m, const KernelArg& v, const AdamParams& p);
 
 }  // namespace tessera::detail::cuda
+
+namespace tessera::detail::cuda {
+
+// ---- convolution helpers and pooling (kernels_conv.cu) ----
+// See Note [CUDA convolution] in cuda_conv.cpp. All buffers are contiguous, of `dtype`
+// (float32 or float64); P = OH * OW; a chunk is images [n0, n0 + nb).
+struct ConvShape {
+  std::int64_t n, c, h, w, o, kh, kw, oh, ow;
+  Window2d win;
+  std::int64_t ck() const { return c * kh * kw; }
+  std::int64_t positions() const { return oh * ow; }
+};
+// col [C*kH*kW, nb*P] from x [N, C, H, W].
+void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const ConvShape& g,
+                   std::int64_t n0, std::int64_t nb);
+// dx[n0 + n] = col2im(col) (overwritten) from col [C*kH*kW, nb*P].
+void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const ConvShape& g,
+                   std::int64_t n0, std::int64_t nb);
+// out[n0 + n, o, p] = tmp[o, n*P + p] (+ bias[o] when bias is not null).
+void launch_channels_to_images(StreamHandle s, Dtype dtype, const void* tmp, const void* bias,
+                               void* out, const ConvShape& g, std::int64_t n0, std::int64_t nb);
+// tmp[o, n*P + p] = grad[n0 + n, o, p].
+void launch_images_to_channels(StreamHandle s, Dtype dtype, const void* grad, void* tmp,
+                               const ConvShape& g, std::int64_t n0, std::int64_t nb);
+// out[r] = sum_j in[r, j] (+ out[r] when accumulate), one block per row, fixed order.
+void launch_row_sums(StreamHandle s, Dtype dtype, const void* in, void* out, std::int64_t rows,
+                     std::int64_t cols, bool accumulate);
+// Same contracts as Backend::pool2d and Backend::pool2d_backward.
+void launch_pool2d(StreamHandle s, PoolKind kind, const KernelArg& x, const KernelArg& out,
+                   void* indices, const Window2d& w);
+void launch_pool2d_backward(StreamHandle s, PoolKind kind, const KernelArg& grad_out,
+                            const void* indices, const KernelArg& grad_x, const Window2d& w);
+
+}  // namespace tessera::detail::cuda

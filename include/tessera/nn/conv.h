@@ -1,0 +1,55 @@
+#pragma once
+/// Conv2d: a 2-D convolution layer over NCHW inputs (see tessera/conv.h for the op).
+#include <array>
+#include <cstdint>
+
+#include "tessera/conv.h"
+#include "tessera/factories.h"
+#include "tessera/nn/module.h"
+
+namespace tessera::nn {
+
+/// Conv2d(in_channels, out_channels, kernel_size, {.stride, .padding}): weight [O, C, kH, kW]
+/// and bias [O], initialized like PyTorch (uniform in +-1/sqrt(C kH kW)) on
+/// `options.device` directly.
+class Conv2d : public Module {
+ public:
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<int, 2> kernel_size,
+         Conv2dOptions conv = {}, bool bias = true, TensorOptions options = {});
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel_size,
+         Conv2dOptions conv = {}, bool bias = true, TensorOptions options = {})
+      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, conv, bias, options) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  std::int64_t in_channels, out_channels;
+  std::array<int, 2> kernel_size;
+  Conv2dOptions conv;
+  Tensor weight;  ///< [out_channels, in_channels, kH, kW]
+  Tensor bias;    ///< [out_channels]; undefined without bias
+};
+
+/// MaxPool2d(kernel) and AvgPool2d(kernel): stride defaults to the kernel size.
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0)
+      : MaxPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}
+  explicit MaxPool2d(Pool2dOptions options) : Module("MaxPool2d"), options(options) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
+  std::string extra_repr() const override;
+
+  Pool2dOptions options;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0)
+      : AvgPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}
+  explicit AvgPool2d(Pool2dOptions options) : Module("AvgPool2d"), options(options) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, options); }
+  std::string extra_repr() const override;
+
+  Pool2dOptions options;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,247 @@
+// CPU 2-D convolution: im2col + GEMM per image, images split across the OpenMP pool (each
+// GEMM then runs single-threaded inside the parallel region). See Note [CPU convolution].
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+// Note [CPU convolution]
+// For image n, col_n [C*kH*kW, OH*OW] holds the input patch under each output position, so
+// out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n, and the gradients are two more GEMMs:
+// dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds back into dx_n. The channel
+// counts of small networks (LeNet: 1->6, 6->16) make each GEMM small, so parallelism comes
+// from the batch rather than from inside one GEMM. The weight gradient is summed per thread
+// and then across threads in thread order (deterministic for a given thread count).
+
+namespace tessera::detail {
+namespace {
+
+using i64 = std::int64_t;
+
+struct Geometry {
+  i64 n, c, h, w, o, kh, kw, oh, ow;
+  Window2d win;
+  i64 ck() const { return c * kh * kw; }
+  i64 positions() const { return oh * ow; }
+  bool is_pointwise() const {  // 1x1, stride 1, no padding: col_n is x_n itself
+    return kh == 1 && kw == 1 && win.stride_h == 1 && win.stride_w == 1 && win.pad_h == 0 &&
+           win.pad_w == 0;
+  }
+};
+
+Geometry geometry(const Tensor& x, const Tensor& weight, const Window2d& win) {
+  const Shape& xs = x.shape();
+  const Shape& ws = weight.shape();
+  const i64 oh = (xs[2] + 2 * win.pad_h - ws[2]) / win.stride_h + 1;
+  const i64 ow = (xs[3] + 2 * win.pad_w - ws[3]) / win.stride_w + 1;
+  return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], oh, ow, win};
+}
+
+template <typename T>
+void im2col(const Geometry& g, const T* x, T* col) {
+  const i64 p = g.positions();
+  for (i64 c = 0; c < g.c; ++c) {
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
+          T* dst = row + oy * g.ow;
+          if (y < 0 || y >= g.h) {
+            std::fill(dst, dst + g.ow, T{0});
+            continue;
+          }
+          const T* src = x + (c * g.h + y) * g.w;
+          for (i64 ox = 0; ox < g.ow; ++ox) {
+            const i64 xx = ox * g.win.stride_w - g.win.pad_w + j;
+            dst[ox] = xx >= 0 && xx < g.w ? src[xx] : T{0};
+          }
+        }
+      }
+    }
+  }
+}
+
+// dx += col2im(col): the inverse scatter of im2col, adding where windows overlap.
+template <typename T>
+void col2im_add(const Geometry& g, const T* col, T* dx) {
+  const i64 p = g.positions();
+  for (i64 c = 0; c < g.c; ++c) {
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
+          if (y < 0 || y >= g.h) continue;
+          T* dst = dx + (c * g.h + y) * g.w;
+          const T* src = row + oy * g.ow;
+          for (i64 ox = 0; ox < g.ow; ++ox) {
+            const i64 xx = ox * g.win.stride_w - g.win.pad_w + j;
+            if (xx >= 0 && xx < g.w) dst[xx] += src[ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Row-major C [m, n] = op(A) op(B) + beta C, single-threaded inside a parallel region.
+template <typename T>
+void gemm(bool ta, bool tb, i64 m, i64 n, i64 k, const T* a, i64 lda, const T* b, i64 ldb,
+          T beta, T* c, i64 ldc) {
+  const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, opa, opb, mi, ni, ki, 1.0f, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, opa, opb, mi, ni, ki, 1.0, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  }
+}
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
+}
+
+// Whether to split images across threads (enough work, and not nested).
+bool parallel_images(const Geometry& g) {
+  return g.n > 1 && !omp_in_parallel() && g.n * g.o * g.ck() * g.positions() >= 32768;
+}
+
+template <typename T>
+void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                  const Window2d& win) {
+  const Geometry g = geometry(x, weight, win);
+  const T* px = data_of<T>(x);
+  const T* pw = data_of<T>(weight);
+  const T* pb = data_of<T>(bias);
+  T* py = data_of<T>(out);
+  const i64 ck = g.ck(), p = g.positions();
+  if (out.numel() == 0) return;
+#pragma omp parallel if (parallel_images(g))
+  {
+    std::vector<T> col(g.is_pointwise() ? 0 : static_cast<std::size_t>(ck * p));
+#pragma omp for schedule(static)
+    for (i64 n = 0; n < g.n; ++n) {
+      const T* xn = px + n * g.c * g.h * g.w;
+      T* yn = py + n * g.o * p;
+      const T* cn = xn;
+      if (!g.is_pointwise()) {
+        im2col(g, xn, col.data());
+        cn = col.data();
+      }
+      if (pb != nullptr) {
+        for (i64 o = 0; o < g.o; ++o) std::fill(yn + o * p, yn + (o + 1) * p, pb[o]);
+      }
+      if (ck == 0) {
+        if (pb == nullptr) std::fill(yn, yn + g.o * p, T{0});
+        continue;
+      }
+      gemm<T>(false, false, g.o, p, ck, pw, ck, cn, p, pb != nullptr ? T{1} : T{0}, yn, p);
+    }
+  }
+}
+
+template <typename T>
+void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                   const Window2d& win) {
+  const Geometry g = geometry(x, weight, win);
+  const T* px = data_of<T>(x);
+  const T* pw = data_of<T>(weight);
+  const T* pg = data_of<T>(grad_out);
+  T* pdx = data_of<T>(grad_x);
+  T* pdw = data_of<T>(grad_weight);
+  T* pdb = data_of<T>(grad_bias);
+  const i64 ck = g.ck(), p = g.positions(), wsize = g.o * ck;
+  if (pdx != nullptr) std::fill(pdx, pdx + grad_x.numel(), T{0});
+  const bool parallel = parallel_images(g);
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  // Per-thread partial sums of the weight and bias gradients: [threads][O*CK + O].
+  std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    const int tid = omp_get_thread_num();
+    T* dw = partial.data() + tid * (wsize + g.o);
+    T* db = dw + wsize;
+    std::vector<T> col(static_cast<std::size_t>(ck * p));
+#pragma omp for schedule(static)
+    for (i64 n = 0; n < g.n; ++n) {
+      const T* xn = px + n * g.c * g.h * g.w;
+      const T* gn = pg + n * g.o * p;
+      if (pdw != nullptr && ck > 0 && p > 0) {
+        const T* cn = xn;
+        if (!g.is_pointwise()) {
+          im2col(g, xn, col.data());
+          cn = col.data();
+        }
+        gemm<T>(false, true, g.o, ck, p, gn, p, cn, p, T{1}, dw, ck);
+      }
+      if (pdb != nullptr) {
+        for (i64 o = 0; o < g.o; ++o) {
+          T s{0};
+          for (i64 q = 0; q < p; ++q) s += gn[o * p + q];
+          db[o] += s;
+        }
+      }
+      if (pdx != nullptr && ck > 0 && p > 0) {
+        T* dxn = pdx + n * g.c * g.h * g.w;
+        if (g.is_pointwise()) {
+          gemm<T>(true, false, ck, p, g.o, pw, ck, gn, p, T{1}, dxn, p);
+        } else {
+          gemm<T>(true, false, ck, p, g.o, pw, ck, gn, p, T{0}, col.data(), p);
+          col2im_add(g, col.data(), dxn);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t) {
+    const T* dw = partial.data() + t * (wsize + g.o);
+    if (pdw != nullptr) {
+      for (i64 i = 0; i < wsize; ++i) pdw[i] = (t == 0 ? T{0} : pdw[i]) + dw[i];
+    }
+    if (pdb != nullptr) {
+      for (i64 o = 0; o < g.o; ++o) pdb[o] = (t == 0 ? T{0} : pdb[o]) + dw[wsize + o];
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& out, const Window2d& w) {
+  launch_with(
+      out.device().index(),
+      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+        dispatch_floating(out.dtype(), [&](auto tag) {
+          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
+        });
+      },
+      x, weight, bias, out);
+}
+
+void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                                 const Tensor& grad_x, const Tensor& grad_weight,
+                                 const Tensor& grad_bias, const Window2d& w) {
+  launch_with(
+      x.device().index(),
+      [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
+          const Tensor& grad_weight, const Tensor& grad_bias) {
+        dispatch_floating(x.dtype(), [&](auto tag) {
+          conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
+                                                      grad_bias, w);
+        });
+      },
+      x, weight, grad_out, grad_x, grad_weight, grad_bias);
+}
+
+}  // namespace tessera::detail

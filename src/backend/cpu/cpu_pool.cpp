@@ -1,0 +1,135 @@
+// CPU max and average pooling over NCHW planes, one plane per task.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/strided_loop.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail {
+namespace {
+
+using i64 = std::int64_t;
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
+}
+
+// The window of output (oy, ox), clipped to the plane: rows [y0, y1), columns [x0, x1).
+struct Span {
+  i64 y0, y1, x0, x1;
+};
+inline Span window(const Window2d& w, i64 oy, i64 ox, i64 h, i64 wd) {
+  const i64 ys = oy * w.stride_h - w.pad_h, xs = ox * w.stride_w - w.pad_w;
+  return {std::max<i64>(ys, 0), std::min<i64>(ys + w.kernel_h, h), std::max<i64>(xs, 0),
+          std::min<i64>(xs + w.kernel_w, wd)};
+}
+
+template <typename T>
+void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
+                  const Window2d& w) {
+  const i64 planes = x.size(0) * x.size(1), h = x.size(2), wd = x.size(3);
+  const i64 oh = out.size(2), ow = out.size(3);
+  const T* px = data_of<T>(x);
+  T* py = data_of<T>(out);
+  i64* pi = data_of<i64>(indices);
+  const T area = static_cast<T>(w.kernel_h * w.kernel_w);
+  const bool serial = out.numel() * w.kernel_h * w.kernel_w < kParallelGrain || omp_in_parallel();
+#pragma omp parallel for schedule(static) if (!serial)
+  for (i64 pl = 0; pl < planes; ++pl) {
+    const T* xp = px + pl * h * wd;
+    for (i64 oy = 0; oy < oh; ++oy) {
+      for (i64 ox = 0; ox < ow; ++ox) {
+        const Span s = window(w, oy, ox, h, wd);
+        const i64 o = (pl * oh + oy) * ow + ox;
+        if (kind == PoolKind::kMax) {
+          T best = -std::numeric_limits<T>::infinity();
+          i64 arg = s.y0 * wd + s.x0;
+          bool nan = false;  // a NaN wins and stays, as in PyTorch
+          for (i64 y = s.y0; y < s.y1 && !nan; ++y) {
+            for (i64 xx = s.x0; xx < s.x1 && !nan; ++xx) {
+              const T v = xp[y * wd + xx];
+              if (v > best || std::isnan(v)) {
+                best = v;
+                arg = y * wd + xx;
+                nan = std::isnan(v);
+              }
+            }
+          }
+          py[o] = best;
+          pi[o] = arg;
+        } else {
+          T sum{0};
+          for (i64 y = s.y0; y < s.y1; ++y) {
+            for (i64 xx = s.x0; xx < s.x1; ++xx) sum += xp[y * wd + xx];
+          }
+          py[o] = sum / area;
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
+                   const Tensor& grad_x, const Window2d& w) {
+  const i64 planes = grad_x.size(0) * grad_x.size(1), h = grad_x.size(2), wd = grad_x.size(3);
+  const i64 oh = grad_out.size(2), ow = grad_out.size(3);
+  const T* pg = data_of<T>(grad_out);
+  const i64* pi = data_of<i64>(indices);
+  T* pdx = data_of<T>(grad_x);
+  const T area = static_cast<T>(w.kernel_h * w.kernel_w);
+  const bool serial = grad_x.numel() < kParallelGrain || omp_in_parallel();
+#pragma omp parallel for schedule(static) if (!serial)
+  for (i64 pl = 0; pl < planes; ++pl) {
+    T* dx = pdx + pl * h * wd;
+    std::fill(dx, dx + h * wd, T{0});
+    for (i64 oy = 0; oy < oh; ++oy) {
+      for (i64 ox = 0; ox < ow; ++ox) {
+        const i64 o = (pl * oh + oy) * ow + ox;
+        if (kind == PoolKind::kMax) {
+          dx[pi[o]] += pg[o];
+          continue;
+        }
+        const Span s = window(w, oy, ox, h, wd);
+        const T share = pg[o] / area;
+        for (i64 y = s.y0; y < s.y1; ++y) {
+          for (i64 xx = s.x0; xx < s.x1; ++xx) dx[y * wd + xx] += share;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
+                        const Window2d& w) {
+  launch_with(
+      out.device().index(),
+      [kind, w](const Tensor& x, const Tensor& out, const Tensor& indices) {
+        dispatch_floating(out.dtype(), [&](auto tag) {
+          pool_forward<typename decltype(tag)::type>(kind, x, out, indices, w);
+        });
+      },
+      x, out, indices);
+}
+
+void CpuBackend::pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
+                                 const Tensor& grad_x, const Window2d& w) {
+  launch_with(
+      grad_x.device().index(),
+      [kind, w](const Tensor& grad_out, const Tensor& indices, const Tensor& grad_x) {
+        dispatch_floating(grad_x.dtype(), [&](auto tag) {
+          pool_backward<typename decltype(tag)::type>(kind, grad_out, indices, grad_x, w);
+        });
+      },
+      grad_out, indices, grad_x);
+}
+
+}  // namespace tessera::detail

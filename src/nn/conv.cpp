@@ -1,0 +1,48 @@
+// Conv2d and the pooling layers.
+#include "tessera/nn/conv.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace tessera::nn {
+namespace {
+
+std::string pool_repr(const Pool2dOptions& o) {
+  return fmt::format("kernel_size=({}, {}), stride=({}, {}), padding=({}, {})", o.kernel[0],
+                     o.kernel[1], o.stride[0] == 0 ? o.kernel[0] : o.stride[0],
+                     o.stride[1] == 0 ? o.kernel[1] : o.stride[1], o.padding[0], o.padding[1]);
+}
+
+}  // namespace
+
+Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Conv2dOptions conv,
+               bool with_bias, TensorOptions options)
+    : Module("Conv2d"), in_channels(in), out_channels(out), kernel_size(kernel), conv(conv) {
+  TESSERA_CHECK(in > 0 && out > 0 && kernel[0] > 0 && kernel[1] > 0, ShapeError,
+                "[Conv2d] channels and kernel sizes must be positive, got in_channels={}, "
+                "out_channels={}, kernel_size=({}, {})",
+                in, out, kernel[0], kernel[1]);
+  const std::int64_t fan_in = in * kernel[0] * kernel[1];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  weight = register_parameter("weight", uniform({out, in, kernel[0], kernel[1]}, -bound, bound, options));
+  if (with_bias) bias = register_parameter("bias", uniform({out}, -bound, bound, options));
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  TESSERA_CHECK(x.dim() == 4 && x.size(1) == in_channels, ShapeError,
+                "[Conv2d] {} expects inputs [N, {}, H, W], got shape {}", path(), in_channels,
+                x.shape().str());
+  return conv2d(x, weight, bias, conv);
+}
+
+std::string Conv2d::extra_repr() const {
+  return fmt::format("{}, {}, kernel_size=({}, {}), stride=({}, {}), padding=({}, {}), bias={}",
+                     in_channels, out_channels, kernel_size[0], kernel_size[1], conv.stride[0],
+                     conv.stride[1], conv.padding[0], conv.padding[1], bias.defined());
+}
+
+std::string MaxPool2d::extra_repr() const { return pool_repr(options); }
+std::string AvgPool2d::extra_repr() const { return pool_repr(options); }
+
+}  // namespace tessera::nn

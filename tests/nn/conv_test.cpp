@@ -1,0 +1,170 @@
+// conv2d, max_pool2d and avg_pool2d against naive float64 references, LeNet end to end, and
+// the errors. Their gradients are checked in tests/autograd/gradcheck_test.cpp.
+#include <cmath>
+#include <limits>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+using testing::random_values;
+
+struct Dims {
+  int n, c, h, w;
+};
+
+std::vector<double> reference_conv(const std::vector<double>& x, Dims d,
+                                   const std::vector<double>& wt, int o, int kh, int kw,
+                                   const std::vector<double>& b, int sh, int sw, int ph, int pw) {
+  const int oh = (d.h + 2 * ph - kh) / sh + 1, ow = (d.w + 2 * pw - kw) / sw + 1;
+  std::vector<double> out(static_cast<std::size_t>(d.n) * o * oh * ow);
+  for (int n = 0; n < d.n; ++n)
+    for (int k = 0; k < o; ++k)
+      for (int y = 0; y < oh; ++y)
+        for (int xx = 0; xx < ow; ++xx) {
+          double acc = b.empty() ? 0 : b[k];
+          for (int c = 0; c < d.c; ++c)
+            for (int i = 0; i < kh; ++i)
+              for (int j = 0; j < kw; ++j) {
+                const int iy = y * sh - ph + i, ix = xx * sw - pw + j;
+                if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
+                acc += x[((n * d.c + c) * d.h + iy) * d.w + ix] * wt[((k * d.c + c) * kh + i) * kw + j];
+              }
+          out[((n * o + k) * oh + y) * ow + xx] = acc;
+        }
+  return out;
+}
+
+std::vector<double> reference_pool(bool max, const std::vector<double>& x, Dims d, int kh, int kw,
+                                   int sh, int sw, int ph, int pw) {
+  const int oh = (d.h + 2 * ph - kh) / sh + 1, ow = (d.w + 2 * pw - kw) / sw + 1;
+  std::vector<double> out;
+  for (int p = 0; p < d.n * d.c; ++p)
+    for (int y = 0; y < oh; ++y)
+      for (int xx = 0; xx < ow; ++xx) {
+        double acc = max ? -INFINITY : 0;
+        for (int i = 0; i < kh; ++i)
+          for (int j = 0; j < kw; ++j) {
+            const int iy = y * sh - ph + i, ix = xx * sw - pw + j;
+            if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
+            const double v = x[(p * d.h + iy) * d.w + ix];
+            acc = max ? std::max(acc, v) : acc + v;
+          }
+        out.push_back(max ? acc : acc / (kh * kw));
+      }
+  return out;
+}
+
+class Conv : public DeviceTest {};
+
+TEST_P(Conv, Conv2dMatchesReference) {
+  const Device dev = device();
+  struct Case {
+    Dims d;
+    int o, kh, kw, sh, sw, ph, pw;
+    bool bias;
+  };
+  for (const Case& k : {Case{{2, 3, 7, 6}, 4, 3, 2, 1, 1, 0, 0, true},
+                        Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1, false},
+                        Case{{1, 1, 28, 28}, 6, 5, 5, 1, 1, 2, 2, true},
+                        Case{{4, 6, 5, 5}, 3, 1, 1, 1, 1, 0, 0, true},
+                        Case{{2, 2, 6, 8}, 2, 2, 3, 3, 2, 1, 0, true}}) {
+    const auto xs = random_values(static_cast<std::size_t>(k.d.n) * k.d.c * k.d.h * k.d.w, 1);
+    const auto ws = random_values(static_cast<std::size_t>(k.o) * k.d.c * k.kh * k.kw, 2);
+    const auto bs = k.bias ? random_values(k.o, 3) : std::vector<double>{};
+    const auto expected = reference_conv(xs, k.d, ws, k.o, k.kh, k.kw, bs, k.sh, k.sw, k.ph, k.pw);
+    for (Dtype dtype : {kFloat32, kFloat64}) {
+      const Tensor x = from_vector(xs, {k.d.n, k.d.c, k.d.h, k.d.w}, {dtype, dev});
+      const Tensor w = from_vector(ws, {k.o, k.d.c, k.kh, k.kw}, {dtype, dev});
+      const Tensor b = k.bias ? from_vector(bs, {k.o}, {dtype, dev}) : Tensor();
+      const Tensor y = conv2d(x, w, b, {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}});
+      EXPECT_EQ(y.device(), dev);
+      const double tol = dtype == kFloat32 ? 1e-5 : 1e-12;
+      expect_close(y, expected, tol, tol, "conv2d " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST_P(Conv, PoolingMatchesReference) {
+  const Device dev = device();
+  const Dims d{2, 3, 7, 8};
+  const auto xs = random_values(2 * 3 * 7 * 8, 5);
+  const Tensor x = from_vector(xs, {2, 3, 7, 8}, {kFloat64, dev});
+  for (auto [kh, kw, sh, sw, ph, pw] : {std::array{2, 2, 2, 2, 0, 0}, std::array{3, 3, 2, 2, 1, 1},
+                                        std::array{3, 2, 1, 2, 1, 0}}) {
+    const Pool2dOptions o{{kh, kw}, {sh, sw}, {ph, pw}};
+    expect_close(max_pool2d(x, o), reference_pool(true, xs, d, kh, kw, sh, sw, ph, pw), 0, 0,
+                 "max_pool2d");
+    expect_close(avg_pool2d(x, o), reference_pool(false, xs, d, kh, kw, sh, sw, ph, pw), 1e-12,
+                 1e-12, "avg_pool2d");
+  }
+  // Stride defaults to the kernel; a NaN propagates through max pooling.
+  EXPECT_EQ(max_pool2d(x, {.kernel = {2, 2}}).shape(), Shape({2, 3, 3, 4}));
+  const Tensor with_nan = from_vector(std::vector<double>{1, NAN, 3, 4}, {1, 1, 2, 2}, dev);
+  EXPECT_TRUE(std::isnan(max_pool2d(with_nan).item<double>()));
+}
+
+TEST_P(Conv, LeNetLossFallsOnAFewBatches) {
+  const Device d = device();
+  manual_seed(0);
+  // LeNet-5 with ReLU (d2l's sigmoid version needs many more steps to get going).
+  nn::Sequential net(nn::Conv2d(1, 6, 5, {.padding = {2, 2}}, true, d), nn::ReLU(),
+                     nn::AvgPool2d(2), nn::Conv2d(6, 16, 5, {}, true, d), nn::ReLU(),
+                     nn::MaxPool2d(2), nn::Flatten(), nn::Linear(400, 120, true, d), nn::ReLU(),
+                     nn::Linear(120, 84, true, d), nn::ReLU(), nn::Linear(84, 10, true, d));
+  // Ten classes of images told apart by where a bright square is.
+  const Tensor labels = (rand({64}, d) * 10.0).to(kInt64);
+  std::vector<double> pixels(64 * 28 * 28, 0.0);
+  const auto ls = labels.to_vector<std::int64_t>();
+  for (int i = 0; i < 64; ++i) {
+    const int top = 2 + static_cast<int>(ls[i]) * 2;
+    for (int y = top; y < top + 6; ++y)
+      for (int x = 4; x < 10 + static_cast<int>(ls[i]); ++x) pixels[(i * 28 + y) * 28 + x] = 1.0;
+  }
+  const Tensor images = from_vector(pixels, {64, 1, 28, 28}, {kFloat32, d});
+  optim::Adam opt(net.parameters(), {.lr = 0.01});
+  double first = 0, last = 0;
+  for (int step = 0; step < 20; ++step) {
+    opt.zero_grad();
+    const Tensor loss = nn::cross_entropy(net(images), labels);
+    loss.backward();
+    opt.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, 0.3 * first) << "first " << first << ", last " << last;
+  EXPECT_EQ(net.device(), d);
+}
+
+TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
+  const Device d = device();
+  const Tensor x = zeros({2, 3, 8, 8}, d);
+  expect_throw_with<ShapeError>([&] { conv2d(zeros({3, 8, 8}, d), zeros({4, 3, 3, 3}, d)); },
+                                {"[conv2d]", "[N, C, H, W]", "[3, 8, 8]", "unsqueeze(0)"});
+  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({6, 1, 5, 5}, d)); },
+                                {"input has 3 channels but weight [6, 1, 5, 5] expects 1"});
+  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({4, 3, 9, 9}, d)); },
+                                {"kernel (9 along H) is larger than the padded input"});
+  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({4, 3, 3, 3}, d), zeros({5}, d)); },
+                                {"bias must be [4]"});
+  expect_throw_with<DtypeError>(
+      [&] { conv2d(zeros({2, 3, 8, 8}, {kInt32, d}), zeros({4, 3, 3, 3}, {kInt32, d})); },
+      {"floating"});
+  expect_throw_with<ShapeError>([&] { max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 2}}); },
+                                {"[max_pool2d]", "at most half the kernel"});
+  expect_throw_with<ShapeError>([&] { nn::Conv2d(4, 2, 3, {}, true, d)(x); },
+                                {"Conv2d expects inputs [N, 4, H, W]", "[2, 3, 8, 8]"});
+  if (available_devices().size() > 1) {
+    const Device other = available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
+    expect_throw_with<DeviceMismatchError>([&] { conv2d(x, zeros({4, 3, 3, 3}, other)); },
+                                           {"[conv2d]"});
+  }
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Conv);
+
+}  // namespace
+}  // namespace tessera
