@@ -117,7 +117,7 @@ __global__ void pool_kernel(PoolKind kind, const T* __restrict__ x, T* __restric
     const i64 x1 = xs + s.win.kernel_w < s.w ? xs + s.win.kernel_w : s.w;
     const T* plane = x + pl * s.h * s.w;
     if (kind == PoolKind::kMax) {
-      T best = -cuda::std::numeric_limits<T>::infinity();
+      T best = -::cuda::std::numeric_limits<T>::infinity();
       i64 arg = y0 * s.w + x0;
       bool nan = false;  // a NaN wins and stays, as on the CPU
       for (i64 y = y0; y < y1 && !nan; ++y) {

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32;
   const T* x = logits + row * classes;
   T* p = probs + row * classes;
-  T mx = -cuda::std::numeric_limits<T>::infinity();
+  T mx = -::cuda::std::numeric_limits<T>::infinity();
   for (i64 c = lane; c < classes; c += 32) mx = x[c] > mx ? x[c] : mx;
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kThreads)
     const i64 t = targets[row];
     losses[row] = t >= 0 && t < classes
                       ? static_cast<T>(log(sum)) - (x[t] - mx)
-                      : cuda::std::numeric_limits<T>::quiet_NaN();
+                      : ::cuda::std::numeric_limits<T>::quiet_NaN();
   }
 }
 
