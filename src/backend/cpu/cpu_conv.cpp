@@ -44,13 +44,25 @@ Geometry geometry(const Tensor& x, const Tensor& weight, const Window2d& win) {
   return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], oh, ow, win};
 }
 
+// The output columns [lo, hi) whose input column ox * stride - pad + j lies inside [0, w).
+struct ColumnRange {
+  i64 lo, hi;
+};
+inline ColumnRange valid_columns(const Geometry& g, i64 j) {
+  const i64 s = g.win.stride_w, off = g.win.pad_w - j;  // input column = ox * s - off
+  const i64 lo = off > 0 ? (off + s - 1) / s : 0;
+  const i64 hi = g.w + off > 0 ? std::min<i64>((g.w - 1 + off) / s + 1, g.ow) : 0;
+  return {std::min(lo, g.ow), std::max(std::min(lo, g.ow), hi)};
+}
+
 template <typename T>
 void im2col(const Geometry& g, const T* x, T* col) {
-  const i64 p = g.positions();
+  const i64 p = g.positions(), s = g.win.stride_w;
   for (i64 c = 0; c < g.c; ++c) {
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
         T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const ColumnRange r = valid_columns(g, j);
         for (i64 oy = 0; oy < g.oh; ++oy) {
           const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
           T* dst = row + oy * g.ow;
@@ -58,11 +70,15 @@ void im2col(const Geometry& g, const T* x, T* col) {
             std::fill(dst, dst + g.ow, T{0});
             continue;
           }
-          const T* src = x + (c * g.h + y) * g.w;
-          for (i64 ox = 0; ox < g.ow; ++ox) {
-            const i64 xx = ox * g.win.stride_w - g.win.pad_w + j;
-            dst[ox] = xx >= 0 && xx < g.w ? src[xx] : T{0};
+          const i64 base = (c * g.h + y) * g.w - g.win.pad_w + j;  // x[base + ox * s]: column ox
+          std::fill(dst, dst + r.lo, T{0});
+          // Runs are short (an output row), so a plain loop beats a memmove call.
+          if (s == 1) {
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = x[base + ox];
+          } else {
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = x[base + ox * s];
           }
+          std::fill(dst + r.hi, dst + g.ow, T{0});
         }
       }
     }
@@ -72,20 +88,18 @@ void im2col(const Geometry& g, const T* x, T* col) {
 // dx += col2im(col): the inverse scatter of im2col, adding where windows overlap.
 template <typename T>
 void col2im_add(const Geometry& g, const T* col, T* dx) {
-  const i64 p = g.positions();
+  const i64 p = g.positions(), s = g.win.stride_w;
   for (i64 c = 0; c < g.c; ++c) {
     for (i64 i = 0; i < g.kh; ++i) {
       for (i64 j = 0; j < g.kw; ++j) {
         const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const ColumnRange r = valid_columns(g, j);
         for (i64 oy = 0; oy < g.oh; ++oy) {
           const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
           if (y < 0 || y >= g.h) continue;
-          T* dst = dx + (c * g.h + y) * g.w;
+          const i64 base = (c * g.h + y) * g.w - g.win.pad_w + j;
           const T* src = row + oy * g.ow;
-          for (i64 ox = 0; ox < g.ow; ++ox) {
-            const i64 xx = ox * g.win.stride_w - g.win.pad_w + j;
-            if (xx >= 0 && xx < g.w) dst[xx] += src[ox];
-          }
+          for (i64 ox = r.lo; ox < r.hi; ++ox) dx[base + ox * s] += src[ox];
         }
       }
     }
@@ -119,7 +133,7 @@ bool parallel_images(const Geometry& g) {
 
 template <typename T>
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                  const Window2d& win) {
+                  const Tensor& columns, const Window2d& win) {
   const Geometry g = geometry(x, weight, win);
   const T* px = data_of<T>(x);
   const T* pw = data_of<T>(weight);
@@ -129,15 +143,17 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   if (out.numel() == 0) return;
 #pragma omp parallel if (parallel_images(g))
   {
-    std::vector<T> col(g.is_pointwise() ? 0 : static_cast<std::size_t>(ck * p));
+    T* kept = data_of<T>(columns);
+    std::vector<T> col(g.is_pointwise() || kept != nullptr ? 0 : static_cast<std::size_t>(ck * p));
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
       const T* xn = px + n * g.c * g.h * g.w;
       T* yn = py + n * g.o * p;
       const T* cn = xn;
       if (!g.is_pointwise()) {
-        im2col(g, xn, col.data());
-        cn = col.data();
+        T* cols = kept != nullptr ? kept + n * ck * p : col.data();
+        im2col(g, xn, cols);
+        cn = cols;
       }
       if (pb != nullptr) {
         for (i64 o = 0; o < g.o; ++o) std::fill(yn + o * p, yn + (o + 1) * p, pb[o]);
@@ -152,7 +168,7 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 }
 
 template <typename T>
-void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& columns, const Tensor& grad_out,
                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                    const Window2d& win) {
   const Geometry g = geometry(x, weight, win);
@@ -180,7 +196,9 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
       const T* gn = pg + n * g.o * p;
       if (pdw != nullptr && ck > 0 && p > 0) {
         const T* cn = xn;
-        if (!g.is_pointwise()) {
+        if (columns.defined()) {
+          cn = data_of<T>(columns) + n * ck * p;
+        } else if (!g.is_pointwise()) {
           im2col(g, xn, col.data());
           cn = col.data();
         }
@@ -217,31 +235,41 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
 
 }  // namespace
 
-void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Tensor& out, const Window2d& w) {
+Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& out, const Window2d& w, bool keep_columns) {
+  const Geometry g = geometry(x, weight, w);
+  // The im2col matrices of the batch, kept for the weight's gradient (PyTorch's slow_conv2d
+  // keeps them too): the backward pass then skips half the im2col work.
+  Tensor columns;
+  if (keep_columns && !g.is_pointwise() && out.numel() > 0) {
+    columns = make_tensor({g.n, g.ck(), g.positions()}, out.dtype(), out.device(), "conv2d");
+  }
   launch_with(
       out.device().index(),
-      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+          const Tensor& columns) {
         dispatch_floating(out.dtype(), [&](auto tag) {
-          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
+          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, columns, w);
         });
       },
-      x, weight, bias, out);
+      x, weight, bias, out, columns);
+  return columns;
 }
 
-void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
-                                 const Tensor& grad_x, const Tensor& grad_weight,
-                                 const Tensor& grad_bias, const Window2d& w) {
+void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
+                                 const Tensor& grad_out, const Tensor& grad_x,
+                                 const Tensor& grad_weight, const Tensor& grad_bias,
+                                 const Window2d& w) {
   launch_with(
       x.device().index(),
-      [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
-          const Tensor& grad_weight, const Tensor& grad_bias) {
+      [w](const Tensor& x, const Tensor& weight, const Tensor& columns, const Tensor& grad_out,
+          const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
         dispatch_floating(x.dtype(), [&](auto tag) {
-          conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
-                                                      grad_bias, w);
+          conv_backward<typename decltype(tag)::type>(x, weight, columns, grad_out, grad_x,
+                                                      grad_weight, grad_bias, w);
         });
       },
-      x, weight, grad_out, grad_x, grad_weight, grad_bias);
+      x, weight, columns, grad_out, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace tessera::detail

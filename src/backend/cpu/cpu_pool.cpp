@@ -30,6 +30,12 @@ inline Span window(const Window2d& w, i64 oy, i64 ox, i64 h, i64 wd) {
           std::min<i64>(xs + w.kernel_w, wd)};
 }
 
+// Non-overlapping windows without padding (LeNet's 2x2, stride 2): every window lies in
+// the plane, and every input belongs to at most one window.
+bool is_tiling(const Window2d& w) {
+  return w.pad_h == 0 && w.pad_w == 0 && w.stride_h == w.kernel_h && w.stride_w == w.kernel_w;
+}
+
 template <typename T>
 void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
                   const Window2d& w) {
@@ -43,6 +49,22 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {
     const T* xp = px + pl * h * wd;
+    if (kind == PoolKind::kAvg && is_tiling(w)) {
+      T* yp = py + pl * oh * ow;
+      for (i64 oy = 0; oy < oh; ++oy) {
+        for (i64 ox = 0; ox < ow; ++ox) yp[oy * ow + ox] = T{0};
+        for (i64 i = 0; i < w.kernel_h; ++i) {
+          const T* row = xp + (oy * w.kernel_h + i) * wd;
+          for (i64 ox = 0; ox < ow; ++ox) {
+            T acc{0};
+            for (i64 j = 0; j < w.kernel_w; ++j) acc += row[ox * w.kernel_w + j];
+            yp[oy * ow + ox] += acc;
+          }
+        }
+        for (i64 ox = 0; ox < ow; ++ox) yp[oy * ow + ox] /= area;
+      }
+      continue;
+    }
     for (i64 oy = 0; oy < oh; ++oy) {
       for (i64 ox = 0; ox < ow; ++ox) {
         const Span s = window(w, oy, ox, h, wd);
@@ -88,6 +110,21 @@ void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {
     T* dx = pdx + pl * h * wd;
+    if (kind == PoolKind::kAvg && is_tiling(w)) {
+      // Each input gets its window's share; rows and columns past the last window get 0.
+      const T* gp = pg + pl * oh * ow;
+      std::fill(dx, dx + h * wd, T{0});
+      for (i64 oy = 0; oy < oh; ++oy) {
+        for (i64 i = 0; i < w.kernel_h; ++i) {
+          T* row = dx + (oy * w.kernel_h + i) * wd;
+          for (i64 ox = 0; ox < ow; ++ox) {
+            const T share = gp[oy * ow + ox] / area;
+            for (i64 j = 0; j < w.kernel_w; ++j) row[ox * w.kernel_w + j] = share;
+          }
+        }
+      }
+      continue;
+    }
     std::fill(dx, dx + h * wd, T{0});
     for (i64 oy = 0; oy < oh; ++oy) {
       for (i64 ox = 0; ox < ow; ++ox) {
