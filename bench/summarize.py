@@ -121,6 +121,37 @@ def large_section(medians, cvs):
             + noise_note(cvs, "add_16M"))
 
 
+TRAIN_MODELS = [("train_mlp", "MLP 784-256-10", 0.8), ("train_lenet", "LeNet-5 (d2l)", 0.5)]
+
+
+def train_section(medians, cvs):
+    """Epoch times: tessera at its defaults against LibTorch at each thread setting."""
+    def rows_of(family, impl):
+        return {k[2]: r for k, r in medians.items() if k[0] == family and k[1] == impl}
+
+    rows = []
+    for family, label, target in TRAIN_MODELS:
+        mine = list(rows_of(family, "tessera").values())
+        peers = rows_of(family, "libtorch")
+        if not mine:
+            continue
+        t = mine[0]
+        by_threads = {k.split(":")[1]: r for k, r in peers.items() if k.startswith("threads:")}
+        best = min(by_threads.values(), key=ns) if by_threads else None
+        peer_cells = ", ".join(f"{fmt(ns(r) / 1e6, 0)} ms ({n} thr)"
+                               for n, r in sorted(by_threads.items()))
+        rows.append([label, fmt(ns(t) / 1e6, 0), fmt(t.get("images_per_s", 0) / 1e3, 1),
+                     peer_cells or "n/a", ratio(ns(t), ns(best) if best else None),
+                     f"<= {target}", fmt(t.get("step_peak_MiB"), 1)])
+    if not rows:
+        return ""
+    header = ["model", "tessera epoch", "tessera k images/s", "LibTorch epoch",
+              "tessera/LibTorch best", "target", "tessera step peak MiB"]
+    return ("### training epochs: 60,000 synthetic 28x28 images, batch 256, SGD, CPU (time: "
+            "lower is better)\n\n" + table(header, rows) + "\n" + noise_note(cvs, "train_mlp")
+            + noise_note(cvs, "train_lenet"))
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -142,7 +173,7 @@ def main(argv):
         print(f"Load average at start: {', '.join(f'{x:.2f}' for x in load_avg)}.")
     print()
     for section in (matmul_section(medians, cvs, peak), small_section(medians, cvs),
-                    large_section(medians, cvs)):
+                    large_section(medians, cvs), train_section(medians, cvs)):
         if section:
             print(section)
     return 0

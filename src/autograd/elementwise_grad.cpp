@@ -2,6 +2,8 @@
 // to their shape (sum_to).
 #include "autograd/formulas.h"
 #include "autograd/record.h"
+#include "backend/elementwise_functors.h"
+#include "core/tensor_impl.h"
 #include "tessera/factories.h"
 #include "tessera/operators.h"
 
@@ -96,6 +98,17 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
   // A formula keeps the output detached: holding the output itself would be a cycle
   // (output -> its node -> the formula -> output).
   const Tensor out = out_in.detach();
+  if (has_fused_backward(op) && is_floating(a.dtype())) {
+    // One pass instead of two or three ops (and their temporaries).
+    const Tensor saved = backward_saves_output(op) ? out : a.detach();
+    record(name, out_in, {&a}, [op, saved](const Tensor& g) {
+      const Tensor grad = g.dtype() == saved.dtype() ? g.contiguous() : g.to(saved.dtype());
+      Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
+      backend_of(saved.device()).unary_backward(op, grad, saved.contiguous(), grad_in);
+      return std::vector<Tensor>{grad_in};
+    });
+    return;
+  }
   BackwardFn fn;
   switch (op) {
     case UnaryOp::kNeg:

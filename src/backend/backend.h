@@ -117,6 +117,11 @@ class Backend {
   virtual void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
                       std::uint64_t offset) = 0;
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
+  // grad_in = the gradient of an activation (kRelu, kSigmoid, kTanh) in one pass, from the
+  // gradient of its output and `saved` (the op's input for kRelu, its output otherwise).
+  // Contiguous, of one floating dtype and shape.
+  virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
+                              const Tensor& grad_in) = 0;
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // a (op) scalar, or scalar (op) a when scalar_first.
   virtual void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,

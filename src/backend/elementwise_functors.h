@@ -48,7 +48,27 @@ TESSERA_BINARY_FN(LtFn, a < b)
 TESSERA_BINARY_FN(LeFn, a <= b)
 TESSERA_BINARY_FN(GtFn, a > b)
 TESSERA_BINARY_FN(GeFn, a >= b)
+// Gradients of the activations, fused: fn(grad, saved) with saved the op's input (ReLU) or
+// output (sigmoid, tanh). See Backend::unary_backward.
+TESSERA_BINARY_FN(ReluGradFn, static_cast<T>(b > T(0) ? a : T(0)))
+TESSERA_BINARY_FN(SigmoidGradFn, static_cast<T>(a * b * (T(1) - b)))
+TESSERA_BINARY_FN(TanhGradFn, static_cast<T>(a * (T(1) - b * b)))
 #undef TESSERA_BINARY_FN
+
+
+// Whether unary_backward has a fused kernel for `op`, and which tensor it saves.
+constexpr bool has_fused_backward(UnaryOp op) {
+  return op == UnaryOp::kRelu || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+}
+constexpr bool backward_saves_output(UnaryOp op) { return op != UnaryOp::kRelu; }
+
+// Calls f(functor) with the gradient functor of an op with has_fused_backward(op).
+template <typename F>
+decltype(auto) dispatch_unary_backward(UnaryOp op, F&& f) {
+  if (op == UnaryOp::kSigmoid) return f(SigmoidGradFn{});
+  if (op == UnaryOp::kTanh) return f(TanhGradFn{});
+  return f(ReluGradFn{});
+}
 
 // Calls f(functor) with the functor of `op`.
 template <typename F>

@@ -116,6 +116,27 @@ void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
       in, out);
 }
 
+void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
+                                const Tensor& grad_in) {
+  launch_with(
+      grad_in.device().index(),
+      [op](const Tensor& grad, const Tensor& saved, const Tensor& grad_in) {
+        dispatch_floating(grad_in.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T* g = reinterpret_cast<const T*>(impl_of(grad).data());
+          const T* s = reinterpret_cast<const T*>(impl_of(saved).data());
+          T* out = reinterpret_cast<T*>(impl_of(grad_in).data());
+          const std::int64_t n = grad_in.numel();
+          dispatch_unary_backward(op, [&](auto fn) {
+            const bool serial = n < kParallelGrain || omp_in_parallel();
+#pragma omp parallel for schedule(static) if (!serial)
+            for (std::int64_t i = 0; i < n; ++i) out[i] = fn(g[i], s[i]);
+          });
+        });
+      },
+      grad, saved, grad_in);
+}
+
 namespace {
 
 // out[i] = fn(a[i], b[i]) over one row; strides in bytes. Contiguous and broadcast-scalar

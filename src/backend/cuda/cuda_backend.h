@@ -47,6 +47,8 @@ class CudaBackend final : public Backend {
   void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
               std::uint64_t offset) override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
+                      const Tensor& grad_in) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                      const Tensor& out) override;

@@ -21,6 +21,12 @@ void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
   cuda::launch_unary(activate(out.device().index()), op, kernel_arg(in), kernel_arg(out));
 }
 
+void CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
+                                 const Tensor& grad_in) {
+  cuda::launch_unary_backward(activate(grad_in.device().index()), op, kernel_arg(grad),
+                              kernel_arg(saved), kernel_arg(grad_in));
+}
+
 void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   cuda::launch_binary(activate(out.device().index()), op, kernel_arg(a), kernel_arg(b),
                       kernel_arg(out));

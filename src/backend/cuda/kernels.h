@@ -34,6 +34,9 @@ void launch_arange(StreamHandle s, const KernelArg& out, double start, double st
 void launch_random(StreamHandle s, const KernelArg& out, RandomKind kind, double a, double b,
                    std::uint64_t seed, std::uint64_t offset);
 void launch_unary(StreamHandle s, UnaryOp op, const KernelArg& in, const KernelArg& out);
+// Same contract as Backend::unary_backward.
+void launch_unary_backward(StreamHandle s, UnaryOp op, const KernelArg& grad,
+                           const KernelArg& saved, const KernelArg& grad_in);
 void launch_binary(StreamHandle s, BinaryOp op, const KernelArg& a, const KernelArg& b,
                    const KernelArg& out);
 void launch_binary_scalar(StreamHandle s, BinaryOp op, const KernelArg& a, double scalar,

@@ -79,6 +79,19 @@ void launch_unary(StreamHandle s, UnaryOp op, const KernelArg& in, const KernelA
   TESSERA_CUDA_EXPECT(launched, "unary op on a dtype the front end never sends");
 }
 
+void launch_unary_backward(StreamHandle s, UnaryOp op, const KernelArg& grad,
+                           const KernelArg& saved, const KernelArg& grad_in) {
+  TESSERA_CUDA_EXPECT(grad.dtype == grad_in.dtype && saved.dtype == grad_in.dtype,
+                      "unary_backward operands differ in dtype");
+  dispatch_floating(grad_in.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_unary_backward(op, [&](auto fn) {
+      launch_map<T, T, T, 2>(static_cast<cudaStream_t>(s), "unary_backward", fn, grad_in,
+                             Operand<T>{&grad}, Operand<T>{&saved});
+    });
+  });
+}
+
 void launch_where(StreamHandle s, const KernelArg& cond, const KernelArg& a, const KernelArg& b,
                   const KernelArg& out) {
   TESSERA_CUDA_EXPECT(cond.dtype == kBool && a.dtype == out.dtype && b.dtype == out.dtype,
