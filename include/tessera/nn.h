@@ -1,6 +1,7 @@
 #pragma once
 /// Neural-network modules, losses and initializers (namespace tessera::nn).
 #include "tessera/nn/activation.h"
+#include "tessera/nn/checkpoint.h"
 #include "tessera/nn/conv.h"
 #include "tessera/nn/dropout.h"
 #include "tessera/nn/flatten.h"

@@ -16,6 +16,7 @@
 #include "tessera/optim/sgd.h"
 #include "tessera/ops.h"
 #include "tessera/random.h"
+#include "tessera/safetensors.h"
 #include "tessera/settings.h"
 #include "tessera/shape.h"
 #include "tessera/sync_guard.h"

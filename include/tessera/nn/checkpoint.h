@@ -1,0 +1,23 @@
+#pragma once
+/// A module's parameters and buffers to and from a safetensors file (see
+/// tessera/safetensors.h), from and to whatever device they live on: a checkpoint written
+/// from a GPU loads on a machine without one.
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "tessera/nn/module.h"
+
+namespace tessera::nn {
+
+/// Saves module.state_dict() atomically, with optional string metadata.
+void save_checkpoint(const Module& module, const std::filesystem::path& path,
+                     const std::map<std::string, std::string>& metadata = {});
+
+/// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file is
+/// checked (IOError for a bad file) and then matched against the module (names, shapes and
+/// kinds of dtype, as load_state_dict does) before anything changes: on any error the module
+/// is left as it was. Returns the file's metadata.
+std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path);
+
+}  // namespace tessera::nn

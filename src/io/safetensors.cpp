@@ -1,0 +1,278 @@
+// The safetensors format: writing atomically, and reading with every check done on the
+// header before any data is read. Format: https://github.com/huggingface/safetensors
+#include "tessera/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <source_location>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device_registry.h"
+#include "core/tensor_impl.h"
+
+namespace tessera {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; tessera writes host memory as it is");
+
+// The reference implementation refuses headers over 100 MB; so do we, before allocating.
+constexpr std::uint64_t kMaxHeader = 100'000'000;
+
+using Json = nlohmann::json;
+
+struct DtypeName {
+  Dtype dtype;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {{kBool, "BOOL"},   {kUInt8, "U8"},    {kInt32, "I32"},
+                                 {kInt64, "I64"},   {kFloat32, "F32"}, {kFloat64, "F64"}};
+
+const char* safetensors_name(Dtype dtype) {
+  for (const auto& d : kDtypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "?";
+}
+
+std::string system_reason() { return std::strerror(errno); }
+
+[[noreturn]] void fail(const char* op, const std::filesystem::path& path, const std::string& what) {
+  throw IOError(fmt::format("[{}] '{}': {}", op, path.string(), what));
+}
+
+// ---- writing ----
+
+// A file descriptor closed on every path, and a temporary file removed unless released.
+class TempFile {
+ public:
+  explicit TempFile(const std::filesystem::path& target) {
+    std::string pattern = target.string() + ".tmp-XXXXXX";
+    name_.assign(pattern.begin(), pattern.end());
+    name_.push_back('\0');
+    fd_ = ::mkstemp(name_.data());
+    if (fd_ < 0) fail("save_safetensors", target, "cannot create a temporary file beside it: " + system_reason());
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(name_.data());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  void write(const void* data, std::size_t bytes, const std::filesystem::path& target) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd_, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("save_safetensors", target, "write failed: " + system_reason());
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+  }
+  // fsync, close, rename over `target`, fsync the directory: the new file is durable and
+  // replaces the old one in one step.
+  void commit(const std::filesystem::path& target) {
+    if (::fsync(fd_) != 0) fail("save_safetensors", target, "fsync failed: " + system_reason());
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("save_safetensors", target, "close failed: " + system_reason());
+    if (std::rename(name_.data(), target.c_str()) != 0) {
+      fail("save_safetensors", target, "cannot rename the temporary file over it: " + system_reason());
+    }
+    committed_ = true;
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+      ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
+      ::close(dfd);
+    }
+  }
+
+ private:
+  std::vector<char> name_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// ---- reading ----
+
+struct Entry {
+  std::string name;
+  Dtype dtype;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+struct Header {
+  std::vector<Entry> entries;
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;
+};
+
+Header read_header(std::ifstream& in, const std::filesystem::path& path) {
+  const char* op = "load_safetensors";
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail(op, path, "cannot read its size: " + ec.message());
+  if (size < 8) {
+    fail(op, path, fmt::format("is {} bytes, too short for a safetensors file (the header "
+                               "length alone takes 8)", size));
+  }
+  unsigned char len_bytes[8];
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) fail(op, path, "cannot read the header length");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > kMaxHeader || n > size - 8) {
+    fail(op, path, fmt::format("declares a {}-byte header, but the file has {} bytes after the "
+                               "length (limit {}); the file is truncated or not safetensors",
+                               n, size - 8, kMaxHeader));
+  }
+  std::string text(n, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(op, path, "cannot read the header");
+  Json json;
+  try {
+    json = Json::parse(text);
+  } catch (const Json::exception& e) {
+    fail(op, path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!json.is_object()) fail(op, path, "the header is not a JSON object");
+  Header h;
+  h.data_start = 8 + n;
+  for (auto it = json.begin(); it != json.end(); ++it) {
+    const std::string& name = it.key();
+    const Json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail(op, path, "__metadata__ is not an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) fail(op, path, "__metadata__." + m.key() + " is not a string");
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+      fail(op, path, "tensor '" + name + "' needs a dtype string, a shape array and two data_offsets");
+    }
+    const std::string dt = v["dtype"].get<std::string>();
+    const auto d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                                [&](const DtypeName& x) { return dt == x.name; });
+    if (d == std::end(kDtypes)) {
+      fail(op, path, fmt::format("tensor '{}' has dtype {}, which tessera cannot hold (it holds "
+                                 "BOOL, U8, I32, I64, F32, F64)", name, dt));
+    }
+    if (v["shape"].size() > static_cast<std::size_t>(kMaxDims)) {
+      fail(op, path, fmt::format("tensor '{}' has {} dims; tessera holds at most {}", name,
+                                 v["shape"].size(), kMaxDims));
+    }
+    Shape shape;
+    std::uint64_t numel = 1;
+    for (const Json& s : v["shape"]) {
+      if (!s.is_number_unsigned()) fail(op, path, "tensor '" + name + "' has a shape entry that is not a non-negative integer");
+      const std::uint64_t extent = s.get<std::uint64_t>();
+      if (extent > (std::uint64_t{1} << 48)) fail(op, path, "tensor '" + name + "' has an absurd shape");
+      shape.push_back(static_cast<std::int64_t>(extent));
+      numel *= extent;
+      if (numel > (std::uint64_t{1} << 48)) fail(op, path, "tensor '" + name + "' has an absurd shape");
+    }
+    const Json& off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      fail(op, path, "tensor '" + name + "' has data_offsets that are not non-negative integers");
+    }
+    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+    const std::uint64_t bytes = numel * itemsize(d->dtype);
+    if (end < begin || end - begin != bytes) {
+      fail(op, path, fmt::format("tensor '{}' ({} {}) needs {} bytes but its data_offsets [{}, "
+                                 "{}] span {}", name, dt, shape.str(), bytes, begin, end,
+                                 end < begin ? 0 : end - begin));
+    }
+    h.entries.push_back({name, d->dtype, shape, begin, end});
+  }
+  // The byte ranges must tile the data section exactly: no gap, no overlap, nothing past it.
+  std::vector<const Entry*> by_offset;
+  for (const Entry& e : h.entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t at = 0;
+  for (const Entry* e : by_offset) {
+    if (e->begin != at) {
+      fail(op, path, fmt::format("tensor '{}' starts at byte {} of the data, expected {} (the "
+                                 "byte ranges overlap or leave a gap)", e->name, e->begin, at));
+    }
+    at = e->end;
+  }
+  if (h.data_start + at != size) {
+    fail(op, path, fmt::format("the tensors cover {} bytes of data but the file holds {} after "
+                               "the header; the file is truncated or has trailing bytes",
+                               at, size - h.data_start));
+  }
+  return h;
+}
+
+}  // namespace
+
+void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TESSERA_CHECK(!name.empty() && name != "__metadata__", Error,
+                  "[save_safetensors] '{}' cannot name a tensor", name);
+    detail::check_defined(t, "save_safetensors", name.c_str());
+    std::vector<std::int64_t> shape(t.shape().begin(), t.shape().end());
+    header[name] = {{"dtype", safetensors_name(t.dtype())},
+                    {"shape", shape},
+                    {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  unsigned char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+
+  TempFile file(path);
+  file.write(len_bytes, 8, path);
+  file.write(text.data(), text.size(), path);
+  std::vector<char> host;
+  for (const auto& [name, t] : tensors) {
+    host.resize(t.nbytes());
+    detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors", std::source_location::current());
+    file.write(host.data(), host.size(), path);
+  }
+  file.commit(path);
+}
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device) {
+  detail::check_device(device, "load_safetensors");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("load_safetensors", path, "cannot open it: " + system_reason());
+  const Header h = read_header(in, path);
+  SafetensorsFile out;
+  out.metadata = h.metadata;
+  for (const Entry& e : h.entries) {
+    // Read into host memory (page-locked when the target is a GPU, so the copy is direct).
+    Tensor host = detail::make_tensor(e.shape, e.dtype, cpu(), "load_safetensors",
+                                      /*pinned=*/device.is_cuda());
+    in.seekg(static_cast<std::streamoff>(h.data_start + e.begin));
+    if (!in.read(detail::impl_of(host).data(), static_cast<std::streamsize>(e.end - e.begin))) {
+      fail("load_safetensors", path, "cannot read the data of tensor '" + e.name + "'");
+    }
+    out.tensors.emplace(e.name, device == cpu() ? host : host.to(device));
+  }
+  return out;
+}
+
+}  // namespace tessera
