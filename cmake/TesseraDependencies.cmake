@@ -3,6 +3,8 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(fmt REQUIRED)
 # JSON for the safetensors header (header-only, private to the library).
 find_package(nlohmann_json 3.10 REQUIRED)
+# zlib reads the gzipped IDX files of Fashion-MNIST.
+find_package(ZLIB REQUIRED)
 
 # OpenBLAS's OpenMP build shares libgomp's thread pool with tessera's own kernels (two
 # pools on two cores fight). oneDNN's sgemm is faster for float32 (docs/benchmarks.md).

@@ -1,0 +1,70 @@
+#pragma once
+/// DataLoader: batches of (image, label) pairs from uint8 images in host memory, shuffled
+/// with a seed, scaled to float32 in [0, 1] (optionally normalized), in pinned host memory
+/// when the machine has a GPU so that Trainer's prepare_batch copies them asynchronously
+/// (the copy of one batch overlaps the device's work on the one before; see docs).
+///
+///   data::DataLoader train(d.train_images, d.train_labels, {.batch_size = 256, .seed = 1});
+///   for (const data::Batch& b : train) { ... b.x [256, 1, 28, 28], b.y [256] int64 ... }
+#include <cstdint>
+#include <vector>
+
+#include "tessera/tensor.h"
+
+namespace tessera::data {
+
+struct LoaderOptions {
+  std::int64_t batch_size = 256;
+  bool shuffle = true;
+  bool drop_last = false;  ///< drop a last batch smaller than batch_size
+  std::uint64_t seed = 0;  ///< epoch e shuffles with seed + e: runs repeat exactly
+  double mean = 0;         ///< x = (pixel / 255 - mean) / std
+  double std = 1;
+};
+
+struct Batch {
+  Tensor x;  ///< float32 [B, 1, H, W] (a channel dim is added to [N, H, W] images)
+  Tensor y;  ///< int64 [B]
+};
+
+class DataLoader {
+ public:
+  /// images: uint8 [N, ...] on the CPU; labels: integer [N] on the CPU. Error otherwise.
+  DataLoader(Tensor images, Tensor labels, LoaderOptions options = {});
+
+  std::int64_t size() const { return n_; }   ///< examples
+  std::int64_t batches() const;              ///< batches per epoch
+  const LoaderOptions& options() const { return options_; }
+
+  class iterator {
+   public:
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    const Batch& operator*() const { return batch_; }
+    const Batch* operator->() const { return &batch_; }
+    iterator& operator++();
+    bool operator==(const iterator& other) const { return index_ == other.index_; }
+
+   private:
+    friend class DataLoader;
+    iterator(const DataLoader* loader, std::int64_t index);
+    void load();
+    const DataLoader* loader_ = nullptr;
+    std::int64_t index_ = 0;
+    Batch batch_;
+  };
+  /// Starts an epoch: each begin() reshuffles (seed + the number of epochs begun before).
+  iterator begin();
+  iterator end() const { return iterator(this, batches()); }
+  /// Batch i of the current epoch.
+  Batch batch(std::int64_t i) const;
+
+ private:
+  Tensor images_, labels_;
+  LoaderOptions options_;
+  std::int64_t n_ = 0, example_numel_ = 0;
+  std::uint64_t epoch_ = 0;
+  std::vector<std::int64_t> order_;
+};
+
+}  // namespace tessera::data

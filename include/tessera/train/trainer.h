@@ -1,0 +1,98 @@
+#pragma once
+/// Trainer: the book's Trainer(max_epochs, num_gpus, gradient_clip_val) in C++. It moves the
+/// model to its first GPU (prepare_model) and each batch there (prepare_batch), and keeps
+/// every metric on the device: a training step makes no host wait and no transfer besides
+/// its batch; the sums are read once per epoch and the per-step loss log, kept in a device
+/// tensor, is moved to the host in one piece ("log on the device, move only larger logs").
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "tessera/data/loader.h"
+#include "tessera/device.h"
+#include "tessera/nn/module.h"
+#include "tessera/optim/optimizer.h"
+
+namespace tessera::train {
+
+struct TrainerOptions {
+  int max_epochs = 10;
+  /// GPUs to use: the first min(num_gpus, num_gpus()) (the book's default 0: the CPU). Asked
+  /// for more than exist, the trainer says so once. It trains on the first of them.
+  int num_gpus = 0;
+  double gradient_clip_val = 0;  ///< clip the global gradient norm to this when > 0
+  /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
+  bool progress = true;
+  /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds);
+  /// empty: none.
+  std::filesystem::path metrics_path;
+};
+
+/// What a training and a validation step return, on the device: the batch's mean loss
+/// (0-dim, differentiable in training) and its number of correct predictions (0-dim int64;
+/// undefined when the task has no notion of accuracy).
+struct StepResult {
+  Tensor loss;
+  Tensor correct;
+};
+
+/// The model, its optimizer and its steps: the book's d2l.Module. Override the steps for
+/// another loss; the defaults classify with cross-entropy on model()(batch.x).
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual nn::Module& model() = 0;
+  virtual optim::Optimizer& optimizer() = 0;
+  virtual StepResult training_step(const data::Batch& batch);
+  /// Runs without recording a graph.
+  virtual StepResult validation_step(const data::Batch& batch);
+};
+
+/// A Task for a classifier given by reference.
+class Classifier : public Task {
+ public:
+  Classifier(nn::Module& model, optim::Optimizer& optimizer) : model_(model), optimizer_(optimizer) {}
+  nn::Module& model() override { return model_; }
+  optim::Optimizer& optimizer() override { return optimizer_; }
+
+ private:
+  nn::Module& model_;
+  optim::Optimizer& optimizer_;
+};
+
+struct EpochMetrics {
+  int epoch = 0;  ///< 1-based
+  double train_loss = 0, train_acc = 0;
+  double val_loss = 0, val_acc = 0;  ///< NaN without validation data
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options = {});
+
+  /// The GPUs it uses, or {cpu()} when none.
+  const std::vector<Device>& devices() const { return devices_; }
+  Device device() const { return devices_.front(); }
+  const TrainerOptions& options() const { return options_; }
+
+  void prepare_model(nn::Module& model) const;
+  data::Batch prepare_batch(const data::Batch& batch) const;
+
+  /// Trains task.model() for max_epochs on `train`, validating on `val` after each epoch
+  /// when given; returns each epoch's metrics (also printed and written per options).
+  std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train, data::DataLoader* val = nullptr);
+
+  /// Every training step's loss of the last fit(), float32 on the CPU.
+  const Tensor& step_losses() const { return step_losses_; }
+
+  /// Loss and accuracy of task.model() over `data` (evaluation mode, no graph).
+  EpochMetrics evaluate(Task& task, data::DataLoader& data);
+
+ private:
+  TrainerOptions options_;
+  std::vector<Device> devices_;
+  Tensor step_losses_;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,101 @@
+// DataLoader: host-side gather and scaling into (pinned) float32 batches.
+#include "tessera/data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/tensor_impl.h"
+#include "tessera/device.h"
+
+namespace tessera::data {
+
+DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
+    : options_(options) {
+  detail::check_defined(images, "DataLoader", "images");
+  detail::check_defined(labels, "DataLoader", "labels");
+  TESSERA_CHECK(images.dtype() == kUInt8 && images.dim() >= 2, DtypeError,
+                "[DataLoader] images must be uint8 [N, ...] (as read_idx returns), got {} {}",
+                dtype_name(images.dtype()), images.shape().str());
+  TESSERA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0) &&
+                    !is_floating(labels.dtype()),
+                ShapeError, "[DataLoader] labels must be integers [{}] to match the images, got {} {}",
+                images.size(0), dtype_name(labels.dtype()), labels.shape().str());
+  TESSERA_CHECK(images.device().is_cpu() && labels.device().is_cpu(), DeviceError,
+                "[DataLoader] images and labels stay in host memory (batches move to the device "
+                "in Trainer::prepare_batch); got {} and {}",
+                images.device().str(), labels.device().str());
+  TESSERA_CHECK(options_.batch_size > 0 && options_.std > 0, Error,
+                "[DataLoader] batch_size ({}) and std ({}) must be positive", options_.batch_size,
+                options_.std);
+  images_ = images.contiguous();
+  labels_ = labels.to(kInt64).contiguous();
+  // Batches are gathered on the host from here on: wait once for any queued work that
+  // produced the tensors (on a logical CPU device).
+  synchronize(images_.device());
+  synchronize(labels_.device());
+  n_ = images.size(0);
+  example_numel_ = n_ == 0 ? 0 : images.numel() / n_;
+  order_.resize(static_cast<std::size_t>(n_));
+  std::iota(order_.begin(), order_.end(), 0);
+}
+
+std::int64_t DataLoader::batches() const {
+  const std::int64_t b = options_.batch_size;
+  return options_.drop_last ? n_ / b : (n_ + b - 1) / b;
+}
+
+DataLoader::iterator DataLoader::begin() {
+  std::iota(order_.begin(), order_.end(), 0);
+  if (options_.shuffle) {
+    std::mt19937_64 gen(options_.seed + epoch_);
+    std::shuffle(order_.begin(), order_.end(), gen);
+  }
+  ++epoch_;
+  return iterator(this, 0);
+}
+
+Batch DataLoader::batch(std::int64_t i) const {
+  const std::int64_t start = i * options_.batch_size;
+  const std::int64_t len = std::min(options_.batch_size, n_ - start);
+  // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
+  const bool pinned = num_gpus() > 0;
+  Shape xs = images_.shape();
+  xs[0] = len;
+  if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
+  Batch b{detail::make_tensor(xs, kFloat32, cpu(), "DataLoader", pinned),
+          detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned)};
+  const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images_).data());
+  const auto* labels = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels_).data());
+  auto* x = reinterpret_cast<float*>(detail::impl_of(b.x).data());
+  auto* y = reinterpret_cast<std::int64_t*>(detail::impl_of(b.y).data());
+  const float scale = static_cast<float>(1.0 / (255.0 * options_.std));
+  const float shift = static_cast<float>(options_.mean / options_.std);
+  for (std::int64_t k = 0; k < len; ++k) {
+    const std::int64_t e = order_[static_cast<std::size_t>(start + k)];
+    const std::uint8_t* px = src + e * example_numel_;
+    float* out = x + k * example_numel_;
+    for (std::int64_t j = 0; j < example_numel_; ++j) out[j] = static_cast<float>(px[j]) * scale - shift;
+    y[k] = labels[e];
+  }
+  return b;
+}
+
+DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index)
+    : loader_(loader), index_(index) {
+  load();
+}
+
+void DataLoader::iterator::load() {
+  batch_ = index_ < loader_->batches() ? loader_->batch(index_) : Batch{};
+}
+
+DataLoader::iterator& DataLoader::iterator::operator++() {
+  ++index_;
+  load();
+  return *this;
+}
+
+}  // namespace tessera::data
