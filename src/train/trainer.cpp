@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/device_registry.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/nn/loss.h"
@@ -126,6 +127,10 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
     std::cerr << "Trainer: data-parallel training over several GPUs is not implemented yet; "
                  "training on "
               << devices_.front() << "\n";
+  }
+  if (options_.device) {
+    detail::check_device(*options_.device, "Trainer");
+    devices_ = {*options_.device};
   }
   if (devices_.empty()) devices_.push_back(cpu());
 }

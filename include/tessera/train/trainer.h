@@ -6,6 +6,7 @@
 /// tensor, is moved to the host in one piece ("log on the device, move only larger logs").
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "tessera/data/loader.h"
@@ -26,6 +27,9 @@ struct TrainerOptions {
   /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds);
   /// empty: none.
   std::filesystem::path metrics_path;
+  /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
+  /// the first GPU chosen by num_gpus, else the CPU.
+  std::optional<Device> device;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss

@@ -1,0 +1,154 @@
+// IDX files (plain and gzipped, and every kind of broken one), Fashion-MNIST's files when
+// installed, and the DataLoader's batches.
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_throw_with;
+
+class DataFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "tessera-data-XXXXXX").string();
+    dir_ = ::mkdtemp(pattern.data());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path write(const std::string& name, const std::string& bytes, bool gzip = false) {
+    const fs::path p = dir_ / name;
+    if (gzip) {
+      gzFile f = gzopen(p.c_str(), "wb");
+      gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+      gzclose(f);
+    } else {
+      std::ofstream(p, std::ios::binary) << bytes;
+    }
+    return p;
+  }
+  fs::path dir_;
+};
+
+// An IDX file of unsigned bytes with these dims and data.
+std::string idx(const std::vector<std::uint32_t>& dims, const std::string& data) {
+  std::string out{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  for (std::uint32_t d : dims) {
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((d >> s) & 0xff));
+  }
+  return out + data;
+}
+
+TEST_F(DataFiles, ReadsPlainAndGzippedIdx) {
+  const std::string data = {1, 2, 3, 4, 5, static_cast<char>(250)};
+  for (bool gz : {false, true}) {
+    const Tensor t = data::read_idx(write(gz ? "a.gz" : "a", idx({2, 3}, data), gz));
+    EXPECT_EQ(t.dtype(), kUInt8);
+    EXPECT_EQ(t.shape(), Shape({2, 3}));
+    EXPECT_EQ(t.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3, 4, 5, 250}));
+  }
+}
+
+TEST_F(DataFiles, BrokenIdxFilesNameTheFileAndTheProblem) {
+  auto expect_bad = [&](const std::string& bytes, bool gz, const std::string& fragment) {
+    const fs::path p = write("bad", bytes, gz);
+    expect_throw_with<IOError>([&] { data::read_idx(p); }, {"[read_idx]", p.string(), fragment});
+  };
+  const std::string full = idx({2, 3}, std::string(6, 'x'));
+  expect_bad(full.substr(0, full.size() - 2), false, "truncated");
+  expect_bad(full.substr(0, full.size() - 2), true, "truncated");
+  expect_bad(full.substr(0, 2), false, "magic number");
+  expect_bad(full + "zz", false, "bytes after");
+  expect_bad(std::string{'\1', '\0', '\x08', '\1', 0, 0, 0, 0}, false, "bad magic number");
+  expect_bad(std::string{'\0', '\0', '\x0d', '\1', 0, 0, 0, 0}, false, "element type 0x0d");
+  expect_bad(std::string{'\0', '\0', '\x08', '\0'}, false, "0 dims");
+  // A gzip stream whose compressed bytes are cut short is caught as well.
+  write("whole.gz", idx({64, 64}, std::string(4096, 'q')), true);
+  std::ifstream in(dir_ / "whole.gz", std::ios::binary);
+  const std::string gz{std::istreambuf_iterator<char>(in), {}};
+  expect_bad(gz.substr(0, gz.size() / 2), false, "");
+  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "absent"); }, {"cannot open it"});
+}
+
+TEST_F(DataFiles, FashionMnistChecksItsFiles) {
+  const std::string images = idx({3, 28, 28}, std::string(3 * 784, '\7'));
+  write("train-images-idx3-ubyte.gz", images, true);
+  write("train-labels-idx1-ubyte.gz", idx({3}, std::string{0, 9, 4}), true);
+  write("t10k-images-idx3-ubyte", idx({2, 28, 28}, std::string(2 * 784, '\0')));
+  write("t10k-labels-idx1-ubyte", idx({2}, std::string{1, 2}));
+  const data::FashionMnist d = data::load_fashion_mnist(dir_);
+  EXPECT_EQ(d.train_images.shape(), Shape({3, 28, 28}));
+  EXPECT_EQ(d.train_labels.dtype(), kInt64);
+  EXPECT_EQ(d.test_labels.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2}));
+  write("t10k-labels-idx1-ubyte", idx({2}, std::string{1, 12}));
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"label 12 of example 1"});
+  write("t10k-labels-idx1-ubyte", idx({3}, std::string{1, 2, 3}));
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"3 labels for the 2 images"});
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "nowhere"); },
+                             {"dataset-fashion-mnist", "TESSERA_DATA_DIR"});
+}
+
+TEST(FashionMnist, TheInstalledDataSetHasItsSizes) {
+  if (!fs::exists(data::default_fashion_mnist_dir() / "train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "no Fashion-MNIST at " << data::default_fashion_mnist_dir()
+                 << " (scripts/setup installs Debian's dataset-fashion-mnist)";
+  }
+  const data::FashionMnist d = data::load_fashion_mnist();
+  EXPECT_EQ(d.train_images.shape(), Shape({60000, 28, 28}));
+  EXPECT_EQ(d.test_images.shape(), Shape({10000, 28, 28}));
+  EXPECT_EQ(d.test_labels.numel(), 10000);
+  EXPECT_EQ(data::fashion_mnist_classes()[9], "ankle boot");
+}
+
+TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
+  const std::int64_t n = 10;
+  std::vector<std::uint8_t> pixels(n * 4);
+  for (std::int64_t i = 0; i < n; ++i) pixels[i * 4] = static_cast<std::uint8_t>(i * 10);
+  std::vector<std::int64_t> labels(n);
+  std::iota(labels.begin(), labels.end(), 0);
+  const Tensor images = from_vector(pixels, {n, 2, 2});
+  data::DataLoader loader(images, from_vector(labels, {n}), {.batch_size = 4, .seed = 7});
+  EXPECT_EQ(loader.batches(), 3);
+  auto epoch = [&] {
+    std::vector<std::int64_t> seen;
+    for (const data::Batch& b : loader) {
+      EXPECT_EQ(b.x.dim(), 4);
+      EXPECT_EQ(b.x.size(1), 1) << "a channel dim is added to [N, H, W] images";
+      const auto x = b.x.to_vector<double>();
+      const auto y = b.y.to_vector<std::int64_t>();
+      for (std::size_t k = 0; k < y.size(); ++k) {
+        EXPECT_NEAR(x[k * 4], y[k] * 10 / 255.0, 1e-6) << "image and label stay paired";
+        seen.push_back(y[k]);
+      }
+    }
+    return seen;
+  };
+  const auto first = epoch(), second = epoch();
+  EXPECT_EQ(std::set<std::int64_t>(first.begin(), first.end()).size(), 10u);
+  EXPECT_NE(first, second) << "each epoch reshuffles";
+  data::DataLoader again(images, from_vector(labels, {n}), {.batch_size = 4, .seed = 7});
+  std::vector<std::int64_t> replay;
+  for (const data::Batch& b : again) {
+    for (auto v : b.y.to_vector<std::int64_t>()) replay.push_back(v);
+  }
+  EXPECT_EQ(replay, first) << "the same seed gives the same order";
+  data::DataLoader dropped(images, from_vector(labels, {n}), {.batch_size = 4, .drop_last = true});
+  EXPECT_EQ(dropped.batches(), 2);
+  data::DataLoader ordered(images, from_vector(labels, {n}),
+                           {.batch_size = 3, .shuffle = false, .mean = 0.5, .std = 0.5});
+  const data::Batch b0 = *ordered.begin();
+  EXPECT_EQ(b0.y.to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_NEAR(b0.x.to_vector<double>()[4], (10 / 255.0 - 0.5) / 0.5, 1e-6);
+  expect_throw_with<DtypeError>([&] { data::DataLoader(zeros({4, 2}), from_vector(labels, {n})); },
+                                {"uint8"});
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,106 @@
+// The trainer on every device: it learns, keeps its metrics on the device (no host wait
+// and no transfer per step besides the batch), and says when it gets fewer GPUs than asked.
+#include <filesystem>
+#include <fstream>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+
+// Images whose label is which quarter of the image is bright.
+std::pair<Tensor, Tensor> quadrant_images(std::int64_t n) {
+  std::vector<std::uint8_t> pixels(n * 8 * 8, 0);
+  std::vector<std::int64_t> labels(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    labels[i] = i % 4;
+    const int r0 = (i % 4) / 2 * 4, c0 = (i % 4) % 2 * 4;
+    for (int r = r0; r < r0 + 4; ++r)
+      for (int c = c0; c < c0 + 4; ++c) pixels[(i * 8 + r) * 8 + c] = 200;
+  }
+  return {from_vector(pixels, {n, 8, 8}), from_vector(labels, {n})};
+}
+
+class TrainerOnDevice : public DeviceTest {};
+
+TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
+  const auto [images, labels] = quadrant_images(256);
+  data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+  data::DataLoader val_data(images, labels, {.batch_size = 64, .shuffle = false});
+  manual_seed(0);
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.5});
+  train::Classifier task(net, opt);
+  train::Trainer trainer({.max_epochs = 3, .gradient_clip_val = 5, .progress = false,
+                          .device = device()});
+  std::vector<train::EpochMetrics> history;
+  {
+    SyncGuard strict(SyncMode::kError);  // an implicit host wait anywhere in fit() throws
+    history = trainer.fit(task, train_data, &val_data);
+  }
+  EXPECT_EQ(net.device(), device()) << "prepare_model moved the model";
+  ASSERT_EQ(history.size(), 3u);
+  EXPECT_LT(history.back().train_loss, history.front().train_loss);
+  EXPECT_GT(history.back().val_acc, 0.9);
+  EXPECT_EQ(trainer.step_losses().numel(), 3 * train_data.batches());
+  EXPECT_EQ(trainer.step_losses().device(), cpu());
+  EXPECT_NEAR(trainer.step_losses().to_vector<double>().back(), history.back().train_loss, 0.5);
+}
+
+TEST_P(TrainerOnDevice, AStepCostsItsBatchCopiesAndNothingElse) {
+  const auto [images, labels] = quadrant_images(128);
+  auto stats_for = [&, images = images, labels = labels](std::int64_t batch) {
+    data::DataLoader loader(images, labels, {.batch_size = batch, .seed = 3});
+    manual_seed(0);
+    nn::Sequential net(nn::Flatten(), nn::Linear(64, 4, true, device()));
+    optim::SGD opt(net.parameters(), {.lr = 0.1});
+    train::Classifier task(net, opt);
+    train::Trainer trainer({.max_epochs = 1, .progress = false, .device = device()});
+    synchronize();
+    reset_transfer_stats();
+    trainer.fit(task, loader);
+    return transfer_stats();
+  };
+  const TransferStats few = stats_for(64), many = stats_for(8);  // 2 steps, 16 steps
+  EXPECT_EQ(few.host_waits, many.host_waits) << "host waits must not grow with steps";
+  // Each step copies its batch (x and y) to the device, unless batches are made there.
+  EXPECT_EQ(many.copies() - few.copies(), device() == cpu() ? 0u : 2u * (16 - 2))
+      << "few: " << few << "\nmany: " << many;
+}
+
+TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
+  ::testing::internal::CaptureStderr();
+  train::Trainer trainer({.num_gpus = num_gpus() + 2, .progress = false});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("asked for " + std::to_string(num_gpus() + 2) + " GPU(s)"), std::string::npos) << err;
+  if (num_gpus() == 0) EXPECT_EQ(trainer.device(), cpu());
+  EXPECT_THROW(train::Trainer({.max_epochs = -1}), Error);
+}
+
+TEST(Trainer, WritesMetricsAsJsonLines) {
+  const auto [images, labels] = quadrant_images(64);
+  data::DataLoader loader(images, labels, {.batch_size = 32});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  const auto path = std::filesystem::temp_directory_path() / "tessera_metrics_test.jsonl";
+  train::Trainer trainer({.max_epochs = 2, .progress = false, .metrics_path = path});
+  trainer.fit(task, loader);
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    EXPECT_NE(line.find("\"epoch\": " + std::to_string(lines)), std::string::npos) << line;
+    EXPECT_NE(line.find("\"val_acc\": null"), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 2);
+  std::filesystem::remove(path);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(TrainerOnDevice);
+
+}  // namespace
+}  // namespace tessera
