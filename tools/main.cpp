@@ -1,9 +1,10 @@
-// The `tessera` command line: `tessera info`, `tessera --version`, `tessera --help`.
+// The `tessera` command line: `tessera train`, `tessera info`, `tessera --version`, `--help`.
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "info_command.h"
+#include "train_command.h"
 #include "tessera/error.h"
 #include "tessera/version.h"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tessera ") + tessera::kVersion);
   app.require_subcommand(0, 1);
   tessera::tools::add_info_command(app);
+  tessera::tools::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

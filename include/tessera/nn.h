@@ -8,5 +8,6 @@
 #include "tessera/nn/init.h"
 #include "tessera/nn/linear.h"
 #include "tessera/nn/loss.h"
+#include "tessera/nn/models.h"
 #include "tessera/nn/module.h"
 #include "tessera/nn/sequential.h"

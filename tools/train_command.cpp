@@ -1,0 +1,126 @@
+#include "train_command.h"
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tessera/tessera.h"
+
+namespace tessera::tools {
+namespace {
+
+struct TrainArgs {
+  std::string model = "mlp";
+  int epochs = 10;
+  std::int64_t batch_size = 256;
+  double lr = 0.1;
+  double momentum = 0;
+  std::string device;  // empty: try_gpu(), or the --num-gpus rule
+  int num_gpus = -1;   // -1: not given
+  std::uint64_t seed = 0;
+  std::string data_dir;
+  std::string save, load, metrics;
+  double clip = 0;
+  bool quiet = false;
+};
+
+// Built on the training device directly: no initialization on the host first.
+nn::Sequential make_model(const std::string& name, Device device) {
+  if (name == "softmax") return nn::models::softmax_regression(device);
+  if (name == "mlp") return nn::models::mlp(256, device);
+  if (name == "lenet") return nn::models::lenet(/*book=*/false, device);
+  return nn::models::lenet(/*book=*/true, device);  // "lenet-book"; the CLI checks the names
+}
+
+void run_train(const TrainArgs& a) {
+  manual_seed(a.seed);
+  const data::FashionMnist d =
+      data::load_fashion_mnist(a.data_dir.empty() ? data::default_fashion_mnist_dir()
+                                                : std::filesystem::path(a.data_dir));
+  data::DataLoader train_data(d.train_images, d.train_labels,
+                              {.batch_size = a.batch_size, .seed = a.seed});
+  data::DataLoader test_data(d.test_images, d.test_labels, {.batch_size = 1000, .shuffle = false});
+
+  train::TrainerOptions options{.max_epochs = a.epochs,
+                                .num_gpus = a.num_gpus < 0 ? 0 : a.num_gpus,
+                                .gradient_clip_val = a.clip,
+                                .progress = !a.quiet,
+                                .metrics_path = a.metrics,
+                                .device = std::nullopt};
+  if (!a.device.empty()) {
+    options.device = Device::parse(a.device);
+  } else if (a.num_gpus < 0) {
+    options.device = try_gpu();  // the default: the first GPU, else the CPU
+  }
+  train::Trainer trainer(options);
+
+  nn::Sequential net = make_model(a.model, trainer.device());
+  if (!a.load.empty()) {
+    nn::load_checkpoint(net, a.load);
+    std::cout << "loaded " << a.load << "\n";
+  }
+  optim::SGD opt(net.parameters(), {.lr = a.lr, .momentum = a.momentum});
+  train::Classifier task(net, opt);
+  std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, seed {})\n", a.model,
+                           trainer.device().str(), a.epochs, a.batch_size, a.lr, a.seed);
+  const auto history = trainer.fit(task, train_data);
+  for (const auto& m : history) {
+    std::cout << fmt::format("epoch {:>2}: train loss {:.4f}, train acc {:.4f} ({:.2f} s)\n", m.epoch,
+                             m.train_loss, m.train_acc, m.seconds);
+  }
+  const train::EpochMetrics test = trainer.evaluate(task, test_data);
+  std::cout << fmt::format("test loss {:.4f}, test accuracy {:.4f}\n", test.val_loss, test.val_acc);
+  if (!a.save.empty()) {
+    nn::save_checkpoint(net, a.save,
+                        {{"model", a.model}, {"epochs", std::to_string(a.epochs)},
+                         {"test_accuracy", fmt::format("{:.4f}", test.val_acc)}});
+    std::cout << "saved " << a.save << "\n";
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train a classifier on Fashion-MNIST (Debian's dataset-fashion-mnist) and print its test "
+      "accuracy. Defaults: an MLP on try_gpu() for 10 epochs");
+  cmd->add_option("--model", a->model,
+                  "softmax (softmax regression), mlp (784-256-10, ReLU), lenet (LeNet-5 with ReLU "
+                  "and max pooling) or lenet-book (the book's LeNet: sigmoid, average pooling)")
+      ->check(CLI::IsMember({"softmax", "mlp", "lenet", "lenet-book"}))
+      ->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "Passes over the 60,000 training images")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--batch-size", a->batch_size, "Images per step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--lr", a->lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--device", a->device,
+                  "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
+                  "try_gpu(), the first GPU or else the CPU");
+  cmd->add_option("--num-gpus", a->num_gpus,
+                  "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when 0 "
+                  "(the book's Trainer(num_gpus=N)); says so when fewer exist")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--seed", a->seed, "Seed of initialization and shuffling: runs repeat exactly")
+      ->capture_default_str();
+  cmd->add_option("--data-dir", a->data_dir,
+                  "Directory of the Fashion-MNIST IDX files (default: $TESSERA_DATA_DIR or "
+                  "/usr/share/datasets/fashion-mnist)");
+  cmd->add_option("--save", a->save, "Write the trained parameters to this safetensors file");
+  cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file");
+  cmd->add_option("--metrics", a->metrics, "Write per-epoch metrics as JSON lines to this file");
+  cmd->add_option("--clip", a->clip, "Clip the global gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quiet", a->quiet, "No progress bar or per-epoch lines on stderr");
+  cmd->callback([a] { run_train(*a); });
+}
+
+}  // namespace tessera::tools
