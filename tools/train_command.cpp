@@ -66,10 +66,13 @@ void run_train(const TrainArgs& a) {
   train::Classifier task(net, opt);
   std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, seed {})\n", a.model,
                            trainer.device().str(), a.epochs, a.batch_size, a.lr, a.seed);
-  const auto history = trainer.fit(task, train_data);
+  // Validated on the test set after each epoch, as the book does.
+  const auto history = trainer.fit(task, train_data, &test_data);
   for (const auto& m : history) {
-    std::cout << fmt::format("epoch {:>2}: train loss {:.4f}, train acc {:.4f} ({:.2f} s)\n", m.epoch,
-                             m.train_loss, m.train_acc, m.seconds);
+    std::cout << fmt::format(
+        "epoch {:>2}: train loss {:.4f}, train acc {:.4f}, test loss {:.4f}, test acc {:.4f} "
+        "({:.2f} s)\n",
+        m.epoch, m.train_loss, m.train_acc, m.val_loss, m.val_acc, m.seconds);
   }
   const train::EpochMetrics test = trainer.evaluate(task, test_data);
   std::cout << fmt::format("test loss {:.4f}, test accuracy {:.4f}\n", test.val_loss, test.val_acc);
