@@ -5,6 +5,9 @@ find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 # zlib reads the gzipped IDX files of Fashion-MNIST.
 find_package(ZLIB REQUIRED)
+# Cairo draws the training chart (SVG and PNG).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(CAIRO REQUIRED IMPORTED_TARGET cairo)
 
 # OpenBLAS's OpenMP build shares libgomp's thread pool with tessera's own kernels (two
 # pools on two cores fight). oneDNN's sgemm is faster for float32 (docs/benchmarks.md).

@@ -16,13 +16,13 @@ struct TrainArgs {
   std::string model = "mlp";
   int epochs = 10;
   std::int64_t batch_size = 256;
-  double lr = 0.1;
-  double momentum = 0;
+  double lr = 0.1;        // LeNet: 0.05 unless given (see add_train_command)
+  double momentum = 0;    // LeNet: 0.9 unless given
   std::string device;  // empty: try_gpu(), or the --num-gpus rule
   int num_gpus = -1;   // -1: not given
   std::uint64_t seed = 0;
   std::string data_dir;
-  std::string save, load, metrics;
+  std::string save, load, metrics, plot;
   double clip = 0;
   bool quiet = false;
 };
@@ -64,8 +64,9 @@ void run_train(const TrainArgs& a) {
   }
   optim::SGD opt(net.parameters(), {.lr = a.lr, .momentum = a.momentum});
   train::Classifier task(net, opt);
-  std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, seed {})\n", a.model,
-                           trainer.device().str(), a.epochs, a.batch_size, a.lr, a.seed);
+  std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {})\n",
+                           a.model, trainer.device().str(), a.epochs, a.batch_size, a.lr,
+                           a.momentum, a.seed);
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
   for (const auto& m : history) {
@@ -73,6 +74,11 @@ void run_train(const TrainArgs& a) {
         "epoch {:>2}: train loss {:.4f}, train acc {:.4f}, test loss {:.4f}, test acc {:.4f} "
         "({:.2f} s)\n",
         m.epoch, m.train_loss, m.train_acc, m.val_loss, m.val_acc, m.seconds);
+  }
+  if (!a.plot.empty()) {
+    train::plot_history(history, a.plot, trainer.step_losses(),
+                        fmt::format("{} on Fashion-MNIST ({})", a.model, trainer.device().str()));
+    std::cout << "plotted " << a.plot << "\n";
   }
   const train::EpochMetrics test = trainer.evaluate(task, test_data);
   std::cout << fmt::format("test loss {:.4f}, test accuracy {:.4f}\n", test.val_loss, test.val_acc);
@@ -103,8 +109,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "Images per step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--lr", a->lr, "SGD learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
+                        ->check(CLI::PositiveNumber)
+                        ->capture_default_str();
+  CLI::Option* momentum =
+      cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
+          ->check(CLI::Range(0.0, 1.0))
+          ->capture_default_str();
   cmd->add_option("--device", a->device,
                   "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
                   "try_gpu(), the first GPU or else the CPU");
@@ -120,10 +131,20 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", a->save, "Write the trained parameters to this safetensors file");
   cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file");
   cmd->add_option("--metrics", a->metrics, "Write per-epoch metrics as JSON lines to this file");
+  cmd->add_option("--plot", a->plot,
+                  "Draw train/test loss and test accuracy per epoch (and every step's loss) to "
+                  "this .svg or .png file");
   cmd->add_option("--clip", a->clip, "Clip the global gradient norm to this (0: off)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quiet", a->quiet, "No progress bar or per-epoch lines on stderr");
-  cmd->callback([a] { run_train(*a); });
+  cmd->callback([a, lr, momentum] {
+    // LeNet trains with momentum by default: plain SGD at 0.1 needs far more epochs.
+    if (a->model.starts_with("lenet")) {
+      if (lr->count() == 0) a->lr = 0.05;
+      if (momentum->count() == 0) a->momentum = 0.9;
+    }
+    run_train(*a);
+  });
 }
 
 }  // namespace tessera::tools

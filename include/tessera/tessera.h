@@ -24,6 +24,7 @@
 #include "tessera/shape.h"
 #include "tessera/sync_guard.h"
 #include "tessera/tensor.h"
+#include "tessera/train/plot.h"
 #include "tessera/train/trainer.h"
 #include "tessera/transfer_ledger.h"
 #include "tessera/version.h"
