@@ -13,18 +13,6 @@
 namespace tessera::bench {
 namespace {
 
-nn::Sequential make_mlp() {
-  return nn::Sequential(nn::Flatten(), nn::Linear(kPixels, 256), nn::ReLU(),
-                        nn::Linear(256, kClasses));
-}
-
-nn::Sequential make_lenet() {
-  return nn::Sequential(
-      nn::Conv2d(1, 6, 5, {.padding = {2, 2}}), nn::Sigmoid(), nn::AvgPool2d(2), nn::Conv2d(6, 16, 5),
-      nn::Sigmoid(), nn::AvgPool2d(2), nn::Flatten(), nn::Linear(16 * 5 * 5, 120), nn::Sigmoid(),
-      nn::Linear(120, 84), nn::Sigmoid(), nn::Linear(84, kClasses));
-}
-
 void run_epochs(benchmark::State& state, nn::Sequential net, bool images) {
   manual_seed(0);
   const Tensor x = images ? rand({kTrainImages, 1, kImageSide, kImageSide})
@@ -53,8 +41,10 @@ void run_epochs(benchmark::State& state, nn::Sequential net, bool images) {
   state.counters["step_peak_MiB"] = static_cast<double>(peak) / (1 << 20);
 }
 
-void bm_mlp_epoch_tessera(benchmark::State& state) { run_epochs(state, make_mlp(), false); }
-void bm_lenet_epoch_tessera(benchmark::State& state) { run_epochs(state, make_lenet(), true); }
+void bm_mlp_epoch_tessera(benchmark::State& state) { run_epochs(state, nn::models::mlp(), false); }
+void bm_lenet_epoch_tessera(benchmark::State& state) {
+  run_epochs(state, nn::models::lenet(/*book=*/true), true);
+}
 
 BENCHMARK(bm_mlp_epoch_tessera)->Name("train_mlp/tessera")->Apply(epoch_settings);
 BENCHMARK(bm_lenet_epoch_tessera)->Name("train_lenet/tessera")->Apply(epoch_settings);
