@@ -44,7 +44,8 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
   const T* px = data_of<T>(x);
   T* py = data_of<T>(out);
   i64* pi = data_of<i64>(indices);
-  const T area = static_cast<T>(w.kernel_h * w.kernel_w);
+  // A multiply per element, not a division (within 1 ulp of dividing by the window area).
+  const T inv_area = T(1) / static_cast<T>(w.kernel_h * w.kernel_w);
   const bool serial = out.numel() * w.kernel_h * w.kernel_w < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {
@@ -61,7 +62,7 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
             yp[oy * ow + ox] += acc;
           }
         }
-        for (i64 ox = 0; ox < ow; ++ox) yp[oy * ow + ox] /= area;
+        for (i64 ox = 0; ox < ow; ++ox) yp[oy * ow + ox] *= inv_area;
       }
       continue;
     }
@@ -90,7 +91,7 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
           for (i64 y = s.y0; y < s.y1; ++y) {
             for (i64 xx = s.x0; xx < s.x1; ++xx) sum += xp[y * wd + xx];
           }
-          py[o] = sum / area;
+          py[o] = sum * inv_area;
         }
       }
     }
@@ -105,7 +106,8 @@ void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
   const T* pg = data_of<T>(grad_out);
   const i64* pi = data_of<i64>(indices);
   T* pdx = data_of<T>(grad_x);
-  const T area = static_cast<T>(w.kernel_h * w.kernel_w);
+  // A multiply per element, not a division (within 1 ulp of dividing by the window area).
+  const T inv_area = T(1) / static_cast<T>(w.kernel_h * w.kernel_w);
   const bool serial = grad_x.numel() < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {
@@ -118,7 +120,7 @@ void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
         for (i64 i = 0; i < w.kernel_h; ++i) {
           T* row = dx + (oy * w.kernel_h + i) * wd;
           for (i64 ox = 0; ox < ow; ++ox) {
-            const T share = gp[oy * ow + ox] / area;
+            const T share = gp[oy * ow + ox] * inv_area;
             for (i64 j = 0; j < w.kernel_w; ++j) row[ox * w.kernel_w + j] = share;
           }
         }
@@ -134,7 +136,7 @@ void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
           continue;
         }
         const Span s = window(w, oy, ox, h, wd);
-        const T share = pg[o] / area;
+        const T share = pg[o] * inv_area;
         for (i64 y = s.y0; y < s.y1; ++y) {
           for (i64 xx = s.x0; xx < s.x1; ++xx) dx[y * wd + xx] += share;
         }
