@@ -124,7 +124,8 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
               << "\n";
   }
   if (used > 1) {
-    std::cerr << "Trainer: data-parallel training over several GPUs is not implemented yet; "
+    std::cerr << "Trainer: tessera trains on one GPU (no data-parallel training across GPUs "
+                 "yet); "
                  "training on "
               << devices_.front() << "\n";
   }

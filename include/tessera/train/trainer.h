@@ -19,7 +19,8 @@ namespace tessera::train {
 struct TrainerOptions {
   int max_epochs = 10;
   /// GPUs to use: the first min(num_gpus, num_gpus()) (the book's default 0: the CPU). Asked
-  /// for more than exist, the trainer says so once. It trains on the first of them.
+  /// for more than exist, the trainer says so once. It trains on the first of them (one GPU;
+  /// no data-parallel training yet).
   int num_gpus = 0;
   double gradient_clip_val = 0;  ///< clip the global gradient norm to this when > 0
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
