@@ -23,6 +23,10 @@
 //                                 counting 3 x 1 GiB
 //   add.small, add.small.sync     a + b on 2x3 float32: host time to issue one op (the per-op
 //                                 overhead), and the time per op including the final wait, us
+//   train.mlp, train.lenet         one training epoch (forward, cross-entropy, backward, SGD)
+//                                 over 60,000 synthetic 28x28 images resident on the GPU,
+//                                 batch 256, loss summed on the device and read once: the
+//                                 book's MLP 784-256-10 and LeNet-5, s/epoch
 //   raw.{h2d,d2h}.{pinned,pageable}, raw.d2d  the same copies with cudaMemcpy on
 //                                 cudaMallocHost / malloc / cudaMalloc buffers (the peaks)
 // Exit status: 0 when every section ran and every check passed, 1 otherwise (the JSON is
@@ -454,6 +458,39 @@ void bench_small_add(Report& report, Device dev, bool quick) {
 
 }  // namespace
 
+// ---- training epochs ----
+void bench_train(Report& report, Device dev, bool quick) {
+  namespace nn = tessera::nn;
+  const std::int64_t n = 60000, batch = 256;
+  for (const bool lenet : {false, true}) {
+    tessera::manual_seed(0);
+    const Tensor x = lenet ? tessera::rand({n, 1, 28, 28}, dev) : tessera::rand({n, 784}, dev);
+    const Tensor y = (tessera::rand({n}, dev) * 10.0).to(tessera::kInt64);
+    nn::Sequential net = lenet ? nn::models::lenet(/*book=*/true, dev) : nn::models::mlp(256, dev);
+    tessera::optim::SGD opt(net.parameters(), {.lr = 0.1});
+    double last_loss = 0;
+    const auto epoch = [&] {
+      Tensor loss_sum = tessera::zeros({}, dev);
+      for (std::int64_t start = 0; start < n; start += batch) {
+        const std::int64_t len = std::min(batch, n - start);
+        opt.zero_grad();
+        const Tensor loss = nn::cross_entropy(net(x.narrow(0, start, len)), y.narrow(0, start, len));
+        loss.backward();
+        opt.step();
+        loss_sum.add_(loss.detach());
+      }
+      last_loss = loss_sum.item<double>();  // the one read per epoch
+    };
+    const Timing t = time_op(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
+    Result r = make_result(t, t.median, "s/epoch");
+    r.checked = true;
+    r.rel_err = 0;
+    r.ok = std::isfinite(last_loss);
+    if (!r.ok) report.errors.push_back(std::string(lenet ? "train.lenet" : "train.mlp") + ": the loss is not finite");
+    record(report, lenet ? "train.lenet" : "train.mlp", r);
+  }
+}
+
 int main(int argc, char** argv) {
   std::string out_path;
   std::string device_text = "cuda:0";
@@ -505,6 +542,7 @@ int main(int argc, char** argv) {
   });
   section(report, "device bandwidth (copy_, a + b on 256 Mi)",
           [&] { bench_device_bandwidth(report, dev, quick); });
+  section(report, "training epochs (MLP, LeNet)", [&] { bench_train(report, dev, quick); });
   std::printf("gpu_bench: done in %.1f s, %zu error(s)\n", seconds_since(t0), report.errors.size());
   for (const std::string& e : report.errors) std::printf("  error: %s\n", e.c_str());
 

@@ -95,6 +95,8 @@ def main(argv):
         target=("ref>=", 0.85))
     row("a + b, 2x3: host time per op (µs)", "add.small", "us", target=("peer<=", 0.5))
     row("a + b, 2x3: per op with the wait (µs)", "add.small.sync", "us")
+    row("MLP epoch, 60k images, batch 256 (s)", "train.mlp", "s", target=("peer<=", 1.0))
+    row("LeNet-5 epoch, 60k images, batch 256 (s)", "train.lenet", "s", target=("peer<=", 1.0))
 
     print(f"tessera {tess.get('version', '?')} on {tess.get('device', '?')}"
           f"{' (quick)' if tess.get('quick') else ''}; PyTorch {torch.get('version', '?')}"

@@ -12,6 +12,7 @@ Exit status: 0 when everything ran and every check passed, 1 otherwise, 2 withou
 """
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -194,6 +195,45 @@ def bench_device_bandwidth(rep, dev, quick):
     torch.cuda.empty_cache()
 
 
+def bench_train(rep, dev, quick):
+    """One epoch of the book's MLP and LeNet-5, as gpu_bench's train.* rows."""
+    n, batch = 60000, 256
+    for name in ("mlp", "lenet"):
+        torch.manual_seed(0)
+        if name == "mlp":
+            x = torch.rand(n, 784, device=dev)
+            net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256),
+                                      torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        else:
+            x = torch.rand(n, 1, 28, 28, device=dev)
+            net = torch.nn.Sequential(
+                torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
+                torch.nn.Conv2d(6, 16, 5), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
+                torch.nn.Flatten(), torch.nn.Linear(400, 120), torch.nn.Sigmoid(),
+                torch.nn.Linear(120, 84), torch.nn.Sigmoid(), torch.nn.Linear(84, 10))
+        net = net.to(dev)
+        y = torch.randint(10, (n,), device=dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        last = [0.0]
+
+        def epoch():
+            loss_sum = torch.zeros((), device=dev)
+            for start in range(0, n, batch):
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(net(x[start:start + batch]),
+                                                         y[start:start + batch])
+                loss.backward()
+                opt.step()
+                loss_sum += loss.detach()
+            last[0] = loss_sum.item()
+
+        t = time_op(1, 1 if quick else 3, 1, epoch)
+        ok = math.isfinite(last[0])
+        if not ok:
+            rep.errors.append(f"train.{name}: the loss is not finite")
+        rep.record(f"train.{name}", t, t["seconds"], "s/epoch", rel_err=0.0, ok=ok)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
@@ -222,6 +262,7 @@ def main():
         rep.section("host <-> device copies", lambda: bench_copies(rep, dev, args.quick))
         rep.section("device bandwidth (copy_, a + b on 256 Mi)",
                     lambda: bench_device_bandwidth(rep, dev, args.quick))
+        rep.section("training epochs (MLP, LeNet)", lambda: bench_train(rep, dev, args.quick))
         print(f"pytorch_gpu: done in {time.perf_counter() - t0:.1f} s, "
               f"{len(rep.errors)} error(s)", flush=True)
         for e in rep.errors:

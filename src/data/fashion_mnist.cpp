@@ -13,7 +13,7 @@ namespace {
 
 // The IDX file `stem`, gzipped (as Debian ships it) or not.
 std::filesystem::path find_file(const std::filesystem::path& dir, const std::string& stem) {
-  for (const std::string name : {stem + ".gz", stem}) {
+  for (const std::string& name : {stem + ".gz", stem}) {
     if (std::filesystem::exists(dir / name)) return dir / name;
   }
   throw IOError(fmt::format(
