@@ -147,19 +147,14 @@ class Backend {
                                       const Tensor& grad_losses, const Tensor& grad_logits) = 0;
 
   // 2-D convolution (cross-correlation, like PyTorch) of contiguous NCHW x [N, C, H, W] with
-  // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined. With
-  // keep_columns (the weight's gradient will be wanted), a backend may return a workspace
-  // of its own that conv2d_backward reuses instead of recomputing it (the CPU keeps its
-  // im2col matrices); otherwise it returns an undefined tensor.
-  virtual Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Tensor& out, const Window2d& w, bool keep_columns) = 0;
+  // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.
+  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Tensor& out, const Window2d& w) = 0;
   // Its gradients from grad_out [N, O, OH, OW], each written only when defined: grad_x like
-  // x, grad_weight like weight, grad_bias [O]. All contiguous, one floating dtype. columns is
-  // what conv2d returned.
-  virtual void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
-                               const Tensor& grad_out, const Tensor& grad_x,
-                               const Tensor& grad_weight, const Tensor& grad_bias,
-                               const Window2d& w) = 0;
+  // x, grad_weight like weight, grad_bias [O]. All contiguous, one floating dtype.
+  virtual void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                               const Tensor& grad_x, const Tensor& grad_weight,
+                               const Tensor& grad_bias, const Window2d& w) = 0;
   // Max or average pooling of contiguous x [N, C, H, W] into out [N, C, OH, OW]. Max pooling
   // treats padding as -inf and writes each window's argmax (the flat index into its H x W
   // plane, int64) to indices; average pooling divides by kernel_h * kernel_w, padding

@@ -76,20 +76,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
     wc = weight.contiguous();
     bc = bias.defined() ? bias.contiguous() : bias;
   }
-  const bool grad = detail::needs_grad({&x, &weight, &bias});
-  const bool need_x = grad && x.requires_grad(), need_w = grad && weight.requires_grad();
-  const bool need_b = grad && bias.defined() && bias.requires_grad();
-  const Tensor columns = detail::backend_of(device).conv2d(xc, wc, bc, out, w, need_w);
-  if (grad) {
+  detail::backend_of(device).conv2d(xc, wc, bc, out, w);
+  if (detail::needs_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
     detail::record("conv2d", out, {&x, &weight, &bias},
-                   [xc = xc.detach(), wc = wc.detach(), columns, w, need_x, need_w, need_b,
+                   [xc = xc.detach(), wc = wc.detach(), w, need_x, need_w, need_b,
                     bias_shape = bias.defined() ? bias.shape() : Shape()](const Tensor& g) {
                      const Device d = xc.device();
                      Tensor dx, dw, db;
                      if (need_x) dx = detail::make_tensor(xc.shape(), xc.dtype(), d, "conv2d_backward");
                      if (need_w) dw = detail::make_tensor(wc.shape(), wc.dtype(), d, "conv2d_backward");
                      if (need_b) db = detail::make_tensor(bias_shape, wc.dtype(), d, "conv2d_backward");
-                     detail::backend_of(d).conv2d_backward(xc, wc, columns, g.contiguous(), dx, dw, db, w);
+                     detail::backend_of(d).conv2d_backward(xc, wc, g.contiguous(), dx, dw, db, w);
                      return std::vector<Tensor>{dx, dw, db};
                    });
   }

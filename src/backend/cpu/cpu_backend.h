@@ -51,11 +51,11 @@ class CpuBackend final : public Backend {
                      const Tensor& probs) override;  // cpu_loss.cpp
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
                               const Tensor& grad_losses, const Tensor& grad_logits) override;
-  Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                const Window2d& w, bool keep_columns) override;  // cpu_conv.cpp
-  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
-                       const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                       const Tensor& grad_bias, const Window2d& w) override;
+  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+              const Window2d& w) override;  // cpu_conv.cpp
+  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                       const Window2d& w) override;
   void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
               const Window2d& w) override;  // cpu_pool.cpp
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,

@@ -18,7 +18,9 @@
 // dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds back into dx_n. The channel
 // counts of small networks (LeNet: 1->6, 6->16) make each GEMM small, so parallelism comes
 // from the batch rather than from inside one GEMM. The weight gradient is summed per thread
-// and then across threads in thread order (deterministic for a given thread count).
+// and then across threads in thread order (deterministic for a given thread count). The
+// backward pass recomputes each image's columns rather than keeping the batch's from the
+// forward pass: keeping them (35 MiB per LeNet step) measured no faster (docs/benchmarks.md).
 
 namespace tessera::detail {
 namespace {
@@ -133,7 +135,7 @@ bool parallel_images(const Geometry& g) {
 
 template <typename T>
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                  const Tensor& columns, const Window2d& win) {
+                  const Window2d& win) {
   const Geometry g = geometry(x, weight, win);
   const T* px = data_of<T>(x);
   const T* pw = data_of<T>(weight);
@@ -143,17 +145,15 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   if (out.numel() == 0) return;
 #pragma omp parallel if (parallel_images(g))
   {
-    T* kept = data_of<T>(columns);
-    std::vector<T> col(g.is_pointwise() || kept != nullptr ? 0 : static_cast<std::size_t>(ck * p));
+    std::vector<T> col(g.is_pointwise() ? 0 : static_cast<std::size_t>(ck * p));
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
       const T* xn = px + n * g.c * g.h * g.w;
       T* yn = py + n * g.o * p;
       const T* cn = xn;
       if (!g.is_pointwise()) {
-        T* cols = kept != nullptr ? kept + n * ck * p : col.data();
-        im2col(g, xn, cols);
-        cn = cols;
+        im2col(g, xn, col.data());
+        cn = col.data();
       }
       if (pb != nullptr) {
         for (i64 o = 0; o < g.o; ++o) std::fill(yn + o * p, yn + (o + 1) * p, pb[o]);
@@ -168,7 +168,7 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 }
 
 template <typename T>
-void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& columns, const Tensor& grad_out,
+void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                    const Window2d& win) {
   const Geometry g = geometry(x, weight, win);
@@ -196,9 +196,7 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
       const T* gn = pg + n * g.o * p;
       if (pdw != nullptr && ck > 0 && p > 0) {
         const T* cn = xn;
-        if (columns.defined()) {
-          cn = data_of<T>(columns) + n * ck * p;
-        } else if (!g.is_pointwise()) {
+        if (!g.is_pointwise()) {
           im2col(g, xn, col.data());
           cn = col.data();
         }
@@ -235,41 +233,31 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
 
 }  // namespace
 
-Tensor CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                          const Tensor& out, const Window2d& w, bool keep_columns) {
-  const Geometry g = geometry(x, weight, w);
-  // The im2col matrices of the batch, kept for the weight's gradient (PyTorch's slow_conv2d
-  // keeps them too): the backward pass then skips half the im2col work.
-  Tensor columns;
-  if (keep_columns && !g.is_pointwise() && out.numel() > 0) {
-    columns = make_tensor({g.n, g.ck(), g.positions()}, out.dtype(), out.device(), "conv2d");
-  }
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& out, const Window2d& w) {
   launch_with(
       out.device().index(),
-      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-          const Tensor& columns) {
+      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
         dispatch_floating(out.dtype(), [&](auto tag) {
-          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, columns, w);
+          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
         });
       },
-      x, weight, bias, out, columns);
-  return columns;
+      x, weight, bias, out);
 }
 
-void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
-                                 const Tensor& grad_out, const Tensor& grad_x,
-                                 const Tensor& grad_weight, const Tensor& grad_bias,
-                                 const Window2d& w) {
+void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                                 const Tensor& grad_x, const Tensor& grad_weight,
+                                 const Tensor& grad_bias, const Window2d& w) {
   launch_with(
       x.device().index(),
-      [w](const Tensor& x, const Tensor& weight, const Tensor& columns, const Tensor& grad_out,
-          const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias) {
+      [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
+          const Tensor& grad_weight, const Tensor& grad_bias) {
         dispatch_floating(x.dtype(), [&](auto tag) {
-          conv_backward<typename decltype(tag)::type>(x, weight, columns, grad_out, grad_x,
-                                                      grad_weight, grad_bias, w);
+          conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
+                                                      grad_bias, w);
         });
       },
-      x, weight, columns, grad_out, grad_x, grad_weight, grad_bias);
+      x, weight, grad_out, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace tessera::detail

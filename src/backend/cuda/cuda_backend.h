@@ -60,11 +60,11 @@ class CudaBackend final : public Backend {
                      const Tensor& probs) override;  // cuda_ops.cpp
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
                               const Tensor& grad_losses, const Tensor& grad_logits) override;
-  Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-                const Window2d& w, bool keep_columns) override;  // cuda_conv.cpp
-  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& columns,
-                       const Tensor& grad_out, const Tensor& grad_x, const Tensor& grad_weight,
-                       const Tensor& grad_bias, const Window2d& w) override;
+  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+              const Window2d& w) override;  // cuda_conv.cpp
+  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                       const Window2d& w) override;
   void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
               const Window2d& w) override;
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,

@@ -70,12 +70,10 @@ void* ptr(const Tensor& t) { return t.defined() ? impl_of(t).data() : nullptr; }
 
 }  // namespace
 
-// The GPU recomputes im2col in the backward pass (keep_columns is ignored): keeping a
-// whole batch's columns costs more memory than the extra kernel costs time there.
-Tensor CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                           const Tensor& out, const Window2d& w, bool /*keep_columns*/) {
+void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& out, const Window2d& w) {
   const cuda::ConvShape g = conv_shape(x, weight, w);
-  if (out.numel() == 0) return Tensor();
+  if (out.numel() == 0) return;
   const int index = out.device().index();
   const cudaStream_t stream = activate(index);
   const Dtype dtype = out.dtype();
@@ -93,11 +91,9 @@ Tensor CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& 
     }
     cuda::launch_channels_to_images(stream, dtype, ptr(tmp), ptr(bias), ptr(out), g, n0, nb);
   }
-  return Tensor();
 }
 
-void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight,
-                                  const Tensor& /*columns*/, const Tensor& grad_out,
+void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                                   const Tensor& grad_x, const Tensor& grad_weight,
                                   const Tensor& grad_bias, const Window2d& w) {
   const cuda::ConvShape g = conv_shape(x, weight, w);
