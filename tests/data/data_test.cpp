@@ -148,6 +148,10 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
   EXPECT_NEAR(b0.x.to_vector<double>()[4], (10 / 255.0 - 0.5) / 0.5, 1e-6);
   expect_throw_with<DtypeError>([&] { data::DataLoader(zeros({4, 2}), from_vector(labels, {n})); },
                                 {"uint8"});
+  expect_throw_with<ShapeError>([&] { data::DataLoader(images, from_vector(labels, {n}).narrow(0, 0, 3)); },
+                                {"labels must be integers [10] to match the images", "[3]"});
+  expect_throw_with<Error>([&] { data::DataLoader(images, from_vector(labels, {n}), {.batch_size = 0}); },
+                           {"batch_size (0) and std (1) must be positive"});
 }
 
 }  // namespace

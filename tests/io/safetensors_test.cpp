@@ -101,6 +101,8 @@ TEST_P(Safetensors, SavingIsAtomic) {
       [&] { save_safetensors(dir / "missing" / "x.safetensors", {{"w", ones({1}, device())}}); },
       {"[save_safetensors]", "missing/x.safetensors", "temporary file"});
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  expect_throw_with<Error>([&] { save_safetensors(path, {{"__metadata__", ones({1}, device())}}); },
+                           {"[save_safetensors] '__metadata__' cannot name a tensor"});
 }
 
 TEST_P(Safetensors, CorruptFilesGiveClearErrors) {

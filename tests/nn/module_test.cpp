@@ -292,6 +292,41 @@ TEST_P(Modules, InitializersHaveTheirStatisticsAndStayOnTheDevice) {
   EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>()) << "seeded initialization repeats";
 }
 
+// A module that registers what its test asks for.
+class Registering : public nn::Module {
+ public:
+  Registering() : Module("Registering") {}
+  Tensor forward(const Tensor& x) override { return x; }
+  using Module::register_buffer;
+  using Module::register_module;
+  using Module::register_parameter;
+};
+
+TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
+  Registering m;
+  m.register_parameter("w", zeros({2}, device()));
+  expect_throw_with<Error>([&] { m.register_buffer("w", zeros({2}, device())); },
+                           {"[Registering]", "named 'w' exists already"});
+  expect_throw_with<Error>([&] { m.register_parameter("a.b", zeros({1}, device())); },
+                           {"'a.b' must be non-empty and contain no '.'"});
+  expect_throw_with<DtypeError>([&] { m.register_parameter("i", zeros({1}, {kInt64, device()})); },
+                                {"parameter 'i' must be floating", "int64"});
+  auto child = std::make_shared<nn::ReLU>();
+  m.register_module("act", child);
+  Registering other;
+  expect_throw_with<Error>([&] { other.register_module("act", child); },
+                           {"belongs to another module already", "Registering.act"});
+  nn::StateDict wrong_kind{{"w", zeros({2}, {kInt64, device()})}};
+  expect_throw_with<DtypeError>([&] { m.load_state_dict(wrong_kind); },
+                                {"[load_state_dict] w is float32 in the module but int64"});
+  expect_throw_with<Error>([] { nn::Dropout(1.5); }, {"[Dropout] p is a probability in [0, 1], got 1.5"});
+  expect_throw_with<ShapeError>([] { nn::Linear(0, 3); },
+                                {"[Linear] in_features and out_features must be positive, got 0 and 3"});
+  expect_throw_with<ShapeError>([] { nn::Conv2d(1, 0, 3); }, {"[Conv2d]", "out_channels=0"});
+  expect_throw_with<DtypeError>([&] { nn::Dropout(0.5)(zeros({2}, {kInt32, device()})); },
+                                {"[Dropout]", "floating input", "int32"});
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Modules);
 
 }  // namespace

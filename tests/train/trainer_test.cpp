@@ -76,7 +76,9 @@ TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("asked for " + std::to_string(num_gpus() + 2) + " GPU(s)"), std::string::npos) << err;
   if (num_gpus() == 0) EXPECT_EQ(trainer.device(), cpu());
-  EXPECT_THROW(train::Trainer({.max_epochs = -1}), Error);
+  testing::expect_throw_with<Error>([] { train::Trainer({.max_epochs = -1}); },
+                                    {"[Trainer] max_epochs (-1)", "must not be negative"});
+  testing::expect_throw_with<DeviceError>([] { train::Trainer({.device = cpu(7)}); }, {"Trainer"});
 }
 
 TEST(Trainer, WritesMetricsAsJsonLines) {
