@@ -91,9 +91,13 @@ int main() {
   } catch (const DeviceMismatchError& e) {
     std::cout << "DeviceMismatchError: " << e.what() << "\n\n";
   }
-  std::cout << ">>> net(B)  // net's parameters are on " << first << "\n";
+  // Feed net an input from a device its parameters are not on (net lives on try_gpu()).
+  const Device elsewhere = net.device() == first ? second : first;
+  Tensor input = rand({2, 3}, elsewhere);
+  std::cout << ">>> net(rand({2, 3}, " << elsewhere << "))  // net's parameters are on "
+            << net.device() << "\n";
   try {
-    net(B);
+    net(input);
     std::cout << "unexpected: no error\n";
     return 1;
   } catch (const DeviceMismatchError& e) {

@@ -7,6 +7,7 @@
 #include "autograd/autograd_meta.h"
 #include "autograd/record.h"
 #include "core/check.h"
+#include "core/tensor_impl.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/operators.h"
@@ -67,6 +68,10 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
 }
 
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands) {
+  // The first operand is about to be written by an op that may be queued on its device.
+  if (const Tensor* self = *operands.begin(); self->defined()) {
+    impl_of(*self).storage->host_written = false;
+  }
   if (!t_grad_enabled) return;
   for (const Tensor* t : operands) {
     TESSERA_CHECK(!(t->defined() && t->requires_grad()), Error,

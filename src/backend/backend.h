@@ -5,6 +5,7 @@
 // backend keeps the tensors it was handed alive until its queued work is done.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "tessera/device.h"
@@ -76,6 +77,15 @@ struct DeviceInfo {
   std::string details;  // free-form extra lines for `tessera info`
 };
 
+// Work recorded once (a CUDA graph) that can be queued again and again; see graph.h.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  // Queues one run on the device's current stream for this thread. No host wait.
+  virtual void replay() = 0;
+  virtual std::size_t node_count() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -108,7 +118,29 @@ class Backend {
   // contiguous dst on this backend. A backend may copy asynchronously from pinned memory;
   // it then keeps src alive until the copy is done.
   virtual void copy_from_cpu(const Tensor& src, const Tensor& dst);
+  // Waits for all work queued on the device, on every stream.
   virtual void synchronize(int index) = 0;
+
+  // Streams beyond the default one (stream.h). A backend with one queue per device keeps
+  // these defaults: no extra stream exists, and the front end never enters one.
+  virtual int extra_streams() const { return 0; }
+  // This thread's work for `index` goes to stream `id` (0 = default) from now on; `previous`
+  // is the id it leaves. Entering a side stream orders it after the default stream's queued
+  // work; leaving it makes the default stream's later work wait for it. No host wait.
+  virtual void enter_stream(int /*index*/, int /*id*/, int /*previous*/) {}
+  virtual void leave_stream(int /*index*/, int /*id*/, int /*previous*/) {}
+  virtual int current_stream(int /*index*/) const { return 0; }
+  virtual void synchronize_stream(int index, int /*id*/) { synchronize(index); }
+
+  // Graph capture (graph.h) for backends that support it: begin_capture starts recording
+  // the work this thread queues on the device's default stream; end_capture stops and
+  // returns it (or throws if the recording broke); abort_capture drops it after an error.
+  virtual bool supports_capture() const { return false; }
+  virtual void begin_capture(int /*index*/) {}
+  virtual std::unique_ptr<CapturedWork> end_capture(int /*index*/) { return nullptr; }
+  virtual void abort_capture(int /*index*/) {}
+  // Whether a capture is in progress on the device (any thread).
+  virtual bool capturing(int /*index*/) const { return false; }
 
   // Kernels. Inputs of elementwise kernels are already broadcast (expanded) to out's shape
   // and converted to the compute dtype; out is freshly allocated or an in-place target.

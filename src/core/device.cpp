@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_registry.h"
+#include "core/device_rules.h"
 #include "tessera/cpu_devices.h"
 
 namespace tessera {
@@ -85,6 +86,7 @@ std::string gpu_unavailable_reason() {
 
 void synchronize(Device device) {
   detail::check_device(device, "synchronize");
+  detail::check_not_capturing(device, "synchronize", "a host wait");
   if (!detail::is_host(device)) ++detail::counters(device).host_waits;
   detail::backend_of(device).synchronize(device.index());
 }

@@ -2,6 +2,7 @@
 // The device rules, enforced here and nowhere else: every op's tensors share one device
 // (else DeviceMismatchError), and every copy across devices or host read is counted in the
 // transfer ledger.
+#include <atomic>
 #include <cstddef>
 #include <initializer_list>
 #include <source_location>
@@ -38,5 +39,12 @@ void record_host_read(Device src, std::size_t bytes, const char* op,
 // The host blocks until `device` catches up on behalf of `op` (implicitly). Counted, and
 // checked against this thread's SyncGuard (sync_guard.cpp); `where` may be null.
 void record_host_wait(Device device, const char* op, const std::source_location* where);
+
+// Throws GraphCaptureError when `device` is capturing a graph (graph.h): `what` ("a host
+// wait", "a copy from the host", ...) cannot be recorded. One atomic load when no capture is
+// in progress anywhere.
+void check_not_capturing(Device device, const char* op, const char* what);
+// Captures in progress on any device (kept by the backends; read by check_not_capturing).
+extern std::atomic<int> g_captures_in_progress;
 
 }  // namespace tessera::detail

@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_registry.h"
+#include "core/device_rules.h"
 #include "core/tensor_impl.h"
 
 // Note [Memory accounting]
@@ -64,8 +65,9 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
   } else if (bytes > 0) {
     Backend& backend = backend_of(device);
     data = backend.allocate(device.index(), bytes);
-    if (data == nullptr) {
-      // Return the cache to the device and retry once before giving up.
+    if (data == nullptr && !backend.capturing(device.index())) {
+      // Return the cache to the device and retry once before giving up (never while
+      // capturing a graph: freeing device memory waits for the device).
       backend.empty_cache(device.index());
       data = backend.allocate(device.index(), bytes);
     }
@@ -119,6 +121,7 @@ void set_memory_limit(Device device, std::size_t bytes) {
 
 void empty_cache(Device device) {
   detail::check_device(device, "empty_cache");
+  detail::check_not_capturing(device, "empty_cache", "returning memory to the driver");
   detail::backend_of(device).empty_cache(device.index());
 }
 

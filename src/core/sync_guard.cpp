@@ -25,6 +25,7 @@ namespace tessera::detail {
 
 void record_host_wait(Device device, const char* op, const std::source_location* where) {
   if (is_host(device)) return;
+  check_not_capturing(device, op, "a host wait (a read of device data, or a synchronize)");
   const SyncMode mode = sync_mode();
   if (mode == SyncMode::kOff) {
     ++counters(device).host_waits;

@@ -75,12 +75,13 @@ Tensor& Tensor::copy_(const Tensor& src_in, std::source_location where) {
   }
   // CPU <-> GPU: the bytes cross in src's dtype from a contiguous tensor; the destination
   // backend then converts and lays them out in place if this tensor needs it.
+  if (from.is_cpu()) detail::check_not_capturing(to, "copy_", "a copy from the host");
   const Tensor packed = src.is_contiguous() ? src : src.clone();
   const bool direct = is_contiguous() && dtype() == packed.dtype();
   const Tensor landed = direct ? *this : make_tensor(shape(), packed.dtype(), to, "copy_");
   if (from.is_cpu()) {
-    // A queued CPU device may still be producing src.
-    if (!detail::is_host(from)) {
+    // A queued CPU device may still be producing src (unless only the host ever wrote it).
+    if (!detail::is_host(from) && !impl_of(packed).storage->host_written) {
       detail::record_host_wait(from, "copy_", &where);
       detail::backend_of(from).synchronize(from.index());
     }

@@ -73,6 +73,9 @@ Batch DataLoader::batch(std::int64_t i) const {
   auto* y = reinterpret_cast<std::int64_t*>(detail::impl_of(b.y).data());
   const float scale = static_cast<float>(1.0 / (255.0 * options_.std));
   const float shift = static_cast<float>(options_.mean / options_.std);
+  // Filled right here by this thread: copying it to a device need not wait for cpu()'s queue.
+  detail::impl_of(b.x).storage->host_written = true;
+  detail::impl_of(b.y).storage->host_written = true;
   for (std::int64_t k = 0; k < len; ++k) {
     const std::int64_t e = order_[static_cast<std::size_t>(start + k)];
     const std::uint8_t* px = src + e * example_numel_;

@@ -139,6 +139,7 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
                 "[{}] draws floating-point values; got dtype {}. Use float32 or float64 and "
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
+  detail::check_not_capturing(device_of(options), op, "drawing random numbers");
   Tensor t = make_tensor(shape, dtype, device_of(options), op);
   const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
   detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);

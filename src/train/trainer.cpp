@@ -136,7 +136,12 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   if (devices_.empty()) devices_.push_back(cpu());
 }
 
-void Trainer::prepare_model(nn::Module& model) const { model.to(device()); }
+void Trainer::prepare_model(nn::Module& model) const {
+  // A one-time move the user asked for by choosing the device: waiting for a queued logical
+  // CPU device that built the parameters is deliberate, not a per-step stall.
+  AllowSync deliberate;
+  model.to(device());
+}
 
 data::Batch Trainer::prepare_batch(const data::Batch& batch) const {
   return {batch.x.to(device()), batch.y.to(device())};

@@ -1,18 +1,21 @@
 #include "backend/cuda/cuda_allocator.h"
 
-#include <cuda_runtime.h>
-
 #include <bit>
 
 #include "backend/cuda/cuda_check.h"
 
 // Note [CUDA caching allocator]
 // cudaMalloc and cudaFree are slow and cudaFree synchronizes the device, so freed blocks go
-// to per-size free lists and are handed out again. Each GPU has one stream and all work on
-// its memory is queued there (peer copies make the destination's stream wait on an event),
-// so a block freed on the host while kernels still use it can be reused at once: whatever
-// is queued next on that stream runs after them. Sizes round to 512 B below 1 MiB and to
+// to per-size free lists and are handed out again. Sizes round to 512 B below 1 MiB and to
 // quarter powers of two above, so reuse wastes at most 25%.
+// When a device runs one stream, a block freed on the host while kernels still use it can
+// be reused at once: whatever is queued next on that stream runs after them. While side
+// streams (stream.h) have work the default stream has not joined, the next user of a block
+// may run on another stream than its last one, so the backend passes the streams in use
+// and the block waits in pending_ until an event recorded on each of them has fired.
+// During a graph capture, blocks come from the graph's pool (reusable within that capture,
+// whose recorded order is the replay order) and blocks freed are kept by the pool, because
+// every replay may still touch them; the graph's destruction returns them to the cache.
 
 namespace tessera::detail {
 
@@ -23,18 +26,39 @@ std::size_t CudaAllocator::round_size(std::size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+void CudaAllocator::reclaim_locked() {
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    for (cudaEvent_t e : p.events) {
+      const cudaError_t status = cudaEventQuery(e);
+      if (status == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return;  // later blocks were freed later: their events have not fired either
+      }
+      TESSERA_CUDA_CHECK(status);
+    }
+    for (cudaEvent_t e : p.events) TESSERA_CUDA_CHECK(cudaEventDestroy(e));
+    free_blocks_[p.size].push_back(p.ptr);
+    cached_bytes_ += p.size;
+    pending_.pop_front();
+  }
+}
+
 void* CudaAllocator::allocate(std::size_t bytes) {
   const std::size_t size = round_size(bytes);
   {
     std::lock_guard lock(mutex_);
-    auto it = free_blocks_.find(size);
-    if (it != free_blocks_.end() && !it->second.empty()) {
+    auto& lists = capturing_ ? capturing_->free_blocks : free_blocks_;
+    if (!capturing_ && !pending_.empty()) reclaim_locked();
+    auto it = lists.find(size);
+    if (it != lists.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
-      cached_bytes_ -= size;
+      if (!capturing_) cached_bytes_ -= size;
       return p;
     }
   }
+  // During a capture this cudaMalloc is allowed: captures record in relaxed mode.
   void* p = nullptr;
   const cudaError_t status = cudaMalloc(&p, size);
   if (status == cudaErrorMemoryAllocation) {
@@ -44,14 +68,66 @@ void* CudaAllocator::allocate(std::size_t bytes) {
   TESSERA_CUDA_CHECK(status);
   std::lock_guard lock(mutex_);
   reserved_bytes_ += size;
+  if (capturing_) {
+    capturing_->owned.push_back(p);
+    graph_owned_.emplace(p, capturing_);
+  }
   return p;
 }
 
-void CudaAllocator::deallocate(void* ptr, std::size_t bytes) {
+void CudaAllocator::deallocate(void* ptr, std::size_t bytes, std::span<const cudaStream_t> in_use) {
   const std::size_t size = round_size(bytes);
   std::lock_guard lock(mutex_);
-  free_blocks_[size].push_back(ptr);
-  cached_bytes_ += size;
+  if (!graph_owned_.empty()) {
+    if (auto it = graph_owned_.find(ptr); it != graph_owned_.end()) {
+      it->second->free_blocks[size].push_back(ptr);  // the graph's until it is destroyed
+      return;
+    }
+  }
+  if (capturing_) {
+    capturing_->kept.emplace_back(ptr, size);
+    return;
+  }
+  if (in_use.empty()) {
+    free_blocks_[size].push_back(ptr);
+    cached_bytes_ += size;
+    return;
+  }
+  Pending p{ptr, size, {}};
+  for (cudaStream_t s : in_use) {
+    cudaEvent_t e;
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    TESSERA_CUDA_CHECK(cudaEventRecord(e, s));
+    p.events.push_back(e);
+  }
+  pending_.push_back(std::move(p));
+}
+
+void CudaAllocator::begin_capture(std::shared_ptr<GraphPool> pool) {
+  std::lock_guard lock(mutex_);
+  capturing_ = std::move(pool);
+}
+
+void CudaAllocator::end_capture() {
+  std::lock_guard lock(mutex_);
+  capturing_.reset();
+}
+
+void CudaAllocator::release(const std::shared_ptr<GraphPool>& pool) {
+  std::lock_guard lock(mutex_);
+  // Blocks still held by tensors stay theirs; freeing them later goes to the cache.
+  for (void* p : pool->owned) graph_owned_.erase(p);
+  for (auto& [size, blocks] : pool->free_blocks) {
+    for (void* p : blocks) free_blocks_[size].push_back(p);
+    cached_bytes_ += size * blocks.size();
+  }
+  for (auto [p, size] : pool->kept) {
+    free_blocks_[size].push_back(p);
+    cached_bytes_ += size;
+  }
+  pool->free_blocks.clear();
+  pool->kept.clear();
+  pool->owned.clear();
 }
 
 std::size_t CudaAllocator::reserved() const {
@@ -69,6 +145,15 @@ std::size_t CudaAllocator::largest_cached_block() const {
 
 void CudaAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  for (Pending& p : pending_) {
+    for (cudaEvent_t e : p.events) {
+      TESSERA_CUDA_CHECK(cudaEventSynchronize(e));
+      TESSERA_CUDA_CHECK(cudaEventDestroy(e));
+    }
+    free_blocks_[p.size].push_back(p.ptr);
+    cached_bytes_ += p.size;
+  }
+  pending_.clear();
   for (auto& [size, blocks] : free_blocks_) {
     for (void* p : blocks) TESSERA_CUDA_CHECK(cudaFree(p));
     reserved_bytes_ -= size * blocks.size();

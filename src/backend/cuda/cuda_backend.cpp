@@ -84,32 +84,24 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
   PerDevice& d = devices_[index];
   std::call_once(d.init, [&] {
     TESSERA_CUDA_CHECK(cudaSetDevice(index));
-    TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+    for (StreamSlot& slot : d.streams) {
+      TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
+    }
     d.allocator = std::make_unique<CudaAllocator>(index);
   });
   return d;
 }
 
-cudaStream_t CudaBackend::activate(int index) {
-  thread_local int current = -1;
-  PerDevice& d = device(index);
-  if (current != index) {
-    TESSERA_CUDA_CHECK(cudaSetDevice(index));
-    current = index;
-  }
-  return d.stream;
-}
-
 cublasHandle_t CudaBackend::cublas(int index) {
-  const cudaStream_t stream = activate(index);
-  PerDevice& d = devices_[index];
+  activate(index);
+  StreamSlot& slot = devices_[index].streams[current_stream(index)];
   static std::mutex mutex;
   std::lock_guard lock(mutex);
-  if (d.cublas == nullptr) {
-    TESSERA_CUBLAS_CHECK(cublasCreate(&d.cublas));
-    TESSERA_CUBLAS_CHECK(cublasSetStream(d.cublas, stream));
+  if (slot.cublas == nullptr) {
+    TESSERA_CUBLAS_CHECK(cublasCreate(&slot.cublas));
+    TESSERA_CUBLAS_CHECK(cublasSetStream(slot.cublas, slot.stream));
   }
-  return d.cublas;
+  return slot.cublas;
 }
 
 DeviceInfo CudaBackend::info(int index) const {
@@ -142,7 +134,9 @@ void* CudaBackend::allocate(int index, std::size_t bytes) {
 }
 
 void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) {
-  devices_[index].allocator->deallocate(ptr, bytes);
+  PerDevice& d = devices_[index];
+  cudaStream_t buf[1 + kExtraStreams];
+  d.allocator->deallocate(ptr, bytes, streams_in_use(d, buf));
 }
 
 std::size_t CudaBackend::reserved(int index) const {

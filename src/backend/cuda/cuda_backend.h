@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
+#include <span>
+#include <vector>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +41,18 @@ class CudaBackend final : public Backend {
   void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void synchronize(int index) override;
+
+  int extra_streams() const override { return kExtraStreams; }  // cuda_streams.cpp
+  void enter_stream(int index, int id, int previous) override;
+  void leave_stream(int index, int id, int previous) override;
+  int current_stream(int index) const override;
+  void synchronize_stream(int index, int id) override;
+
+  bool supports_capture() const override { return true; }  // cuda_graph.cpp
+  void begin_capture(int index) override;
+  std::unique_ptr<CapturedWork> end_capture(int index) override;
+  void abort_capture(int index) override;
+  bool capturing(int index) const override;
 
   void* allocate_pinned(std::size_t bytes) override;
   void deallocate_pinned(void* ptr, std::size_t bytes) override;
@@ -74,19 +89,37 @@ class CudaBackend final : public Backend {
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamParams& p) override;
 
-  // Makes `index` the calling thread's current CUDA device and returns its stream.
+  // Makes `index` the calling thread's current CUDA device and returns the stream this
+  // thread queues its work on (the default stream, or a StreamGuard's).
   cudaStream_t activate(int index);
-  // The device's cuBLAS handle, bound to its stream (created on first use).
+  // The cuBLAS handle of that stream (one per stream, created on first use).
   cublasHandle_t cublas(int index);
 
+  static constexpr int kExtraStreams = 4;  // side streams per GPU (new_stream's pool)
+
  private:
-  struct PerDevice {
+  struct StreamSlot {
     cudaStream_t stream = nullptr;
     cublasHandle_t cublas = nullptr;
+  };
+  struct PerDevice {
+    std::array<StreamSlot, 1 + kExtraStreams> streams;  // [0] is the default stream
     std::unique_ptr<CudaAllocator> allocator;
     std::once_flag init;
+    // Side-stream bookkeeping (Note [CUDA streams] in cuda_streams.cpp).
+    std::mutex side_mutex;
+    std::vector<cudaEvent_t> pending_joins;  // the default stream waits on these next
+    std::atomic<bool> has_pending_joins{false};
+    std::atomic<int> open_guards{0};
+    // Graph capture (cuda_graph.cpp).
+    std::atomic<bool> capturing{false};
+    std::shared_ptr<GraphPool> capture_pool;
   };
   PerDevice& device(int index);
+  void apply_joins(PerDevice& d);
+  // The streams a freed block may still be used on (empty when only the default runs).
+  std::span<const cudaStream_t> streams_in_use(PerDevice& d, cudaStream_t (&buf)[1 + kExtraStreams]);
+  friend class CudaGraph;
 
   int count_ = 0;
   std::string reason_;  // why no GPU is visible, when count_ == 0

@@ -136,7 +136,10 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaBackend::synchronize(int index) {
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(activate(index)));
+  activate(index);  // applies pending joins, though every stream is waited for below anyway
+  for (const StreamSlot& slot : devices_[index].streams) {
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(slot.stream));
+  }
   reap_finished_copies();
 }
 

@@ -1,0 +1,121 @@
+// Graph capture: on a GPU a recorded loop replays to the eager results, and everything a
+// graph cannot record is refused with a message that names it, leaving the device usable;
+// CPU devices refuse to capture and say what does.
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class Graphs : public DeviceTest {};
+
+TEST_P(Graphs, CpuDevicesCannotCapture) {
+  if (!device().is_cpu()) GTEST_SKIP() << "GPUs capture";
+  expect_throw_with<DeviceError>([&] { Graph::capture(device(), [] {}); },
+                                 {"[Graph::capture] " + device().str(), "graphs need a GPU"});
+}
+
+// The seed's exercise 3: norms of 100x100 products logged into a device tensor.
+TEST_P(Graphs, ReplayGivesTheEagerResults) {
+  if (!device().is_cuda()) GTEST_SKIP() << "graphs need a GPU";
+  manual_seed(3);
+  const Tensor x = randn({100, 100}, device()) * 0.1;
+  Tensor w = randn({100, 100}, device()) * 0.1;
+  constexpr int kSteps = 50;
+  Tensor eager = zeros({kSteps}, device());
+  for (int i = 0; i < kSteps; ++i) eager.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
+  Tensor log = zeros({kSteps}, device());
+  reset_transfer_stats();
+  Graph graph = Graph::capture(device(), [&] {
+    for (int i = 0; i < kSteps; ++i) log.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
+  });
+  EXPECT_EQ(transfer_stats(device()), TransferStats{}) << "capturing neither copies nor waits";
+  EXPECT_GE(graph.node_count(), static_cast<std::size_t>(2 * kSteps));
+  EXPECT_EQ(graph.device(), device());
+  EXPECT_DOUBLE_EQ(max(abs(log)).item<double>(), 0.0) << "recording does not run the work";
+  graph.replay();
+  testing::expect_close(log, eager.to_vector<double>(), 1e-6, 0, "first replay");
+  // Replays read the current values of the tensors the recording used.
+  w.mul_(2.0);
+  log.fill_(0.0);
+  graph.replay();
+  graph.replay();
+  std::vector<double> doubled = eager.to_vector<double>();
+  for (double& v : doubled) v *= 2.0;
+  testing::expect_close(log, doubled, 1e-6, 0, "after w *= 2");
+}
+
+TEST_P(Graphs, TensorsMadeDuringCaptureHoldTheLatestReplay) {
+  if (!device().is_cuda()) GTEST_SKIP() << "graphs need a GPU";
+  Tensor x = full({4096}, 1.0, device());
+  Tensor y;
+  Graph graph = Graph::capture(device(), [&] {
+    Tensor t = x * 2.0;   // freed inside the capture: its block is the graph's
+    y = t + 1.0;          // outlives the capture
+  });
+  graph.replay();
+  EXPECT_DOUBLE_EQ(max(y).item<double>(), 3.0);
+  x.fill_(5.0);
+  graph.replay();
+  EXPECT_DOUBLE_EQ(min(y).item<double>(), 11.0);
+  // Memory made outside keeps working while the graph lives and after it is gone.
+  Tensor other = full({4096}, 7.0, device());
+  graph.replay();
+  EXPECT_DOUBLE_EQ(sum(other).item<double>(), 7.0 * 4096);
+  { Graph gone = std::move(graph); }
+  EXPECT_DOUBLE_EQ(max(y).item<double>(), 11.0);
+  EXPECT_THROW(graph.replay(), GraphCaptureError);  // moved from
+}
+
+TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {
+  if (!device().is_cuda()) GTEST_SKIP() << "graphs need a GPU";
+  const Tensor x = ones({8}, device());
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (void)sum(x).item<double>(); }); },
+      {"is capturing a graph", "a host wait", "outside the captured code"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (void)tensor({1.0, 2.0}).to(device()); }); },
+      {"[copy_]", "a copy from the host"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (void)rand({4}, device()); }); },
+      {"[rand]", "drawing random numbers"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { synchronize(device()); }); },
+      {"[synchronize]", "a host wait"});
+  expect_throw_with<GraphCaptureError>(
+      [&] {
+        Graph::capture(device(), [&] {
+          Graph::capture(device(), [] {});
+        });
+      },
+      {"already capturing", "do not nest"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { StreamGuard g(new_stream(device())); }); },
+      {"[StreamGuard]", "outside Graph::capture"});
+  // A user exception inside the recording propagates and leaves no capture behind.
+  EXPECT_THROW(Graph::capture(device(), [] { throw ShapeError("mine"); }), ShapeError);
+  // After all that the device computes, reads and captures as before.
+  EXPECT_DOUBLE_EQ(sum(x * 3.0).item<double>(), 24.0);
+  Tensor y;
+  Graph ok = Graph::capture(device(), [&] { y = x + 1.0; });
+  ok.replay();
+  EXPECT_DOUBLE_EQ(sum(y).item<double>(), 16.0);
+}
+
+TEST_P(Graphs, ReplayOnASideStream) {
+  if (!device().is_cuda()) GTEST_SKIP() << "graphs need a GPU";
+  Tensor x = full({1000}, 2.0, device());
+  Graph graph = Graph::capture(device(), [&] { x.mul_(3.0); });
+  {
+    StreamGuard g(new_stream(device()));
+    graph.replay();
+  }
+  EXPECT_DOUBLE_EQ(max(x).item<double>(), 6.0);  // queued after the guard: sees the replay
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Graphs);
+
+}  // namespace
+}  // namespace tessera
