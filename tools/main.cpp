@@ -1,8 +1,9 @@
-// The `tessera` command line: `tessera train`, `tessera info`, `tessera --version`, `--help`.
+// The `tessera` command line: `tessera train`, `tessera bench`, `tessera info`, `tessera --version`, `--help`.
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include "bench_command.h"
 #include "info_command.h"
 #include "train_command.h"
 #include "tessera/error.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   tessera::tools::add_info_command(app);
   tessera::tools::add_train_command(app);
+  tessera::tools::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -100,6 +100,12 @@ cublasHandle_t CudaBackend::cublas(int index) {
   if (slot.cublas == nullptr) {
     TESSERA_CUBLAS_CHECK(cublasCreate(&slot.cublas));
     TESSERA_CUBLAS_CHECK(cublasSetStream(slot.cublas, slot.stream));
+    // A workspace of our own (32 MiB, what NVIDIA suggests for Hopper), so cuBLAS never
+    // allocates inside a graph capture; one per handle because each handle has its stream.
+    constexpr std::size_t kWorkspace = std::size_t{32} << 20;
+    void* workspace = nullptr;
+    TESSERA_CUDA_CHECK(cudaMalloc(&workspace, kWorkspace));
+    TESSERA_CUBLAS_CHECK(cublasSetWorkspace(slot.cublas, workspace, kWorkspace));
   }
   return slot.cublas;
 }

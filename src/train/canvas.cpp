@@ -1,0 +1,138 @@
+#include "train/canvas.h"
+
+#include <cairo-svg.h>
+#include <cairo.h>
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace tessera::detail {
+
+Rgb palette(int i) {
+  static constexpr Rgb kColors[] = {{0.12, 0.38, 0.75}, {0.90, 0.45, 0.10}, {0.18, 0.60, 0.25},
+                                    {0.75, 0.15, 0.20}, {0.50, 0.35, 0.70}, {0.55, 0.40, 0.30},
+                                    {0.85, 0.40, 0.65}, {0.45, 0.45, 0.45}};
+  return kColors[static_cast<unsigned>(i) % 8];
+}
+
+double tick_step(double span, int count) {
+  const double raw = span / count, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= m * mag) return m * mag;
+  }
+  return 10 * mag;
+}
+
+std::string tick_label(double v) {
+  std::string s = fmt::format("{:.3g}", v);
+  return s == "-0" ? "0" : s;
+}
+
+struct Canvas::Impl {
+  std::filesystem::path path;
+  const char* op;
+  bool png;
+  cairo_surface_t* surface = nullptr;
+  cairo_t* cr = nullptr;
+
+  void check(cairo_status_t status) const {
+    TESSERA_CHECK(status == CAIRO_STATUS_SUCCESS, IOError, "[{}] cannot write '{}': {}", op,
+                  path.string(), cairo_status_to_string(status));
+  }
+  void color(Rgb c) const { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
+};
+
+Canvas::Canvas(const std::filesystem::path& path, double width, double height, const char* op)
+    : impl_(std::make_unique<Impl>()) {
+  const std::string ext = path.extension().string();
+  TESSERA_CHECK(ext == ".svg" || ext == ".png", Error,
+                "[{}] '{}': charts are written as .svg or .png, got '{}'", op, path.string(), ext);
+  impl_->path = path;
+  impl_->op = op;
+  impl_->png = ext == ".png";
+  impl_->surface = impl_->png ? cairo_image_surface_create(CAIRO_FORMAT_RGB24,
+                                                           static_cast<int>(width),
+                                                           static_cast<int>(height))
+                              : cairo_svg_surface_create(path.c_str(), width, height);
+  if (cairo_surface_status(impl_->surface) != CAIRO_STATUS_SUCCESS) {
+    const cairo_status_t status = cairo_surface_status(impl_->surface);
+    cairo_surface_destroy(impl_->surface);
+    impl_->surface = nullptr;
+    impl_->check(status);
+  }
+  impl_->cr = cairo_create(impl_->surface);
+  impl_->color(kWhite);
+  cairo_paint(impl_->cr);
+  cairo_select_font_face(impl_->cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
+                         CAIRO_FONT_WEIGHT_NORMAL);
+}
+
+Canvas::~Canvas() {
+  if (impl_->cr != nullptr) cairo_destroy(impl_->cr);
+  if (impl_->surface != nullptr) cairo_surface_destroy(impl_->surface);
+}
+
+void Canvas::line(double x0, double y0, double x1, double y1, Rgb color, double width) {
+  impl_->color(color);
+  cairo_set_line_width(impl_->cr, width);
+  cairo_move_to(impl_->cr, x0, y0);
+  cairo_line_to(impl_->cr, x1, y1);
+  cairo_stroke(impl_->cr);
+}
+
+void Canvas::polyline(const std::vector<std::pair<double, double>>& points, Rgb color,
+                      double width, bool dots) {
+  cairo_t* cr = impl_->cr;
+  impl_->color(color);
+  cairo_set_line_width(cr, width);
+  bool pen_down = false;
+  for (const auto& [x, y] : points) {
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      pen_down = false;
+      continue;
+    }
+    pen_down ? cairo_line_to(cr, x, y) : cairo_move_to(cr, x, y);
+    pen_down = true;
+  }
+  cairo_stroke(cr);
+  if (!dots) return;
+  for (const auto& [x, y] : points) {
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    cairo_arc(cr, x, y, 3, 0, 2 * M_PI);
+    cairo_fill(cr);
+  }
+}
+
+void Canvas::rect(double x, double y, double w, double h, Rgb color, bool fill, double width) {
+  impl_->color(color);
+  cairo_rectangle(impl_->cr, x, y, w, h);
+  if (fill) {
+    cairo_fill(impl_->cr);
+  } else {
+    cairo_set_line_width(impl_->cr, width);
+    cairo_stroke(impl_->cr);
+  }
+}
+
+void Canvas::text(double x, double y, const std::string& s, double align_x, double align_y,
+                  double size, Rgb color) {
+  cairo_t* cr = impl_->cr;
+  cairo_set_font_size(cr, size);
+  impl_->color(color);
+  cairo_text_extents_t e;
+  cairo_text_extents(cr, s.c_str(), &e);
+  cairo_move_to(cr, x - e.width * align_x - e.x_bearing, y - e.height * align_y - e.y_bearing);
+  cairo_show_text(cr, s.c_str());
+}
+
+void Canvas::finish() {
+  impl_->check(cairo_status(impl_->cr));
+  cairo_destroy(impl_->cr);
+  impl_->cr = nullptr;
+  if (impl_->png) impl_->check(cairo_surface_write_to_png(impl_->surface, impl_->path.c_str()));
+  cairo_surface_finish(impl_->surface);
+  impl_->check(cairo_surface_status(impl_->surface));
+}
+
+}  // namespace tessera::detail

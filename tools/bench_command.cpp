@@ -1,0 +1,109 @@
+#include "bench_command.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "bench/exercises.h"
+#include "tessera/tessera.h"
+
+namespace tessera::tools {
+namespace {
+
+using bench::Context;
+
+const std::vector<std::string> kExercises{"matmul", "checkpoint", "norm_log", "parallel"};
+
+struct BenchOptions {
+  std::vector<std::string> exercises;
+  std::string out_dir = "bench-results";
+  std::string temp_dir = std::filesystem::temp_directory_path().string();
+  std::string chart_format = "svg";
+  bool quick = false;
+  int max_n_cpu = 4096;
+};
+
+void describe_devices(Context& ctx) {
+  for (const Device d : bench::bench_devices()) {
+    const detail::DeviceInfo info = detail::backend_of(d).info(d.index());
+    ctx.report.devices.push_back({{"device", d.str()}, {"name", info.name}});
+    std::cout << fmt::format("{:<8} {}\n", d.str(), info.name);
+  }
+  if (num_gpus() == 0) ctx.report.note("no GPU: " + gpu_unavailable_reason());
+}
+
+int run(const BenchOptions& o) {
+  Context ctx;
+  ctx.quick = o.quick;
+  ctx.max_n_cpu = o.max_n_cpu;
+  ctx.out_dir = o.out_dir;
+  ctx.temp_dir = o.temp_dir;
+  ctx.chart_ext = "." + o.chart_format;
+  std::filesystem::create_directories(ctx.out_dir);
+  std::cout << fmt::format("tessera {} bench: {}\n", kVersion,
+                           o.exercises.empty() ? "all four exercises"
+                                               : fmt::format("{}", fmt::join(o.exercises, ", ")));
+  describe_devices(ctx);
+  const auto wanted = [&](const std::string& e) {
+    return o.exercises.empty() ||
+           std::find(o.exercises.begin(), o.exercises.end(), e) != o.exercises.end();
+  };
+  const std::filesystem::path json = ctx.out_dir / "tessera_exercises.json";
+  const std::filesystem::path csv = ctx.out_dir / "tessera_exercises.csv";
+  using Run = void (*)(Context&);
+  const std::pair<const char*, Run> exercises[] = {{"matmul", bench::run_matmul},
+                                                   {"checkpoint", bench::run_checkpoint},
+                                                   {"norm_log", bench::run_norm_log},
+                                                   {"parallel", bench::run_parallel}};
+  for (const auto& [name, fn] : exercises) {
+    if (!wanted(name)) continue;
+    try {
+      fn(ctx);
+    } catch (const Error& e) {  // one exercise failing leaves the others' numbers
+      std::cout << fmt::format("FAIL: {}: {}\n", name, e.what());
+      ++ctx.report.failures;
+    }
+    ctx.report.write_json(json);  // after each, so an interrupted run keeps what it has
+  }
+  ctx.report.write_csv(csv);
+  std::cout << fmt::format("\nwrote {}, {} and the charts ({}) in {}\n", json.filename().string(),
+                           csv.filename().string(), ctx.chart_ext, ctx.out_dir.string());
+  return ctx.report.failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "The four exercises of the book's GPU section as benchmarks, on the CPU and every GPU: "
+      "matmul (big vs small work), checkpoint (model parameters to and from the GPU), "
+      "norm_log (logging a norm per step on the host vs on the device vs a graph), parallel "
+      "(two matmuls on two devices at once). Prints tables; writes JSON, CSV and charts");
+  cmd->add_option("exercises", o->exercises, "which to run (default: all)")
+      ->check(CLI::IsMember(kExercises));
+  cmd->add_option("--out-dir", o->out_dir, "where the JSON, CSV and charts go")
+      ->capture_default_str();
+  cmd->add_option("--temp-dir", o->temp_dir, "where the checkpoint exercise writes its file")
+      ->capture_default_str();
+  cmd->add_option("--chart-format", o->chart_format, "svg or png")
+      ->check(CLI::IsMember({"svg", "png"}))
+      ->capture_default_str();
+  cmd->add_flag("--quick", o->quick, "fewer repetitions and smaller sizes");
+  cmd->add_option("--max-n-cpu", o->max_n_cpu, "largest matmul size on the CPU")
+      ->check(CLI::Range(16, 16384))
+      ->capture_default_str();
+  cmd->callback([o] {
+    const int status = run(*o);
+    if (status != 0) throw CLI::RuntimeError(status);
+  });
+}
+
+}  // namespace tessera::tools
