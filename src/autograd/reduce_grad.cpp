@@ -45,9 +45,14 @@ void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::ve
         return std::vector<Tensor>{with_kept_dims(g, in, dims) * share};
       };
       break;
-    case ReduceOp::kSumSquares:  // sum(a^2); norm's sqrt is recorded on its own
+    case ReduceOp::kSumSquares:  // sum(a^2)
       fn = [in, dims, a](const Tensor& g) {
         return std::vector<Tensor>{with_kept_dims(g, in, dims) * a * 2.0};
+      };
+      break;
+    case ReduceOp::kNorm:  // d||a|| / da = a / ||a|| (NaN at 0, as sqrt's derivative was)
+      fn = [in, dims, a, out](const Tensor& g) {
+        return std::vector<Tensor>{with_kept_dims(g / out, in, dims) * a};
       };
       break;
     default:

@@ -32,8 +32,18 @@ enum class BinaryOp : std::uint8_t {
 };
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEq; }
 
-// kSumSquares is sum(x * x) in one pass (for norm).
-enum class ReduceOp : std::uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, kSumSquares };
+// kSumSquares is sum(x * x) in one pass; kNorm is its square root (the 2-norm), also in one
+// pass, so norm() is one kernel.
+enum class ReduceOp : std::uint8_t {
+  kSum,
+  kMean,
+  kMax,
+  kMin,
+  kArgMax,
+  kArgMin,
+  kSumSquares,
+  kNorm
+};
 
 enum class RandomKind : std::uint8_t { kUniform, kNormal };
 

@@ -150,8 +150,8 @@ Tensor argmin(const Tensor& a, int dim, bool keepdim) {
 Tensor norm(const Tensor& a) {
   detail::check_defined(a, "norm");
   check_floating("norm", a);
-  // One pass summing squares in double; no temporary a * a.
-  return sqrt(reduce(ReduceOp::kSumSquares, "norm", a, all_dims(a.shape()), false, a.dtype()));
+  // One kernel summing squares in double and taking the root; no temporary a * a.
+  return reduce(ReduceOp::kNorm, "norm", a, all_dims(a.shape()), false, a.dtype());
 }
 
 }  // namespace tessera

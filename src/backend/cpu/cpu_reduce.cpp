@@ -194,9 +194,13 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, c
           return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
         case ReduceOp::kMean:
         case ReduceOp::kSumSquares:
+        case ReduceOp::kNorm:
           if constexpr (std::is_floating_point_v<T>) {
             if (op == ReduceOp::kMean) {
               return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
+            }
+            if (op == ReduceOp::kNorm) {
+              return reduce_typed<SumReducer<T, true, false, true>, T>(in, dim_mask, out);
             }
             return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
           }

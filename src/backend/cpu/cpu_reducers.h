@@ -20,8 +20,9 @@ bool is_nan(T v) {
   }
 }
 
-// Sum (or sum of squares) in double for floating inputs, int64 for bool and integers.
-template <typename T, bool kSquare, bool kMean>
+// Sum (or sum of squares, or its square root: the 2-norm) in double for floating inputs,
+// int64 for bool and integers.
+template <typename T, bool kSquare, bool kMean, bool kRoot = false>
 struct SumReducer {
   using Acc = std::conditional_t<std::is_floating_point_v<T>, double, i64>;
   using Out = std::conditional_t<std::is_floating_point_v<T>, T, i64>;
@@ -48,6 +49,8 @@ struct SumReducer {
   static Out finish(Acc acc, i64 count) {
     if constexpr (kMean) {
       return static_cast<Out>(static_cast<double>(acc) / static_cast<double>(count));
+    } else if constexpr (kRoot) {
+      return static_cast<Out>(std::sqrt(static_cast<double>(acc)));
     } else {
       return static_cast<Out>(acc);
     }

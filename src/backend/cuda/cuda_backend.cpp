@@ -88,6 +88,13 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
       TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
     }
     d.allocator = std::make_unique<CudaAllocator>(index);
+    // Large reductions take scratch from the stream-ordered pool (cudaMallocAsync). By
+    // default the pool returns its memory to the driver at every synchronization, and the
+    // next allocation maps it again: ~100 us per host read. Keep it (empty_cache trims it).
+    cudaMemPool_t pool;
+    TESSERA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+    std::uint64_t keep = UINT64_MAX;
+    TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   });
   return d;
 }
@@ -153,6 +160,10 @@ std::size_t CudaBackend::reserved(int index) const {
 void CudaBackend::empty_cache(int index) {
   activate(index);
   devices_[index].allocator->empty_cache();
+  cudaMemPool_t pool;
+  TESSERA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());  // the pool frees only what no work uses
+  TESSERA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
 }
 
 std::string CudaBackend::memory_report(int index) const {

@@ -67,6 +67,12 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
   // C^T (N x M, ldc N) = op(B)^T-view * op(A)^T-view; see Note [cuBLAS operands].
+  if (batches == 1) {  // the plain GEMM entry point, as PyTorch's mm uses
+    TESSERA_CUBLAS_CHECK(cublasGemmEx_64(cublas(out.device().index()), gb.op, ga.op, n, m, k,
+                                         alpha, gb.data, type, gb.ld, ga.data, type, ga.ld, beta,
+                                         kc.data, type, n, compute, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
       cublas(out.device().index()), gb.op, ga.op, n, m, k, alpha, gb.data, type, gb.ld,
       gb.batch_stride, ga.data, type, ga.ld, ga.batch_stride, beta, kc.data, type, n, m * n,

@@ -73,6 +73,7 @@ int multiprocessors() {
 struct Flags {
   bool square = false;  // sum of squares
   bool mean = false;    // divide the sum by count
+  bool root = false;    // the square root of the sum (with square: the 2-norm)
   bool max = false;     // max/argmax (else min/argmin)
 };
 
@@ -99,6 +100,7 @@ struct SumReducer {
   __device__ static Out finish(Acc acc, i64 count, const Flags& f) {
     // Mean of nothing is 0 / 0 = NaN, as on the CPU.
     if (f.mean) return static_cast<Out>(static_cast<double>(acc) / static_cast<double>(count));
+    if (f.root) return static_cast<Out>(::sqrt(static_cast<double>(acc)));
     return static_cast<Out>(acc);
   }
 };
@@ -393,6 +395,8 @@ void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask,
     splits = std::min(ceil_div(target, blocks),
                       ceil_div(g.count, static_cast<i64>(red_lanes) * kMinPerThread));
     splits = std::clamp<i64>(splits, 1, 65535);
+    // A second kernel and its scratch cost more than a few blocks' worth of adds save.
+    if (splits < 4) splits = 1;
   }
   g.chunk = std::max<i64>(ceil_div(g.count, splits), 1);
   g.splits = static_cast<int>(std::max<i64>(ceil_div(g.count, g.chunk), 1));
@@ -424,13 +428,15 @@ template <typename T>
 void reduce_typed(cudaStream_t stream, ReduceOp op, const KernelArg& in, std::uint32_t mask,
                   const KernelArg& out) {
   Flags f;
-  f.square = op == ReduceOp::kSumSquares;
+  f.square = op == ReduceOp::kSumSquares || op == ReduceOp::kNorm;
   f.mean = op == ReduceOp::kMean;
+  f.root = op == ReduceOp::kNorm;
   f.max = op == ReduceOp::kMax || op == ReduceOp::kArgMax;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMean:
     case ReduceOp::kSumSquares:
+    case ReduceOp::kNorm:
       return run_reduce<SumReducer<T>, T>(stream, in, mask, out, f, false);
     case ReduceOp::kMax:
     case ReduceOp::kMin:
