@@ -456,6 +456,33 @@ void bench_small_add(Report& report, Device dev, bool quick) {
   }
 }
 
+// Host time to issue one op (no wait inside the timed loop), us: where the seed's exercise 3
+// spends its time per step (a 100x100 matmul, its norm, and the copy into the log).
+void bench_issue_costs(Report& report, Device dev, bool quick) {
+  const Tensor x = tessera::rand({100, 100}).to(dev), w = tessera::rand({100, 100}).to(dev);
+  Tensor log = tessera::zeros({1000}, dev);
+  const Tensor one = tessera::zeros({1}, dev);
+  const std::pair<const char*, std::function<void()>> ops[] = {
+      {"issue.matmul100", [&] { (void)tessera::matmul(x, w); }},
+      {"issue.norm100", [&] { (void)tessera::norm(x); }},
+      {"issue.copy1", [&] { log.narrow(0, 7, 1).copy_(one); }},
+  };
+  constexpr int kInner = 200;
+  for (const auto& [name, op] : ops) {
+    for (int i = 0; i < 500; ++i) op();
+    tessera::synchronize(dev);
+    std::vector<double> issue;
+    for (int r = 0; r < (quick ? 7 : 21); ++r) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < kInner; ++i) op();
+      issue.push_back(seconds_since(t0) / kInner);
+      tessera::synchronize(dev);
+    }
+    const Timing t = summarize(issue, kInner);
+    record(report, name, make_result(t, t.median * 1e6, "us"));
+  }
+}
+
 }  // namespace
 
 // ---- training epochs ----
@@ -529,6 +556,7 @@ int main(int argc, char** argv) {
 
   const auto t0 = Clock::now();
   section(report, "per-op overhead (a + b on 2x3)", [&] { bench_small_add(report, dev, quick); });
+  section(report, "issue cost of exercise 3's ops", [&] { bench_issue_costs(report, dev, quick); });
   section(report, "matmul float32 / TF32", [&] { bench_matmul(report, dev, quick); });
   section(report, "host <-> device copies (tessera)", [&] { bench_copies(report, dev, quick); });
   const int raw_index = dev.is_cuda() ? dev.index() : 0;

@@ -113,6 +113,35 @@ def bench_small_add(rep, dev, quick):
         rep.errors.append("add.small: wrong sum")
 
 
+def bench_issue_costs(rep, dev, quick):
+    """Host time to issue one of exercise 3's ops (no wait inside the timed loop), us."""
+    x = torch.rand(100, 100).to(dev)
+    w = torch.rand(100, 100).to(dev)
+    log = torch.zeros(1000, device=dev)
+    one = torch.zeros((), device=dev)
+
+    def copy1():
+        log[7] = one
+
+    ops = [("issue.matmul100", lambda: x @ w),
+           ("issue.norm100", lambda: torch.linalg.matrix_norm(x)),
+           ("issue.copy1", copy1)]
+    inner = 200
+    for name, op in ops:
+        for _ in range(500):
+            op()
+        sync()
+        issue = []
+        for _ in range(7 if quick else 21):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                op()
+            issue.append((time.perf_counter() - t0) / inner)
+            sync()
+        t = summarize(issue, inner)
+        rep.record(name, t, t["seconds"] * 1e6, "us")
+
+
 def bench_matmul(rep, dev, quick):
     plans = [(256, 100, 15), (512, 50, 15), (1024, 20, 11), (2048, 5, 11), (4096, 2, 9),
              (8192, 1, 7)]
@@ -258,6 +287,7 @@ def main():
               f"{info['device']}{', quick' if args.quick else ''}", flush=True)
         t0 = time.perf_counter()
         rep.section("per-op overhead (a + b on 2x3)", lambda: bench_small_add(rep, dev, args.quick))
+        rep.section("issue cost of exercise 3's ops", lambda: bench_issue_costs(rep, dev, args.quick))
         rep.section("matmul float32 / TF32", lambda: bench_matmul(rep, dev, args.quick))
         rep.section("host <-> device copies", lambda: bench_copies(rep, dev, args.quick))
         rep.section("device bandwidth (copy_, a + b on 256 Mi)",
