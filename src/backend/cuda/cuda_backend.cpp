@@ -88,6 +88,7 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
       TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
     }
     d.allocator = std::make_unique<CudaAllocator>(index);
+    d.gemm_plans = std::make_unique<GemmPlans>();
     // Large reductions take scratch from the stream-ordered pool (cudaMallocAsync). By
     // default the pool returns its memory to the driver at every synchronization, and the
     // next allocation maps it again: ~100 us per host read. Keep it (empty_cache trims it).
@@ -108,14 +109,19 @@ cublasHandle_t CudaBackend::cublas(int index) {
     TESSERA_CUBLAS_CHECK(cublasCreate(&slot.cublas));
     TESSERA_CUBLAS_CHECK(cublasSetStream(slot.cublas, slot.stream));
     // A workspace of our own (32 MiB, what NVIDIA suggests for Hopper), so cuBLAS never
-    // allocates inside a graph capture; one per handle because each handle has its stream.
-    constexpr std::size_t kWorkspace = std::size_t{32} << 20;
-    void* workspace = nullptr;
-    TESSERA_CUDA_CHECK(cudaMalloc(&workspace, kWorkspace));
-    TESSERA_CUBLAS_CHECK(cublasSetWorkspace(slot.cublas, workspace, kWorkspace));
+    // allocates inside a graph capture; one per stream, shared with cuBLASLt's calls there.
+    TESSERA_CUDA_CHECK(cudaMalloc(&slot.workspace, kCublasWorkspace));
+    TESSERA_CUBLAS_CHECK(cublasSetWorkspace(slot.cublas, slot.workspace, kCublasWorkspace));
   }
   return slot.cublas;
 }
+
+void* CudaBackend::cublas_workspace(int index) {
+  cublas(index);  // made with the handle
+  return devices_[index].streams[current_stream(index)].workspace;
+}
+
+GemmPlans& CudaBackend::gemm_plans(int index) { return *device(index).gemm_plans; }
 
 DeviceInfo CudaBackend::info(int index) const {
   cudaDeviceProp prop{};

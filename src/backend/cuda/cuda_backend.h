@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pinned_pool.h"
 #include "core/device_registry.h"
@@ -94,6 +95,11 @@ class CudaBackend final : public Backend {
   cudaStream_t activate(int index);
   // The cuBLAS handle of that stream (one per stream, created on first use).
   cublasHandle_t cublas(int index);
+  // The workspace cuBLAS and cuBLASLt use on that stream (kCublasWorkspace bytes).
+  void* cublas_workspace(int index);
+  // The device's cuBLASLt handle and its cache of matmul plans (cuda_gemm_plan.h).
+  GemmPlans& gemm_plans(int index);
+  static constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
 
   static constexpr int kExtraStreams = 4;  // side streams per GPU (new_stream's pool)
 
@@ -101,10 +107,12 @@ class CudaBackend final : public Backend {
   struct StreamSlot {
     cudaStream_t stream = nullptr;
     cublasHandle_t cublas = nullptr;
+    void* workspace = nullptr;
   };
   struct PerDevice {
     std::array<StreamSlot, 1 + kExtraStreams> streams;  // [0] is the default stream
     std::unique_ptr<CudaAllocator> allocator;
+    std::unique_ptr<GemmPlans> gemm_plans;
     std::once_flag init;
     // Side-stream bookkeeping (Note [CUDA streams] in cuda_streams.cpp).
     std::mutex side_mutex;

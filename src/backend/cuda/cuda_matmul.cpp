@@ -1,6 +1,5 @@
-// CUDA matmul: batched GEMM through cuBLAS (cublasGemmStridedBatchedEx_64, one call per
-// product). See Note [cuBLAS operands]. Plain cuBLAS rather than cuBLASLt: it picks the same
-// Hopper kernels for these shapes and needs no descriptor or workspace management here.
+// CUDA matmul: one (batched) GEMM per product, through cuBLASLt with a plan cached per shape
+// (cuda_gemm_plan.h), or cuBLAS where cuBLASLt has no algorithm. See Note [cuBLAS operands].
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -67,6 +66,23 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
   // C^T (N x M, ldc N) = op(B)^T-view * op(A)^T-view; see Note [cuBLAS operands].
+  const int index = out.device().index();
+  // cuBLASLt with a cached plan (Note [cuBLASLt plans]); a broadcast operand (batch stride
+  // 0) stays with cuBLAS, which documents that case.
+  if (batches == 1 || (ga.batch_stride != 0 && gb.batch_stride != 0)) {
+    // cuBLAS's m and n are tessera's n and m (Note [cuBLAS operands]).
+    const GemmShape shape{.op_a = gb.op, .op_b = ga.op, .m = n, .n = m, .k = k,
+                          .lda = gb.ld, .ldb = ga.ld, .ldc = n, .batches = batches,
+                          .stride_a = gb.batch_stride, .stride_b = ga.batch_stride,
+                          .stride_c = m * n, .type = type, .compute = compute,
+                          .align_a = pointer_alignment(gb.data),
+                          .align_b = pointer_alignment(ga.data),
+                          .align_c = pointer_alignment(kc.data)};
+    if (gemm_plans(index).run(shape, alpha, gb.data, ga.data, beta, kc.data,
+                              cublas_workspace(index), kCublasWorkspace, stream)) {
+      return;
+    }
+  }
   if (batches == 1) {  // the plain GEMM entry point, as PyTorch's mm uses
     TESSERA_CUBLAS_CHECK(cublasGemmEx_64(cublas(out.device().index()), gb.op, ga.op, n, m, k,
                                          alpha, gb.data, type, gb.ld, ga.data, type, ga.ld, beta,
