@@ -480,6 +480,20 @@ void bench_issue_costs(Report& report, Device dev, bool quick) {
     }
     const Timing t = summarize(issue, kInner);
     record(report, name, make_result(t, t.median * 1e6, "us"));
+    // The same op recorded 1000 times in a graph: its device time plus the graph's per-node
+    // cost, with no host cost at all.
+    const tessera::Graph graph = tessera::Graph::capture(dev, [&] {
+      for (int i = 0; i < 1000; ++i) op();
+    });
+    std::vector<double> replay;
+    for (int r = 0; r < (quick ? 5 : 11); ++r) {
+      const auto t0 = Clock::now();
+      graph.replay();
+      tessera::synchronize(dev);
+      replay.push_back(seconds_since(t0) / 1000);
+    }
+    const Timing g = summarize(replay, 1000);
+    record(report, std::string("graph.") + (name + 6), make_result(g, g.median * 1e6, "us"));
   }
 }
 

@@ -13,8 +13,9 @@
 namespace tessera::detail {
 namespace {
 
-void set_attr(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
-              std::int64_t value) {
+// Each attribute has its own type: the batch count is int32_t, the stride int64_t.
+template <typename T>
+void set_attr(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, T value) {
   TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attr, &value, sizeof(value)));
 }
 
@@ -25,7 +26,7 @@ cublasLtMatrixLayout_t layout(cudaDataType type, std::int64_t rows, std::int64_t
   TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<std::uint64_t>(rows),
                                                   static_cast<std::uint64_t>(cols), ld));
   if (batches > 1) {
-    set_attr(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batches);
+    set_attr(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<std::int32_t>(batches));
     set_attr(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
   }
   return l;
@@ -61,6 +62,7 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   if (auto it = plans_.find(s); it != plans_.end()) return it->second;
   if (lt_ == nullptr) TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
   Plan p;
+  if (s.batches > INT32_MAX) return plans_.emplace(s, p).first->second;  // cuBLAS's 64-bit API
   const cudaDataType scale = s.compute == CUBLAS_COMPUTE_64F ? CUDA_R_64F : CUDA_R_32F;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, s.compute, scale));
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
