@@ -37,7 +37,8 @@ namespace {
 
 using i64 = std::int64_t;
 
-constexpr int kThreads = 256;   // threads per block of every kernel here
+constexpr int kThreads = 256;   // threads per block of every kernel here but one:
+constexpr int kWideThreads = 1024;  // a single-output reduction's one block
 constexpr int kUnroll = 4;      // loads in flight per thread before their adds
 constexpr int kMinPerThread = 32;  // reduced elements per thread before splitting pays
 
@@ -46,9 +47,9 @@ using Limits = ::cuda::std::numeric_limits<T>;
 
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
-int pow2_ceil(i64 v) {  // smallest power of 2 >= v, for v <= kThreads (1 for v <= 1)
+int pow2_ceil(i64 v, int cap = kThreads) {  // smallest power of 2 >= v, at most cap (1 for v <= 1)
   int p = 1;
-  while (p < v && p < kThreads) p *= 2;
+  while (p < v && p < cap) p *= 2;
   return p;
 }
 
@@ -298,12 +299,12 @@ __device__ typename R::Acc block_combine(typename R::Acc acc, typename R::Acc* s
   return smem[tid];
 }
 
-template <typename R, typename T>
-__global__ void __launch_bounds__(kThreads)
+template <typename R, typename T, int kBlock = kThreads>
+__global__ void __launch_bounds__(kBlock)
     reduce_kernel(const T* __restrict__ in, typename R::Out* __restrict__ out,
                   typename R::Acc* __restrict__ partial, const ReduceGeometry g, const Flags f) {
   using Acc = typename R::Acc;
-  __shared__ Acc smem[kThreads];
+  __shared__ Acc smem[kBlock];
   const int red_lane = g.inner ? threadIdx.x : threadIdx.y;
   const int red_lanes = g.inner ? blockDim.x : blockDim.y;
   const int out_lane = g.inner ? threadIdx.y : threadIdx.x;
@@ -404,6 +405,14 @@ void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask,
   const dim3 grid(grid_size(blocks, "reduce"), static_cast<unsigned>(g.splits));
   const T* src = static_cast<const T*>(in.data);
   auto* dst = static_cast<typename R::Out*>(out.data);
+  if (g.splits == 1 && blocks == 1 && g.inner && red_lanes == kThreads) {
+    // One output, too small to split (a norm of 100x100): a wider block has four times the
+    // loads in flight, which is what such a reduction waits on.
+    const int lanes = pow2_ceil(ceil_div(g.count, kUnroll), kWideThreads);
+    reduce_kernel<R, T, kWideThreads><<<1, dim3(lanes, 1), 0, stream>>>(src, dst, nullptr, g, f);
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "reduce");
+    return;
+  }
   if (g.splits == 1) {
     reduce_kernel<R, T><<<grid, block, 0, stream>>>(src, dst, nullptr, g, f);
     TESSERA_CUDA_CHECK_LAUNCH(stream, "reduce");
