@@ -70,7 +70,10 @@ void line_chart(const std::filesystem::path& path, const std::string& title,
     c.text(kLeft - 8, py(std::pow(10, e)), tick_label(std::pow(10, e)), 1, 0.5);
   }
   for (double e = lx0; e <= lx1; ++e) {
-    c.text(px(std::exp2(e)), kTop + kPlotH + 8, tick_label(std::exp2(e)), 0.5, 0);
+    // Powers of two as integers (8192, not 8.19e+03).
+    c.text(px(std::exp2(e)), kTop + kPlotH + 8,
+           e >= 0 ? std::to_string(static_cast<long long>(std::exp2(e))) : tick_label(std::exp2(e)),
+           0.5, 0);
   }
   frame(c, title, x_label, y_label);
   std::vector<std::string> names;
