@@ -241,6 +241,30 @@ TEST_P(Reduce, NormIsFrobenius) {
   EXPECT_EQ(norm(zeros({0}, {device()})).item<double>(), 0);
 }
 
+// Whole-tensor reductions of the sizes between "one small block" and "split across blocks"
+// (a 100x100 norm), where GPUs use one wide block, and a strided view of them.
+TEST_P(Reduce, MidSizeWholeReductionsMatchTheReference) {
+  for (const std::int64_t n : {1000, 4099, 10000, 40000, 300000}) {
+    const auto values = random_values(static_cast<std::size_t>(n), 11 + n);
+    const Tensor x = from_vector(values, {n}, {kFloat32, device()});
+    const auto held = x.to_vector<double>();
+    double total = 0, squares = 0;
+    for (double v : held) total += v, squares += v * v;
+    const std::string what = "n = " + std::to_string(n);
+    EXPECT_NEAR(sum(x).item<double>(), total, 1e-6 * n) << what;
+    EXPECT_NEAR(mean(x).item<double>(), total / n, 1e-6) << what;
+    EXPECT_NEAR(norm(x).item<double>(), std::sqrt(squares), 1e-6 * std::sqrt(squares)) << what;
+    EXPECT_EQ(max(x).item<double>(), reference(held, {n}, 1u, Kind::kMax)[0]) << what;
+    EXPECT_EQ(argmin(x).item<double>(), reference(held, {n}, 1u, Kind::kArgMin)[0]) << what;
+    if (n % 2 == 0) {  // every other element: a strided run
+      const Tensor odd = x.view({n / 2, 2}).select(1, 1);
+      double odd_total = 0;
+      for (std::int64_t i = 1; i < n; i += 2) odd_total += held[static_cast<std::size_t>(i)];
+      EXPECT_NEAR(sum(odd).item<double>(), odd_total, 1e-6 * n) << what << " strided";
+    }
+  }
+}
+
 TEST_P(Reduce, ErrorMessages) {
   const Tensor x = zeros({2, 3, 4}, {device()});
   expect_throw_with<ShapeError>([&] { sum(x, {3}); },
