@@ -137,6 +137,10 @@ class CudaBackend final : public Backend {
 
 CudaBackend& cuda_backend_impl();
 
+// `waiter` waits (on the device) for the work queued so far on `signaller`, whose GPU must
+// be the current one: an event must be recorded on its stream's device; any stream may wait.
+void wait_for(cudaStream_t waiter, cudaStream_t signaller);
+
 // The kernel's view of a tensor.
 cuda::KernelArg kernel_arg(const Tensor& t);
 

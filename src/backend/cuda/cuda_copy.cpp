@@ -31,16 +31,11 @@ void reap_finished_copies() {
 }
 
 // Makes `waiter` wait for everything queued so far on `signaller`, which belongs to GPU
-// `signaller_device`. An event must be created and recorded on its stream's device; any
-// stream may wait on it.
+// `signaller_device`.
 void order_streams(CudaBackend& backend, int signaller_device, cudaStream_t signaller,
                    cudaStream_t waiter) {
   backend.activate(signaller_device);
-  cudaEvent_t event;
-  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  TESSERA_CUDA_CHECK(cudaEventRecord(event, signaller));
-  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(waiter, event, 0));
-  TESSERA_CUDA_CHECK(cudaEventDestroy(event));  // released once it has fired
+  wait_for(waiter, signaller);
 }
 
 }  // namespace

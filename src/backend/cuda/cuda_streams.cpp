@@ -22,7 +22,8 @@ namespace {
 // This thread's stream per GPU (0 = default).
 thread_local std::array<std::int8_t, kMaxDevicesPerKind> t_stream{};
 
-// `waiter` waits for the work queued so far on `signaller` (both on the current GPU).
+}  // namespace
+
 void wait_for(cudaStream_t waiter, cudaStream_t signaller) {
   cudaEvent_t event;
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -30,8 +31,6 @@ void wait_for(cudaStream_t waiter, cudaStream_t signaller) {
   TESSERA_CUDA_CHECK(cudaStreamWaitEvent(waiter, event, 0));
   TESSERA_CUDA_CHECK(cudaEventDestroy(event));  // released once it has fired
 }
-
-}  // namespace
 
 cudaStream_t CudaBackend::activate(int index) {
   thread_local int current = -1;
