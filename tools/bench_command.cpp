@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "backend/backend.h"
@@ -45,7 +46,13 @@ int run(const BenchOptions& o) {
   ctx.out_dir = o.out_dir;
   ctx.temp_dir = o.temp_dir;
   ctx.chart_ext = "." + o.chart_format;
-  std::filesystem::create_directories(ctx.out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(ctx.out_dir, ec);
+  if (ec) {
+    throw IOError(fmt::format("[bench] cannot create the output directory '{}': {}; choose "
+                              "another with --out-dir",
+                              ctx.out_dir.string(), ec.message()));
+  }
   std::cout << fmt::format("tessera {} bench: {}\n", kVersion,
                            o.exercises.empty() ? "all four exercises"
                                                : fmt::format("{}", fmt::join(o.exercises, ", ")));
