@@ -37,7 +37,7 @@ void CudaAllocator::reclaim_locked() {
       }
       TESSERA_CUDA_CHECK(status);
     }
-    for (cudaEvent_t e : p.events) TESSERA_CUDA_CHECK(cudaEventDestroy(e));
+    for (cudaEvent_t e : p.events) events_.release(e);
     free_blocks_[p.size].push_back(p.ptr);
     cached_bytes_ += p.size;
     pending_.pop_front();
@@ -95,8 +95,7 @@ void CudaAllocator::deallocate(void* ptr, std::size_t bytes, std::span<const cud
   }
   Pending p{ptr, size, {}};
   for (cudaStream_t s : in_use) {
-    cudaEvent_t e;
-    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    const cudaEvent_t e = events_.acquire();
     TESSERA_CUDA_CHECK(cudaEventRecord(e, s));
     p.events.push_back(e);
   }
@@ -148,7 +147,7 @@ void CudaAllocator::empty_cache() {
   for (Pending& p : pending_) {
     for (cudaEvent_t e : p.events) {
       TESSERA_CUDA_CHECK(cudaEventSynchronize(e));
-      TESSERA_CUDA_CHECK(cudaEventDestroy(e));
+      events_.release(e);
     }
     free_blocks_[p.size].push_back(p.ptr);
     cached_bytes_ += p.size;

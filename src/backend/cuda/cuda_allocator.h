@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/cuda_event_pool.h"
+
 namespace tessera::detail {
 
 // Memory of one captured graph: blocks made during its capture (reused only within that
@@ -24,7 +26,8 @@ struct GraphPool {
 
 class CudaAllocator {
  public:
-  explicit CudaAllocator(int device) : device_(device) {}
+  // `events` is the GPU's pool, for blocks that wait for side streams.
+  CudaAllocator(int device, EventPool& events) : device_(device), events_(events) {}
   // nullptr when cudaMalloc fails even after the cache was returned (the front end then
   // throws OutOfMemoryError). The caller has made `device` current.
   void* allocate(std::size_t bytes);
@@ -54,6 +57,7 @@ class CudaAllocator {
   void reclaim_locked();  // pending blocks whose events fired go back to the free lists
 
   int device_;
+  EventPool& events_;
   mutable std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_blocks_;  // by rounded size
   std::deque<Pending> pending_;

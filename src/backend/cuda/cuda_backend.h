@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_event_pool.h"
 #include "backend/cuda/cuda_gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pinned_pool.h"
@@ -99,6 +100,8 @@ class CudaBackend final : public Backend {
   void* cublas_workspace(int index);
   // The device's cuBLASLt handle and its cache of matmul plans (cuda_gemm_plan.h).
   GemmPlans& gemm_plans(int index);
+  // The device's pool of events.
+  EventPool& events(int index) { return device(index).events; }
   static constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
 
   static constexpr int kExtraStreams = 4;  // side streams per GPU (new_stream's pool)
@@ -111,14 +114,17 @@ class CudaBackend final : public Backend {
   };
   struct PerDevice {
     std::array<StreamSlot, 1 + kExtraStreams> streams;  // [0] is the default stream
+    EventPool events;
     std::unique_ptr<CudaAllocator> allocator;
     std::unique_ptr<GemmPlans> gemm_plans;
     std::once_flag init;
-    // Side-stream bookkeeping (Note [CUDA streams] in cuda_streams.cpp).
+    // Side-stream bookkeeping (Note [CUDA streams] in cuda_streams.cpp), under side_mutex.
     std::mutex side_mutex;
-    std::vector<cudaEvent_t> pending_joins;  // the default stream waits on these next
+    std::vector<std::pair<cudaEvent_t, int>> pending_joins;  // the default stream waits next
+    std::array<int, 1 + kExtraStreams> open{}, pending{};    // guards open, joins pending, per id
     std::atomic<bool> has_pending_joins{false};
-    std::atomic<int> open_guards{0};
+    // Bit i: side stream i may still run work the default stream has not joined.
+    std::atomic<unsigned> active{0};
     // Graph capture (cuda_graph.cpp).
     std::atomic<bool> capturing{false};
     std::shared_ptr<GraphPool> capture_pool;
@@ -137,9 +143,7 @@ class CudaBackend final : public Backend {
 
 CudaBackend& cuda_backend_impl();
 
-// `waiter` waits (on the device) for the work queued so far on `signaller`, whose GPU must
-// be the current one: an event must be recorded on its stream's device; any stream may wait.
-void wait_for(cudaStream_t waiter, cudaStream_t signaller);
+
 
 // The kernel's view of a tensor.
 cuda::KernelArg kernel_arg(const Tensor& t);

@@ -35,7 +35,7 @@ void reap_finished_copies() {
 void order_streams(CudaBackend& backend, int signaller_device, cudaStream_t signaller,
                    cudaStream_t waiter) {
   backend.activate(signaller_device);
-  wait_for(waiter, signaller);
+  wait_for(backend.events(signaller_device), waiter, signaller);
 }
 
 }  // namespace

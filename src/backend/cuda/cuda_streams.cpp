@@ -13,8 +13,10 @@
 // stream waits on before the next work queued there (apply_joins, from activate), not at
 // once: otherwise a second guard on another side stream, entered right after, would wait
 // for the first one through the default stream and the two would not overlap. Until those
-// joins are applied and no guard is open, a freed block may still be in use on any stream,
-// so the allocator holds it until an event on each stream has fired (streams_in_use).
+// joins are applied and no guard is open, a freed block may still be in use on the default
+// stream or on a side stream with work not yet joined ("active"), so the allocator holds it
+// until an event recorded on each of those has fired (streams_in_use). Events come from the
+// GPU's pool (cuda_event_pool.h).
 
 namespace tessera::detail {
 namespace {
@@ -23,14 +25,6 @@ namespace {
 thread_local std::array<std::int8_t, kMaxDevicesPerKind> t_stream{};
 
 }  // namespace
-
-void wait_for(cudaStream_t waiter, cudaStream_t signaller) {
-  cudaEvent_t event;
-  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  TESSERA_CUDA_CHECK(cudaEventRecord(event, signaller));
-  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(waiter, event, 0));
-  TESSERA_CUDA_CHECK(cudaEventDestroy(event));  // released once it has fired
-}
 
 cudaStream_t CudaBackend::activate(int index) {
   thread_local int current = -1;
@@ -48,9 +42,11 @@ cudaStream_t CudaBackend::activate(int index) {
 
 void CudaBackend::apply_joins(PerDevice& d) {
   std::lock_guard lock(d.side_mutex);
-  for (cudaEvent_t e : d.pending_joins) {
-    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(d.streams[0].stream, e, 0));
-    TESSERA_CUDA_CHECK(cudaEventDestroy(e));
+  for (const auto& [event, id] : d.pending_joins) {
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(d.streams[0].stream, event, 0));
+    d.events.release(event);
+    // Joined and not entered again: the default stream's order covers it from now on.
+    if (--d.pending[id] == 0 && d.open[id] == 0) d.active.fetch_and(~(1u << id));
   }
   d.pending_joins.clear();
   d.has_pending_joins.store(false, std::memory_order_release);
@@ -58,19 +54,25 @@ void CudaBackend::apply_joins(PerDevice& d) {
 
 std::span<const cudaStream_t> CudaBackend::streams_in_use(PerDevice& d,
                                                           cudaStream_t (&buf)[1 + kExtraStreams]) {
-  if (d.open_guards.load(std::memory_order_acquire) == 0 &&
-      !d.has_pending_joins.load(std::memory_order_acquire)) {
-    return {};
+  const unsigned active = d.active.load(std::memory_order_acquire);
+  if (active == 0) return {};
+  std::size_t n = 0;
+  buf[n++] = d.streams[0].stream;
+  for (int i = 1; i <= kExtraStreams; ++i) {
+    if (active & (1u << i)) buf[n++] = d.streams[i].stream;
   }
-  for (int i = 0; i <= kExtraStreams; ++i) buf[i] = d.streams[i].stream;
-  return {buf, static_cast<std::size_t>(1 + kExtraStreams)};
+  return {buf, n};
 }
 
 void CudaBackend::enter_stream(int index, int id, int previous) {
   const cudaStream_t from = activate(index);  // `previous`'s stream (joins applied if default)
   PerDevice& d = devices_[index];
-  if (id != 0) d.open_guards.fetch_add(1, std::memory_order_acq_rel);
-  if (id != previous) wait_for(d.streams[id].stream, from);
+  if (id != 0) {
+    std::lock_guard lock(d.side_mutex);
+    ++d.open[id];
+    d.active.fetch_or(1u << id);
+  }
+  if (id != previous) wait_for(d.events, d.streams[id].stream, from);
   t_stream[index] = static_cast<std::int8_t>(id);
 }
 
@@ -79,19 +81,17 @@ void CudaBackend::leave_stream(int index, int id, int previous) {
   activate(index);
   t_stream[index] = static_cast<std::int8_t>(previous);
   if (id != 0) {
-    cudaEvent_t event;
-    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    const cudaEvent_t event = d.events.acquire();
     TESSERA_CUDA_CHECK(cudaEventRecord(event, d.streams[id].stream));
-    {
-      std::lock_guard lock(d.side_mutex);
-      d.pending_joins.push_back(event);
-      d.has_pending_joins.store(true, std::memory_order_release);
-    }
-    d.open_guards.fetch_sub(1, std::memory_order_acq_rel);
+    std::lock_guard lock(d.side_mutex);
+    d.pending_joins.emplace_back(event, id);
+    ++d.pending[id];
+    --d.open[id];
+    d.has_pending_joins.store(true, std::memory_order_release);
   }
   // Back on a side stream (nested guards): it must see the work of the one we leave.
   if (previous != 0 && previous != id) {
-    wait_for(d.streams[previous].stream, d.streams[id].stream);
+    wait_for(d.events, d.streams[previous].stream, d.streams[id].stream);
   }
 }
 
