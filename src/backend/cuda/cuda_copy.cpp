@@ -103,10 +103,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   const bool plain = src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous();
   if (s == d) {
     const cudaStream_t stream = activate(d);
-    // Small copies (a logged scalar) go through the copy kernel: a kernel launch, or a
-    // kernel node in a graph, costs less than the driver's device-to-device memcpy.
-    constexpr std::size_t kMemcpyFrom = 64 << 10;
-    if (plain && dst.nbytes() >= kMemcpyFrom) {
+    if (plain) {
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(impl_of(dst).data(), impl_of(src).data(), dst.nbytes(),
                                          cudaMemcpyDeviceToDevice, stream));
     } else {

@@ -53,6 +53,10 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   TESSERA_INTERNAL_ASSERT(kc.contiguous, "matmul output must be contiguous");
+  if (cuda::small_gemm_fits(batches, m, n, k)) {  // Note [Small matmuls]
+    cuda::launch_small_gemm(stream, ka, kb, kc);
+    return;
+  }
   const GemmOperand ga = gemm_operand(ka), gb = gemm_operand(kb);
   const bool dbl = kc.dtype == kFloat64;
   const cudaDataType type = dbl ? CUDA_R_64F : CUDA_R_32F;

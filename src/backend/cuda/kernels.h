@@ -47,6 +47,14 @@ void launch_where(StreamHandle s, const KernelArg& cond, const KernelArg& a, con
 // src on a peer device whose memory this device can address).
 void launch_copy(StreamHandle s, const KernelArg& src, const KernelArg& dst);
 
+// ---- small matmuls (kernels_small_gemm.cu) ----
+// Batched out [B, M, N] (contiguous) = a [B, M, K] @ b [B, K, N] for a and b of any strides
+// (batch stride 0 broadcasts), float32 or float64, when small_gemm_fits.
+inline constexpr std::int64_t kSmallGemmMax = 128;
+bool small_gemm_fits(std::int64_t batches, std::int64_t m, std::int64_t n, std::int64_t k);
+void launch_small_gemm(StreamHandle s, const KernelArg& a, const KernelArg& b,
+                       const KernelArg& out);
+
 // ---- reductions and softmax (kernels_reduce.cu) ----
 // Same contract as Backend::reduce and Backend::softmax.
 void launch_reduce(StreamHandle s, ReduceOp op, const KernelArg& in, std::uint32_t dim_mask,
