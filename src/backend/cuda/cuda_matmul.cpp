@@ -1,5 +1,6 @@
-// CUDA matmul: one (batched) GEMM per product, through cuBLASLt with a plan cached per shape
-// (cuda_gemm_plan.h), or cuBLAS where cuBLASLt has no algorithm. See Note [cuBLAS operands].
+// CUDA matmul: small products in one tiled kernel of ours (kernels_small_gemm.cu), the rest
+// one (batched) GEMM each through cuBLASLt with a plan cached per shape (cuda_gemm_plan.h),
+// or cuBLAS where cuBLASLt has no algorithm. See Note [cuBLAS operands].
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
