@@ -11,9 +11,10 @@
 #include "tessera/memory.h"
 
 // Note [CUDA streams and memory]
-// Each GPU has one non-blocking stream; every op and copy on the GPU's memory is queued
-// there, so work on one device runs in order and the host never waits unless it reads
-// values (copy_to_host) or calls synchronize. Memory freed on the host goes back to the
+// Each GPU has a non-blocking default stream; every op and copy on the GPU's memory is
+// queued there (or on a side stream inside a StreamGuard: Note [CUDA streams]), so work on
+// one device runs in order and the host never waits unless it reads values (copy_to_host)
+// or calls synchronize. Memory freed on the host goes back to the
 // device's cache and is reused by work queued later on the same stream, which is safe
 // because that work runs after everything already queued. A copy between two GPUs runs on
 // the source's stream after an event from the destination's stream (so earlier readers of

@@ -1,17 +1,17 @@
 #pragma once
-// The CUDA backend: one in-order stream per GPU, a caching allocator per GPU, pinned
-// staging for host copies, peer copies ordered with events. See Note [CUDA streams and
+// The CUDA backend: a default stream and side streams per GPU, a caching allocator per GPU,
+// pinned staging for host copies, peer copies ordered with events. See Note [CUDA streams and
 // memory] in cuda_backend.cpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
-#include <span>
-#include <vector>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_allocator.h"
@@ -142,8 +142,6 @@ class CudaBackend final : public Backend {
 };
 
 CudaBackend& cuda_backend_impl();
-
-
 
 // The kernel's view of a tensor.
 cuda::KernelArg kernel_arg(const Tensor& t);
