@@ -186,6 +186,8 @@ std::string CudaBackend::memory_report(int index) const {
 }
 
 void* CudaBackend::allocate_pinned(std::size_t bytes) { return pinned_.allocate(bytes); }
-void CudaBackend::deallocate_pinned(void* ptr, std::size_t) { pinned_.deallocate(ptr); }
+void CudaBackend::deallocate_pinned(void* ptr, std::size_t bytes) {
+  pinned_.deallocate(ptr, bytes);
+}
 
 }  // namespace tessera::detail

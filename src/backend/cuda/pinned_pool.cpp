@@ -1,6 +1,7 @@
 #include "backend/cuda/pinned_pool.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -35,18 +36,66 @@ void PinnedPool::release_staging(void* block, cudaStream_t stream) {
   }
 }
 
+namespace {
+
+// Kept blocks beyond this are returned to the driver.
+constexpr std::size_t kMaxCachedPinned = std::size_t{1} << 30;
+
+// 4 KiB pages, then four size classes per power of two, so reuse wastes at most 25%.
+std::size_t pinned_size(std::size_t bytes) {
+  constexpr std::size_t kPage = 4096;
+  if (bytes <= kPage) return kPage;
+  const std::size_t step = std::max(kPage, std::bit_floor(bytes) / 4);
+  return (bytes + step - 1) / step * step;
+}
+
+}  // namespace
+
+// A pinned tensor's block is reused as soon as the tensor is gone: the copies that read it
+// keep the tensor alive until their event fires (cuda_copy.cpp), and copies into it wait.
 void* PinnedPool::allocate(std::size_t bytes) {
+  const std::size_t size = pinned_size(bytes);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = free_blocks_.find(size);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= size;
+      return p;
+    }
+  }
   void* p = nullptr;
-  const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  cudaError_t status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    return nullptr;
+    // Give the kept blocks back and try once more.
+    std::lock_guard lock(mutex_);
+    for (auto& [s, blocks] : free_blocks_) {
+      for (void* b : blocks) (void)cudaFreeHost(b);
+    }
+    free_blocks_.clear();
+    cached_bytes_ = 0;
+    status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
   }
   TESSERA_CUDA_CHECK(status);
   return p;
 }
 
-void PinnedPool::deallocate(void* ptr) {
+void PinnedPool::deallocate(void* ptr, std::size_t bytes) {
+  const std::size_t size = pinned_size(bytes);
+  {
+    std::lock_guard lock(mutex_);
+    if (cached_bytes_ + size <= kMaxCachedPinned) {
+      free_blocks_[size].push_back(ptr);
+      cached_bytes_ += size;
+      return;
+    }
+  }
   // Called from tensor destructors, which must not throw: a failure (e.g. the runtime is
   // shutting down at exit) leaks the block instead.
   if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();

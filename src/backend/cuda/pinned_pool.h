@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -17,9 +18,11 @@ class PinnedPool {
   // Returns a staging block once the work queued so far on `stream` is done.
   void release_staging(void* block, cudaStream_t stream);
 
-  // Pinned memory for a CPU tensor (cudaHostAlloc); nullptr when there is none left.
+  // Pinned memory for a CPU tensor; nullptr when there is none left. Freed blocks are kept
+  // by size and handed out again: cudaHostAlloc costs a page-locking system call and
+  // cudaFreeHost waits for the device, and a DataLoader asks for two blocks every step.
   void* allocate(std::size_t bytes);
-  void deallocate(void* ptr);
+  void deallocate(void* ptr, std::size_t bytes);
 
  private:
   struct Block {
@@ -30,6 +33,8 @@ class PinnedPool {
   };
   std::mutex mutex_;
   std::vector<Block> staging_;
+  std::map<std::size_t, std::vector<void*>> free_blocks_;  // tensors' blocks, by rounded size
+  std::size_t cached_bytes_ = 0;
 };
 
 }  // namespace tessera::detail
