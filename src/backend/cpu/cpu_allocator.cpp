@@ -34,13 +34,7 @@ void* CpuAllocator::allocate(std::size_t bytes) {
   const std::size_t size = round_size(bytes);
   {
     std::lock_guard lock(mutex_);
-    auto it = free_blocks_.find(size);
-    if (it != free_blocks_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cached_bytes_ -= size;
-      return p;
-    }
+    if (void* p = cache_.take(size)) return p;
   }
   const std::size_t align = size >= kHugePage ? kHugePage : kAlignment;
   const std::size_t padded = (size + align - 1) / align * align;
@@ -56,11 +50,7 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes) {
   const std::size_t size = round_size(bytes);
   {
     std::lock_guard lock(mutex_);
-    if (cached_bytes_ + size <= kMaxCached) {
-      free_blocks_[size].push_back(ptr);
-      cached_bytes_ += size;
-      return;
-    }
+    if (cache_.put(ptr, size, kMaxCached)) return;
     reserved_bytes_ -= size;
   }
   std::free(ptr);
@@ -73,12 +63,10 @@ std::size_t CpuAllocator::reserved() const {
 
 void CpuAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
-  for (auto& [size, blocks] : free_blocks_) {
-    for (void* p : blocks) std::free(p);
-    reserved_bytes_ -= size * blocks.size();
-  }
-  free_blocks_.clear();
-  cached_bytes_ = 0;
+  cache_.drain([this](void* p, std::size_t size) {
+    std::free(p);
+    reserved_bytes_ -= size;
+  });
 }
 
 }  // namespace tessera::detail

@@ -2,8 +2,8 @@
 // A caching allocator for CPU tensor memory. See Note [CPU caching allocator].
 #include <cstddef>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
+
+#include "backend/block_cache.h"
 
 namespace tessera::detail {
 
@@ -21,8 +21,7 @@ class CpuAllocator {
 
  private:
   mutable std::mutex mutex_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by rounded size
-  std::size_t cached_bytes_ = 0;
+  BlockCache cache_;  // freed blocks by rounded size
   std::size_t reserved_bytes_ = 0;
 };
 

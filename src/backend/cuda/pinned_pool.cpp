@@ -57,13 +57,7 @@ void* PinnedPool::allocate(std::size_t bytes) {
   const std::size_t size = pinned_size(bytes);
   {
     std::lock_guard lock(mutex_);
-    auto it = free_blocks_.find(size);
-    if (it != free_blocks_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cached_bytes_ -= size;
-      return p;
-    }
+    if (void* p = free_blocks_.take(size)) return p;
   }
   void* p = nullptr;
   cudaError_t status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
@@ -71,11 +65,7 @@ void* PinnedPool::allocate(std::size_t bytes) {
     (void)cudaGetLastError();
     // Give the kept blocks back and try once more.
     std::lock_guard lock(mutex_);
-    for (auto& [s, blocks] : free_blocks_) {
-      for (void* b : blocks) (void)cudaFreeHost(b);
-    }
-    free_blocks_.clear();
-    cached_bytes_ = 0;
+    free_blocks_.drain([](void* b, std::size_t) { (void)cudaFreeHost(b); });
     status = cudaHostAlloc(&p, size, cudaHostAllocPortable);
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -90,11 +80,7 @@ void PinnedPool::deallocate(void* ptr, std::size_t bytes) {
   const std::size_t size = pinned_size(bytes);
   {
     std::lock_guard lock(mutex_);
-    if (cached_bytes_ + size <= kMaxCachedPinned) {
-      free_blocks_[size].push_back(ptr);
-      cached_bytes_ += size;
-      return;
-    }
+    if (free_blocks_.put(ptr, size, kMaxCachedPinned)) return;
   }
   // Called from tensor destructors, which must not throw: a failure (e.g. the runtime is
   // shutting down at exit) leaks the block instead.

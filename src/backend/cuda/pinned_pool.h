@@ -5,9 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <map>
 #include <mutex>
 #include <vector>
+
+#include "backend/block_cache.h"
 
 namespace tessera::detail {
 
@@ -33,8 +34,7 @@ class PinnedPool {
   };
   std::mutex mutex_;
   std::vector<Block> staging_;
-  std::map<std::size_t, std::vector<void*>> free_blocks_;  // tensors' blocks, by rounded size
-  std::size_t cached_bytes_ = 0;
+  BlockCache free_blocks_;  // tensors' blocks, by rounded size
 };
 
 }  // namespace tessera::detail
