@@ -39,6 +39,36 @@ std::vector<double> reference_conv(const std::vector<double>& x, Dims d,
   return out;
 }
 
+// The gradients of reference_conv for a given grad_out: {dx, dw, db}.
+struct ConvGrads {
+  std::vector<double> dx, dw, db;
+};
+ConvGrads reference_conv_grads(const std::vector<double>& x, Dims d, const std::vector<double>& wt,
+                               int o, int kh, int kw, const std::vector<double>& gy, int sh, int sw,
+                               int ph, int pw) {
+  const int oh = (d.h + 2 * ph - kh) / sh + 1, ow = (d.w + 2 * pw - kw) / sw + 1;
+  ConvGrads g{std::vector<double>(x.size()), std::vector<double>(wt.size()),
+              std::vector<double>(static_cast<std::size_t>(o))};
+  for (int n = 0; n < d.n; ++n)
+    for (int k = 0; k < o; ++k)
+      for (int y = 0; y < oh; ++y)
+        for (int xx = 0; xx < ow; ++xx) {
+          const double gv = gy[((n * o + k) * oh + y) * ow + xx];
+          g.db[k] += gv;
+          for (int c = 0; c < d.c; ++c)
+            for (int i = 0; i < kh; ++i)
+              for (int j = 0; j < kw; ++j) {
+                const int iy = y * sh - ph + i, ix = xx * sw - pw + j;
+                if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
+                const int xi = ((n * d.c + c) * d.h + iy) * d.w + ix;
+                const int wi = ((k * d.c + c) * kh + i) * kw + j;
+                g.dx[xi] += gv * wt[wi];
+                g.dw[wi] += gv * x[xi];
+              }
+        }
+  return g;
+}
+
 std::vector<double> reference_pool(bool max, const std::vector<double>& x, Dims d, int kh, int kw,
                                    int sh, int sw, int ph, int pw) {
   const int oh = (d.h + 2 * ph - kh) / sh + 1, ow = (d.w + 2 * pw - kw) / sw + 1;
@@ -85,6 +115,51 @@ TEST_P(Conv, Conv2dMatchesReference) {
       EXPECT_EQ(y.device(), dev);
       const double tol = dtype == kFloat32 ? 1e-5 : 1e-12;
       expect_close(y, expected, tol, tol, "conv2d " + std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+// Both CPU paths (direct for stride 1 and few channels, im2col + GEMM otherwise) and the GPU's,
+// against float64 loops: LeNet's two layers, batches that do not fill the last group of
+// images, padding wider than the kernel's reach, and strides.
+TEST_P(Conv, Conv2dGradientsMatchReference) {
+  const Device dev = device();
+  struct Case {
+    Dims d;
+    int o, kh, kw, sh, sw, ph, pw;
+  };
+  for (const Case& k : {Case{{3, 1, 28, 28}, 6, 5, 5, 1, 1, 2, 2},
+                        Case{{11, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0},
+                        Case{{5, 3, 7, 5}, 5, 3, 3, 1, 1, 1, 1},
+                        Case{{2, 2, 4, 9}, 9, 2, 3, 1, 1, 3, 0},
+                        Case{{1, 4, 6, 6}, 3, 1, 6, 1, 1, 0, 2},
+                        Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1}}) {
+    const std::size_t nx = static_cast<std::size_t>(k.d.n) * k.d.c * k.d.h * k.d.w;
+    const auto xs = random_values(nx, 4);
+    const auto ws = random_values(static_cast<std::size_t>(k.o) * k.d.c * k.kh * k.kw, 5);
+    const auto bs = random_values(k.o, 6);
+    const int oh = (k.d.h + 2 * k.ph - k.kh) / k.sh + 1, ow = (k.d.w + 2 * k.pw - k.kw) / k.sw + 1;
+    const auto gs = random_values(static_cast<std::size_t>(k.d.n) * k.o * oh * ow, 7);
+    const ConvGrads expected =
+        reference_conv_grads(xs, k.d, ws, k.o, k.kh, k.kw, gs, k.sh, k.sw, k.ph, k.pw);
+    for (Dtype dtype : {kFloat32, kFloat64}) {
+      const std::string what = "conv2d " + std::to_string(k.d.c) + "->" + std::to_string(k.o) +
+                               " " + std::string(dtype_name(dtype));
+      Tensor x = from_vector(xs, {k.d.n, k.d.c, k.d.h, k.d.w}, {dtype, dev}).requires_grad_();
+      Tensor w = from_vector(ws, {k.o, k.d.c, k.kh, k.kw}, {dtype, dev}).requires_grad_();
+      Tensor b = from_vector(bs, {k.o}, {dtype, dev}).requires_grad_();
+      const Tensor y = conv2d(x, w, b, {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}});
+      ASSERT_EQ(y.shape(), Shape({k.d.n, k.o, oh, ow})) << what;
+      y.backward(from_vector(gs, {k.d.n, k.o, oh, ow}, {dtype, dev}));
+      const double tol = dtype == kFloat32 ? 2e-5 : 1e-12;
+      expect_close(x.grad(), expected.dx, tol, tol, what + " dx");
+      expect_close(w.grad(), expected.dw, tol, tol, what + " dw");
+      expect_close(b.grad(), expected.db, tol, tol, what + " db");
+      // Without the input's gradient (a first layer), the weight's is unchanged.
+      Tensor w2 = from_vector(ws, {k.o, k.d.c, k.kh, k.kw}, {dtype, dev}).requires_grad_();
+      conv2d(x.detach(), w2, Tensor(), {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}})
+          .backward(from_vector(gs, {k.d.n, k.o, oh, ow}, {dtype, dev}));
+      expect_close(w2.grad(), expected.dw, tol, tol, what + " dw alone");
     }
   }
 }

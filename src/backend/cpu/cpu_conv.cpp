@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/direct_conv.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
@@ -27,24 +28,7 @@ namespace {
 
 using i64 = std::int64_t;
 
-struct Geometry {
-  i64 n, c, h, w, o, kh, kw, oh, ow;
-  Window2d win;
-  i64 ck() const { return c * kh * kw; }
-  i64 positions() const { return oh * ow; }
-  bool is_pointwise() const {  // 1x1, stride 1, no padding: col_n is x_n itself
-    return kh == 1 && kw == 1 && win.stride_h == 1 && win.stride_w == 1 && win.pad_h == 0 &&
-           win.pad_w == 0;
-  }
-};
-
-Geometry geometry(const Tensor& x, const Tensor& weight, const Window2d& win) {
-  const Shape& xs = x.shape();
-  const Shape& ws = weight.shape();
-  const i64 oh = (xs[2] + 2 * win.pad_h - ws[2]) / win.stride_h + 1;
-  const i64 ow = (xs[3] + 2 * win.pad_w - ws[3]) / win.stride_w + 1;
-  return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], oh, ow, win};
-}
+using Geometry = ConvGeometry;
 
 // The output columns [lo, hi) whose input column ox * stride - pad + j lies inside [0, w).
 struct ColumnRange {
@@ -136,13 +120,14 @@ bool parallel_images(const Geometry& g) {
 template <typename T>
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                   const Window2d& win) {
-  const Geometry g = geometry(x, weight, win);
+  const Geometry g = Geometry::of(x, weight, win);
   const T* px = data_of<T>(x);
   const T* pw = data_of<T>(weight);
   const T* pb = data_of<T>(bias);
   T* py = data_of<T>(out);
   const i64 ck = g.ck(), p = g.positions();
   if (out.numel() == 0) return;
+  if (direct_conv_applies(g)) return direct_conv_forward<T>(g, px, pw, pb, py);
 #pragma omp parallel if (parallel_images(g))
   {
     std::vector<T> col(g.is_pointwise() ? 0 : static_cast<std::size_t>(ck * p));
@@ -171,13 +156,16 @@ template <typename T>
 void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                    const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                    const Window2d& win) {
-  const Geometry g = geometry(x, weight, win);
+  const Geometry g = Geometry::of(x, weight, win);
   const T* px = data_of<T>(x);
   const T* pw = data_of<T>(weight);
   const T* pg = data_of<T>(grad_out);
   T* pdx = data_of<T>(grad_x);
   T* pdw = data_of<T>(grad_weight);
   T* pdb = data_of<T>(grad_bias);
+  if (g.n > 0 && direct_conv_applies(g)) {
+    return direct_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
+  }
   const i64 ck = g.ck(), p = g.positions(), wsize = g.o * ck;
   if (pdx != nullptr) std::fill(pdx, pdx + grad_x.numel(), T{0});
   const bool parallel = parallel_images(g);
