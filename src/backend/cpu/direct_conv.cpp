@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 // Note [Direct convolution]
@@ -57,26 +58,53 @@ inline Vec<T> load(const T* p) {
   return v;
 }
 
+// The sum of p[0, n), in kLanes<T> x 4 partial sums (a plain loop adds one at a time).
+template <typename T>
+T sum_of(const T* p, i64 n) {
+  constexpr i64 L = kLanes<T>;
+  Vec<T> acc[4] = {};
+  i64 k = 0;
+  for (; k + 4 * L <= n; k += 4 * L) {
+    for (int v = 0; v < 4; ++v) acc[v] += load(p + k + v * L);
+  }
+  const Vec<T> all = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  T s{0};
+  for (i64 l = 0; l < L; ++l) s += all[l];
+  for (; k < n; ++k) s += p[k];
+  return s;
+}
+
 inline i64 round_up(i64 v, i64 m) { return (v + m - 1) / m * m; }
 
-constexpr int kMaxBlock = 4;  // output channels (and vectors, or taps) per register tile
+// Register tiles: up to 6 output channels x 4 vectors of positions (forward: 24 accumulators,
+// 4 inputs and a weight in AVX-512's 32 registers), or x up to 5 taps (weight gradient).
+constexpr int kMaxChannels = 6, kMaxVectors = 4, kMaxTaps = 5, kMaxAccumulators = 24;
 
-// Calls f.template operator()<A, B>() for runtime a, b in [1, kMaxBlock].
-template <typename F>
+// Calls f.template operator()<A, B>() for runtime a in [1, MaxA] and b in [1, MaxB]. (Two
+// functions: GCC 12 drops the calls when the inner fold is a lambda inside the outer one.)
+template <int A, int MaxB, typename F>
+bool call_with_b(int b, F& f) {
+  return [&]<int... Bs>(std::integer_sequence<int, Bs...>) {
+    return ((b == Bs + 1 && (f.template operator()<A, Bs + 1>(), true)) || ...);
+  }(std::make_integer_sequence<int, MaxB>{});
+}
+template <int MaxA, int MaxB, typename F>
 void with_blocks(int a, int b, F&& f) {
-  auto inner = [&]<int A>() {
-    switch (b) {
-      case 1: f.template operator()<A, 1>(); break;
-      case 2: f.template operator()<A, 2>(); break;
-      case 3: f.template operator()<A, 3>(); break;
-      default: f.template operator()<A, 4>(); break;
-    }
-  };
-  switch (a) {
-    case 1: inner.template operator()<1>(); break;
-    case 2: inner.template operator()<2>(); break;
-    case 3: inner.template operator()<3>(); break;
-    default: inner.template operator()<4>(); break;
+  [&]<int... As>(std::integer_sequence<int, As...>) {
+    (void)((a == As + 1 && call_with_b<As + 1, MaxB>(b, f)) || ...);
+  }(std::make_integer_sequence<int, MaxA>{});
+}
+
+// Splits [0, n) into the fewest blocks of at most max, of sizes that differ by at most one
+// (13 vectors as 4+3+3+3 rather than 4+4+4+1: a thin tile wastes its loads), and calls
+// f(start, size) for each.
+template <typename F>
+void for_each_block(i64 n, int max, F&& f) {
+  const i64 blocks = (n + max - 1) / max;
+  for (i64 k = 0, start = 0; k < blocks; ++k) {
+    const i64 size = n / blocks + (k < n % blocks ? 1 : 0);
+    f(start, static_cast<int>(size));
+    start += size;
   }
 }
 
@@ -138,16 +166,14 @@ void conv_planes(const T* in, i64 in_plane, i64 cin, const T* w, i64 cout, i64 k
                  i64 row, i64 nq, T* out) {
   constexpr i64 L = kLanes<T>;
   const i64 out_plane = nq * L;
-  for (i64 o0 = 0; o0 < cout; o0 += kMaxBlock) {
-    const int ob = static_cast<int>(std::min<i64>(kMaxBlock, cout - o0));
-    for (i64 v0 = 0; v0 < nq; v0 += kMaxBlock) {
-      const int qb = static_cast<int>(std::min<i64>(kMaxBlock, nq - v0));
-      with_blocks(ob, qb, [&]<int OB, int QB>() {
+  for_each_block(cout, kMaxChannels, [&](i64 o0, int ob) {
+    for_each_block(nq, kMaxVectors, [&](i64 v0, int qb) {
+      with_blocks<kMaxChannels, kMaxVectors>(ob, qb, [&]<int OB, int QB>() {
         conv_tile<T, OB, QB>(in, in_plane, cin, w + o0 * cin * kh * kw, kh, kw, row,
                              out + o0 * out_plane, out_plane, v0 * L);
       });
-    }
-  }
+    });
+  });
 }
 
 // dw[o][c][i][j0 + j] += sum over images and q of gy[o][q] * in[c][q + i * row + j0 + j], for
@@ -242,6 +268,9 @@ void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;
   const i64 group = images_per_group(p, L);
   const i64 groups = (g.n + group - 1) / group;
+  // Channels per weight-gradient tile, so that channels x taps accumulators fit.
+  const int weight_grad_channels = std::min<int>(
+      kMaxChannels, kMaxAccumulators / static_cast<int>(std::min<i64>(g.kw, kMaxTaps)));
 
   std::vector<T> flipped;  // wT [C][O][kH][kW], the input gradient's weights
   if (dx != nullptr) {
@@ -271,11 +300,7 @@ void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
         // gy at width row after `front` zeros; its dropped columns stay zero.
         copy_into_planes(gn, g.o, g.oh, g.ow, grad.data() + k * g_image, p.g_plane, p.row, p.front);
         if (db != nullptr) {
-          for (i64 o = 0; o < g.o; ++o) {
-            T s{0};
-            for (i64 q = 0; q < g.positions(); ++q) s += gn[o * g.positions() + q];
-            pdb[o] += s;
-          }
+          for (i64 o = 0; o < g.o; ++o) pdb[o] += sum_of(gn + o * g.positions(), g.positions());
         }
         if (dw != nullptr) {
           copy_into_planes(x + (n0 + k) * g.c * g.h * g.w, g.c, g.h, g.w, in.data() + k * in_image,
@@ -283,22 +308,22 @@ void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
         }
       }
       if (dw != nullptr) {
-        for (i64 o0 = 0; o0 < g.o; o0 += kMaxBlock) {
-          const int ob = static_cast<int>(std::min<i64>(kMaxBlock, g.o - o0));
+        for_each_block(g.o, weight_grad_channels, [&](i64 o0, int ob) {
           for (i64 c = 0; c < g.c; ++c) {
             for (i64 i = 0; i < g.kh; ++i) {
-              for (i64 j0 = 0; j0 < g.kw; j0 += kMaxBlock) {
-                const int jb = static_cast<int>(std::min<i64>(kMaxBlock, g.kw - j0));
-                with_blocks(ob, jb, [&]<int OB, int JB>() {
-                  weight_grad_tile<T, OB, JB>(
-                      grad.data() + o0 * p.g_plane + p.front, p.g_plane, g_image,
-                      in.data() + c * p.in_plane + i * p.row + j0, in_image, count, p.nq,
-                      pdw + ((o0 * g.c + c) * g.kh + i) * g.kw + j0, g.c * kk);
+              for_each_block(g.kw, kMaxTaps, [&](i64 j0, int jb) {
+                with_blocks<kMaxChannels, kMaxTaps>(ob, jb, [&]<int OB, int JB>() {
+                  if constexpr (OB * JB <= kMaxAccumulators) {
+                    weight_grad_tile<T, OB, JB>(
+                        grad.data() + o0 * p.g_plane + p.front, p.g_plane, g_image,
+                        in.data() + c * p.in_plane + i * p.row + j0, in_image, count, p.nq,
+                        pdw + ((o0 * g.c + c) * g.kh + i) * g.kw + j0, g.c * kk);
+                  }
                 });
-              }
+              });
             }
           }
-        }
+        });
       }
       if (dx != nullptr) {
         for (i64 k = 0; k < count; ++k) {
