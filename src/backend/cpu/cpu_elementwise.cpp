@@ -100,8 +100,12 @@ void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
           float* y = reinterpret_cast<float*>(impl_of(out).data());
           const std::int64_t n = out.numel();
           const bool serial = n < kParallelGrain || omp_in_parallel();
-#pragma omp parallel for simd schedule(static) if (!serial)
-          for (std::int64_t i = 0; i < n; ++i) y[i] = sigmoid_vectorizable(x[i]);
+          constexpr std::int64_t kChunk = 2048;
+#pragma omp parallel for schedule(static) if (!serial)
+          for (std::int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
+            const std::int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+            sigmoid_vectorizable(x + lo, len, y + lo);
+          }
         },
         in, out);
     return;

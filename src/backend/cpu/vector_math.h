@@ -3,6 +3,9 @@
 // operations on each element, so a loop over floats becomes AVX-512 code.
 #include <bit>
 #include <cstdint>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace tessera::detail {
 
@@ -32,5 +35,30 @@ inline float exp_vectorizable(float x) {
 }
 
 inline float sigmoid_vectorizable(float x) { return 1.0f / (1.0f + exp_vectorizable(-x)); }
+
+// v[i] = 1 / v[i] for v[i] >= 1. Where AVX-512 is there, by its 14-bit reciprocal and one
+// Newton step (relative error ~2^-28, so within an ulp of the division): vdivps was half
+// of a sigmoid's time.
+inline void reciprocal_of_at_least_one(float* v, std::int64_t n) {
+  std::int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 two = _mm512_set1_ps(2.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 d = _mm512_loadu_ps(v + i);
+    const __m512 r = _mm512_rcp14_ps(d);
+    _mm512_storeu_ps(v + i, _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two)));
+  }
+#endif
+  for (; i < n; ++i) v[i] = 1.0f / v[i];
+}
+
+// y[i] = sigmoid(x[i]) for a run of at most a few thousand floats: the exponentials in one
+// vectorized loop, then the reciprocals.
+inline void sigmoid_vectorizable(const float* x, std::int64_t n, float* y) {
+  // simd: without it GCC keeps exp_vectorizable's selects as branches and does not vectorize.
+#pragma omp simd simdlen(16)
+  for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0f + exp_vectorizable(-x[i]);
+  reciprocal_of_at_least_one(y, n);
+}
 
 }  // namespace tessera::detail
