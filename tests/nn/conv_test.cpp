@@ -119,9 +119,10 @@ TEST_P(Conv, Conv2dMatchesReference) {
   }
 }
 
-// Both CPU paths (direct for stride 1 and few channels, im2col + GEMM otherwise) and the GPU's,
-// against float64 loops: LeNet's two layers, batches that do not fill the last group of
-// images, padding wider than the kernel's reach, and strides.
+// Every CPU path (direct on flat planes or with images in lanes for stride 1 and few
+// channels, im2col + GEMM otherwise) and the GPU's, against float64 loops: LeNet's two
+// layers, batches that do not fill the last group of images, padding wider than the
+// kernel's reach, and strides.
 TEST_P(Conv, Conv2dGradientsMatchReference) {
   const Device dev = device();
   struct Case {
@@ -133,7 +134,11 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
                         Case{{5, 3, 7, 5}, 5, 3, 3, 1, 1, 1, 1},
                         Case{{2, 2, 4, 9}, 9, 2, 3, 1, 1, 3, 0},
                         Case{{1, 4, 6, 6}, 3, 1, 6, 1, 1, 0, 2},
-                        Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1}}) {
+                        Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1},
+                        // Batches of 32 or more: small planes take images in lanes.
+                        Case{{37, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0},
+                        Case{{33, 2, 6, 5}, 3, 3, 3, 1, 1, 1, 1},
+                        Case{{34, 1, 4, 9}, 4, 2, 4, 1, 1, 2, 1}}) {
     const std::size_t nx = static_cast<std::size_t>(k.d.n) * k.d.c * k.d.h * k.d.w;
     const auto xs = random_values(nx, 4);
     const auto ws = random_values(static_cast<std::size_t>(k.o) * k.d.c * k.kh * k.kw, 5);
@@ -148,10 +153,12 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
       Tensor x = from_vector(xs, {k.d.n, k.d.c, k.d.h, k.d.w}, {dtype, dev}).requires_grad_();
       Tensor w = from_vector(ws, {k.o, k.d.c, k.kh, k.kw}, {dtype, dev}).requires_grad_();
       Tensor b = from_vector(bs, {k.o}, {dtype, dev}).requires_grad_();
+      const double tol = dtype == kFloat32 ? 2e-5 : 1e-12;
       const Tensor y = conv2d(x, w, b, {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}});
       ASSERT_EQ(y.shape(), Shape({k.d.n, k.o, oh, ow})) << what;
+      expect_close(y, reference_conv(xs, k.d, ws, k.o, k.kh, k.kw, bs, k.sh, k.sw, k.ph, k.pw),
+                   tol, tol, what + " y");
       y.backward(from_vector(gs, {k.d.n, k.o, oh, ow}, {dtype, dev}));
-      const double tol = dtype == kFloat32 ? 2e-5 : 1e-12;
       expect_close(x.grad(), expected.dx, tol, tol, what + " dx");
       expect_close(w.grad(), expected.dw, tol, tol, what + " dw");
       expect_close(b.grad(), expected.db, tol, tol, what + " db");

@@ -1,117 +1,59 @@
-// Direct CPU convolution (stride 1, few channels) on flattened, padded planes, with register
-// tiles of GCC vectors.
+// Direct CPU convolution (stride 1, few channels): the choice between its two layouts, and
+// the first of them, flat padded planes.
 #include "backend/cpu/direct_conv.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
+#include "backend/cpu/conv_tiles.h"
+#include "backend/cpu/direct_conv_lanes.h"
+
 // Note [Direct convolution]
-// With stride 1, copy each input plane into a zero-padded plane of width row = W + 2 pw,
-// flattened. Output (oy, ox) then reads the input at flat index (oy * row + ox) + (i * row + j)
-// for tap (i, j): every tap is the same contiguous run shifted by a constant. So the output
-// is computed at all flat positions q = oy * row + ox, ox < row, as
-//     out[o][q] = sum over c, i, j of w[o][c][i][j] * in[c][q + i * row + j]
-// which vectorizes over q with unaligned loads and broadcast weights; the kW - 1 columns per
-// row with ox >= OW are wasted work (12% for LeNet's first layer, 29% for its second) and are
-// dropped when the result is copied out. A tile of 4 output channels x 4 vectors of q keeps
-// 16 accumulators in registers across all C x kH x kW taps.
+// With stride 1, there are two layouts in which every tap (i, j) of a convolution reads its
+// input as one contiguous run, so the work vectorizes with unaligned loads and broadcast
+// weights, with no im2col matrix and no GEMM call (whose packing dominates at LeNet's
+// channel counts):
 //
-// The gradients reuse the same flat layout:
+// Flat planes (this file). Copy each input plane into a zero-padded plane of width
+// row = W + 2 pw, flattened. Output (oy, ox) reads the input at flat index
+// (oy * row + ox) + (i * row + j), so the output is computed at every flat position
+// q = oy * row + ox, ox < row, as
+//     out[o][q] = sum over c, i, j of w[o][c][i][j] * in[c][q + i * row + j]
+// vectorized over q. The kW - 1 columns per row with ox >= OW are wasted work (12% for
+// LeNet's first layer) and are dropped when the result is copied out. The gradients:
 // - dw[o][c][i][j] = sum over q of gy[o][q] * in[c][q + i * row + j], with gy written at
-//   width row and zeros in the dropped columns: dot products over q, vectorized the same
-//   way (4 output channels x 4 taps per tile), summed across lanes once per group of images.
+//   width row and zeros in the dropped columns: dot products over q, summed across lanes
+//   once per group of images.
 // - dx is a convolution of gy, padded with Z = (kH - 1) * row + kW - 1 zeros in front, by
 //   the flipped, transposed weights wT[c][o][i][j] = w[o][c][kH-1-i][kW-1-j]: a tap that
 //   would wrap into the next row reads a dropped column, which is zero. So it is the forward
-//   kernel again, with O input and C output channels, over the padded input plane.
-// Images are split across the OpenMP pool; each thread has its own planes and partial
-// weight gradient, summed in thread order (deterministic for a given thread count).
+//   kernel again, with O input and C output channels, over the padded input plane; the taps
+//   that read padding are wasted work (half of it for LeNet's second layer).
+//
+// Images in lanes (direct_conv_lanes.cpp). Where the flat planes would waste much (small
+// planes: LeNet's second layer, 10 of every 14 columns), a vector holds one position of
+// kLanes images: the input is transposed to [C][H][W][image], and the same tiles run over
+// the valid positions only. The input gradient skips the rows of taps that read padding.
+// The transposes cost less than the waste they remove.
+//
+// In both, register tiles of up to 6 output channels x 4 vectors (conv_tiles.h) accumulate
+// over every tap. Images are split across the OpenMP pool; each thread has its own buffers
+// and partial weight gradient, summed in thread order (deterministic for a given thread
+// count).
 
 namespace tessera::detail {
 namespace {
 
-using i64 = std::int64_t;
-
-template <typename T>
-struct Simd;
-template <>
-struct Simd<float> {
-  using V = float __attribute__((vector_size(64)));
-};
-template <>
-struct Simd<double> {
-  using V = double __attribute__((vector_size(64)));
-};
-template <typename T>
-using Vec = typename Simd<T>::V;
-template <typename T>
-constexpr i64 kLanes = static_cast<i64>(sizeof(Vec<T>) / sizeof(T));
-
-template <typename T>
-inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-// The sum of p[0, n), in kLanes<T> x 4 partial sums (a plain loop adds one at a time).
-template <typename T>
-T sum_of(const T* p, i64 n) {
-  constexpr i64 L = kLanes<T>;
-  Vec<T> acc[4] = {};
-  i64 k = 0;
-  for (; k + 4 * L <= n; k += 4 * L) {
-    for (int v = 0; v < 4; ++v) acc[v] += load(p + k + v * L);
-  }
-  const Vec<T> all = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  T s{0};
-  for (i64 l = 0; l < L; ++l) s += all[l];
-  for (; k < n; ++k) s += p[k];
-  return s;
-}
+using namespace conv_tiles;  // NOLINT: the tiles are this file's vocabulary
 
 inline i64 round_up(i64 v, i64 m) { return (v + m - 1) / m * m; }
 
-// Register tiles: up to 6 output channels x 4 vectors of positions (forward: 24 accumulators,
-// 4 inputs and a weight in AVX-512's 32 registers), or x up to 5 taps (weight gradient).
-constexpr int kMaxChannels = 6, kMaxVectors = 4, kMaxTaps = 5, kMaxAccumulators = 24;
-
-// Calls f.template operator()<A, B>() for runtime a in [1, MaxA] and b in [1, MaxB]. (Two
-// functions: GCC 12 drops the calls when the inner fold is a lambda inside the outer one.)
-template <int A, int MaxB, typename F>
-bool call_with_b(int b, F& f) {
-  return [&]<int... Bs>(std::integer_sequence<int, Bs...>) {
-    return ((b == Bs + 1 && (f.template operator()<A, Bs + 1>(), true)) || ...);
-  }(std::make_integer_sequence<int, MaxB>{});
-}
-template <int MaxA, int MaxB, typename F>
-void with_blocks(int a, int b, F&& f) {
-  [&]<int... As>(std::integer_sequence<int, As...>) {
-    (void)((a == As + 1 && call_with_b<As + 1, MaxB>(b, f)) || ...);
-  }(std::make_integer_sequence<int, MaxA>{});
-}
-
-// Splits [0, n) into the fewest blocks of at most max, of sizes that differ by at most one
-// (13 vectors as 4+3+3+3 rather than 4+4+4+1: a thin tile wastes its loads), and calls
-// f(start, size) for each.
-template <typename F>
-void for_each_block(i64 n, int max, F&& f) {
-  const i64 blocks = (n + max - 1) / max;
-  for (i64 k = 0, start = 0; k < blocks; ++k) {
-    const i64 size = n / blocks + (k < n % blocks ? 1 : 0);
-    f(start, static_cast<int>(size));
-    start += size;
-  }
-}
-
-// The flat-plane sizes of one convolution (Note [Direct convolution]).
+// The flat-plane sizes of one convolution.
 struct Planes {
   i64 row;       // padded width
-  i64 hp;        // padded height
   i64 nq;        // vectors of output positions (forward, weight gradient)
   i64 in_plane;  // stride between padded input planes, with room for the overreach
   i64 nr;        // vectors of padded input positions (input gradient)
@@ -123,94 +65,41 @@ struct Planes {
     constexpr i64 L = kLanes<T>;
     Planes p{};
     p.row = g.w + 2 * g.win.pad_w;
-    p.hp = g.h + 2 * g.win.pad_h;
     p.nq = (g.oh * p.row + L - 1) / L;
     p.in_plane = round_up(p.nq * L - 1 + (g.kh - 1) * p.row + g.kw, L);
-    p.nr = (p.hp * p.row + L - 1) / L;
+    p.nr = ((g.h + 2 * g.win.pad_h) * p.row + L - 1) / L;
     p.front = (g.kh - 1) * p.row + (g.kw - 1);
     p.g_plane = round_up(p.nr * L + p.front, L);
     return p;
   }
 };
 
-// out[o][q] for o in [0, OB), q in [q0, q0 + QB * L): the forward kernel's register tile.
-// w points at the tile's first output channel, [.][cin][kh][kw].
-template <typename T, int OB, int QB>
-void conv_tile(const T* in, i64 in_plane, i64 cin, const T* w, i64 kh, i64 kw, i64 row, T* out,
-               i64 out_plane, i64 q0) {
-  constexpr i64 L = kLanes<T>;
-  const i64 w_stride = cin * kh * kw;
-  Vec<T> acc[OB][QB] = {};
-  for (i64 c = 0; c < cin; ++c) {
-    for (i64 i = 0; i < kh; ++i) {
-      const T* src = in + c * in_plane + i * row + q0;
-      const T* wr = w + (c * kh + i) * kw;
-      for (i64 j = 0; j < kw; ++j) {
-        Vec<T> xv[QB];
-        for (int v = 0; v < QB; ++v) xv[v] = load(src + j + v * L);
-        for (int o = 0; o < OB; ++o) {
-          const T wv = wr[o * w_stride + j];
-          for (int v = 0; v < QB; ++v) acc[o][v] += wv * xv[v];
-        }
-      }
-    }
-  }
-  for (int o = 0; o < OB; ++o) {
-    for (int v = 0; v < QB; ++v) std::memcpy(out + o * out_plane + q0 + v * L, &acc[o][v], sizeof(Vec<T>));
-  }
-}
-
 // out [cout][nq * L] = the flat convolution of in [cin][in_plane] by w [cout][cin][kh][kw].
 template <typename T>
 void conv_planes(const T* in, i64 in_plane, i64 cin, const T* w, i64 cout, i64 kh, i64 kw,
                  i64 row, i64 nq, T* out) {
   constexpr i64 L = kLanes<T>;
-  const i64 out_plane = nq * L;
+  const TileStrides s{in_plane, row, 1, nq * L};
   for_each_block(cout, kMaxChannels, [&](i64 o0, int ob) {
     for_each_block(nq, kMaxVectors, [&](i64 v0, int qb) {
       with_blocks<kMaxChannels, kMaxVectors>(ob, qb, [&]<int OB, int QB>() {
-        conv_tile<T, OB, QB>(in, in_plane, cin, w + o0 * cin * kh * kw, kh, kw, row,
-                             out + o0 * out_plane, out_plane, v0 * L);
+        conv_tile<T, OB, QB>(in + v0 * L, w + o0 * cin * kh * kw, cin, kh, kw, 0, kh, s,
+                             out + o0 * s.out_plane + v0 * L);
       });
     });
   });
 }
 
-// dw[o][c][i][j0 + j] += sum over images and q of gy[o][q] * in[c][q + i * row + j0 + j], for
-// OB output channels and JB taps. gy and in point at the first image's planes for (o0, c, i, j0).
-template <typename T, int OB, int JB>
-void weight_grad_tile(const T* gy, i64 g_plane, i64 g_image, const T* in, i64 in_image, i64 images,
-                      i64 nq, T* dw, i64 dw_stride) {
-  constexpr i64 L = kLanes<T>;
-  Vec<T> acc[OB][JB] = {};
-  for (i64 n = 0; n < images; ++n) {
-    const T* gn = gy + n * g_image;
-    const T* xn = in + n * in_image;
-    for (i64 q = 0; q < nq * L; q += L) {
-      Vec<T> xv[JB];
-      for (int j = 0; j < JB; ++j) xv[j] = load(xn + q + j);
-      for (int o = 0; o < OB; ++o) {
-        const Vec<T> gv = load(gn + o * g_plane + q);
-        for (int j = 0; j < JB; ++j) acc[o][j] += gv * xv[j];
-      }
-    }
-  }
-  for (int o = 0; o < OB; ++o) {
-    for (int j = 0; j < JB; ++j) {
-      T s{0};
-      for (i64 l = 0; l < L; ++l) s += acc[o][j][l];
-      dw[o * dw_stride + j] += s;
-    }
-  }
-}
-
-// Copies each [h, w] plane of src into the flat buffer at (top, left), planes dst_plane apart.
+// Copies each [h, w] plane of src into the flat buffer at offset, rows `row` apart, planes
+// dst_plane apart. Rows are short (an image row), so a loop beats a memcpy call.
 template <typename T>
 void copy_into_planes(const T* src, i64 planes, i64 h, i64 w, T* dst, i64 dst_plane, i64 row,
                       i64 offset) {
   for (i64 p = 0; p < planes; ++p) {
     for (i64 y = 0; y < h; ++y) {
-      std::memcpy(dst + p * dst_plane + offset + y * row, src + (p * h + y) * w, w * sizeof(T));
+      T* d = dst + p * dst_plane + offset + y * row;
+      const T* s = src + (p * h + y) * w;
+      for (i64 x = 0; x < w; ++x) d[x] = s[x];
     }
   }
 }
@@ -221,24 +110,12 @@ i64 images_per_group(const Planes& p, i64 lanes) {
   return std::clamp<i64>(512 / (p.nq * lanes), 1, 8);
 }
 
-bool split_images(const ConvGeometry& g) {
-  return g.n > 1 && !omp_in_parallel() && g.n * g.o * g.ck() * g.positions() >= 32768;
-}
-
-}  // namespace
-
-bool direct_conv_applies(const ConvGeometry& g) {
-  const i64 row = g.w + 2 * g.win.pad_w;
-  return g.win.stride_h == 1 && g.win.stride_w == 1 && !g.is_pointwise() && g.c <= 32 &&
-         g.o <= 64 && g.positions() > 0 && g.ck() > 0 && 2 * g.ow >= row;
-}
-
 template <typename T>
-void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+void flat_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
   constexpr i64 L = kLanes<T>;
   const Planes p = Planes::of<T>(g);
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;  // where the unpadded plane starts
-#pragma omp parallel if (split_images(g))
+#pragma omp parallel if (direct_conv_splits_images(g))
   {
     std::vector<T> in(static_cast<std::size_t>(g.c * p.in_plane), T{0});
     std::vector<T> out(static_cast<std::size_t>(g.o * p.nq * L));
@@ -260,29 +137,18 @@ void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T*
 }
 
 template <typename T>
-void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
-                          T* dw, T* db) {
+void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                   T* db) {
   constexpr i64 L = kLanes<T>;
   const Planes p = Planes::of<T>(g);
   const i64 kk = g.kh * g.kw, wsize = g.o * g.c * kk;
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;
   const i64 group = images_per_group(p, L);
   const i64 groups = (g.n + group - 1) / group;
-  // Channels per weight-gradient tile, so that channels x taps accumulators fit.
-  const int weight_grad_channels = std::min<int>(
-      kMaxChannels, kMaxAccumulators / static_cast<int>(std::min<i64>(g.kw, kMaxTaps)));
-
-  std::vector<T> flipped;  // wT [C][O][kH][kW], the input gradient's weights
-  if (dx != nullptr) {
-    flipped.resize(static_cast<std::size_t>(wsize));
-    for (i64 o = 0; o < g.o; ++o)
-      for (i64 c = 0; c < g.c; ++c)
-        for (i64 t = 0; t < kk; ++t)
-          flipped[(c * g.o + o) * kk + (kk - 1 - t)] = w[(o * g.c + c) * kk + t];
-  }
-  const bool parallel = split_images(g) && groups > 1;
+  std::vector<T> flipped(dx != nullptr ? static_cast<std::size_t>(wsize) : 0);
+  if (dx != nullptr) flip_weights(w, g.o, g.c, kk, flipped.data());
+  const bool parallel = direct_conv_splits_images(g) && groups > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
-  // Per-thread partial sums of the weight and bias gradients: [threads][O*C*kH*kW + O].
   std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
@@ -308,21 +174,11 @@ void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
         }
       }
       if (dw != nullptr) {
-        for_each_block(g.o, weight_grad_channels, [&](i64 o0, int ob) {
-          for (i64 c = 0; c < g.c; ++c) {
-            for (i64 i = 0; i < g.kh; ++i) {
-              for_each_block(g.kw, kMaxTaps, [&](i64 j0, int jb) {
-                with_blocks<kMaxChannels, kMaxTaps>(ob, jb, [&]<int OB, int JB>() {
-                  if constexpr (OB * JB <= kMaxAccumulators) {
-                    weight_grad_tile<T, OB, JB>(
-                        grad.data() + o0 * p.g_plane + p.front, p.g_plane, g_image,
-                        in.data() + c * p.in_plane + i * p.row + j0, in_image, count, p.nq,
-                        pdw + ((o0 * g.c + c) * g.kh + i) * g.kw + j0, g.c * kk);
-                  }
-                });
-              });
-            }
-          }
+        // One run per image of the group.
+        const RunStrides s{p.g_plane, g_image, in_image, 1, count, p.nq};
+        for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
+          weight_grad_tiles(grad.data() + o0 * p.g_plane + p.front, in.data(), p.in_plane, p.row,
+                            o0, ob, g.c, g.kh, g.kw, s, pdw);
         });
       }
       if (dx != nullptr) {
@@ -331,24 +187,50 @@ void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
                       p.row, p.nr, dxp.data());
           T* dxn = dx + (n0 + k) * g.c * g.h * g.w;
           for (i64 c = 0; c < g.c; ++c) {
-            for (i64 y = 0; y < g.h; ++y) {
-              std::memcpy(dxn + (c * g.h + y) * g.w, dxp.data() + c * p.nr * L + offset + y * p.row,
-                          g.w * sizeof(T));
+            for (i64 yy = 0; yy < g.h; ++yy) {
+              const T* src = dxp.data() + c * p.nr * L + offset + yy * p.row;
+              T* dst = dxn + (c * g.h + yy) * g.w;
+              for (i64 xx = 0; xx < g.w; ++xx) dst[xx] = src[xx];
             }
           }
         }
       }
     }
   }
-  for (int t = 0; t < threads; ++t) {
-    const T* part = partial.data() + t * (wsize + g.o);
-    if (dw != nullptr) {
-      for (i64 k = 0; k < wsize; ++k) dw[k] = (t == 0 ? T{0} : dw[k]) + part[k];
-    }
-    if (db != nullptr) {
-      for (i64 o = 0; o < g.o; ++o) db[o] = (t == 0 ? T{0} : db[o]) + part[wsize + o];
-    }
-  }
+  sum_partials(partial.data(), threads, wsize, g.o, dw, db);
+}
+
+// Images in lanes where flat planes would waste more than a quarter of the work (their
+// padded width over the output's), with at least two groups of images to split.
+template <typename T>
+bool prefers_lanes(const ConvGeometry& g) {
+  const i64 row = g.w + 2 * g.win.pad_w;
+  return g.n >= 2 * kLanes<T> && 4 * row > 5 * g.ow;
+}
+
+}  // namespace
+
+bool direct_conv_applies(const ConvGeometry& g) {
+  const i64 row = g.w + 2 * g.win.pad_w;
+  return g.win.stride_h == 1 && g.win.stride_w == 1 && !g.is_pointwise() && g.c <= 32 &&
+         g.o <= 64 && g.positions() > 0 && g.ck() > 0 && 2 * g.ow >= row;
+}
+
+bool direct_conv_splits_images(const ConvGeometry& g) {
+  return g.n > 1 && !omp_in_parallel() && g.n * g.o * g.ck() * g.positions() >= 32768;
+}
+
+template <typename T>
+void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  if (prefers_lanes<T>(g)) return lanes_conv_forward(g, x, w, b, y);
+  flat_forward(g, x, w, b, y);
+}
+
+template <typename T>
+void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
+                          T* dw, T* db) {
+  if (prefers_lanes<T>(g)) return lanes_conv_backward(g, x, w, gy, dx, dw, db);
+  flat_backward(g, x, w, gy, dx, dw, db);
 }
 
 template void direct_conv_forward<float>(const ConvGeometry&, const float*, const float*,

@@ -10,6 +10,9 @@ namespace tessera::detail {
 // otherwise cpu_conv.cpp uses im2col + GEMM.
 bool direct_conv_applies(const ConvGeometry& g);
 
+// Whether its images are split across the OpenMP pool (enough work, and not nested).
+bool direct_conv_splits_images(const ConvGeometry& g);
+
 // y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, kH, kW]) + b [O] (b may be null).
 template <typename T>
 void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y);
