@@ -16,15 +16,15 @@
 
 // Note [CPU convolution]
 // Stride-1 convolutions with few channels (LeNet's 1->6 and 6->16) take the direct path
-// (Note [Direct convolution]; with them and a faster sigmoid a LeNet epoch went from 3.4 to
-// 1.2 s). The rest, here: for image n, col_n [C*kH*kW, OH*OW] holds the input patch under each output position, so
-// out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n, and the gradients are two more GEMMs:
-// dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds back into dx_n. The channel
-// counts of small networks (LeNet: 1->6, 6->16) make each GEMM small, so parallelism comes
-// from the batch rather than from inside one GEMM. The weight gradient is summed per thread
-// and then across threads in thread order (deterministic for a given thread count). The
-// backward pass recomputes each image's columns rather than keeping the batch's from the
-// forward pass: keeping them (35 MiB per LeNet step) measured no faster (docs/benchmarks.md).
+// (Note [Direct convolution]; with it and a faster sigmoid, a LeNet epoch went from 3.4 to
+// 1.2 s). The rest run here. For image n, col_n [C*kH*kW, OH*OW] holds the input patch
+// under each output position, so out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n, and the
+// gradients are two more GEMMs: dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds
+// back into dx_n. Parallelism comes from the batch rather than from inside one GEMM. The
+// weight gradient is summed per thread and then across threads in thread order
+// (deterministic for a given thread count). The backward pass recomputes each image's
+// columns rather than keeping the batch's from the forward pass: keeping them (35 MiB per
+// LeNet step) measured no faster (docs/benchmarks.md).
 
 namespace tessera::detail {
 namespace {
