@@ -104,6 +104,12 @@ TEST_P(GradCheck, ConvolutionAndPooling) {
   gradcheck("avg_pool2d", d, {{{1, 2, 4, 5}}}, [](auto& x) {
     return avg_pool2d(x[0], {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}});
   });
+  // LeNet's 2x2 windows (a loop of their own on the CPU), on a plane with a row and a column
+  // left over.
+  gradcheck("avg_pool2d 2x2", d, {{{2, 1, 5, 7}}},
+            [](auto& x) { return avg_pool2d(x[0], {.kernel = {2, 2}}); });
+  gradcheck("conv2d 3x3, padding 1", d, {{{2, 2, 4, 5}}, {{3, 2, 3, 3}}, {{3}}},
+            [](auto& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}}); });
 }
 
 TEST_P(GradCheck, UnaryOps) {
