@@ -121,6 +121,26 @@ def large_section(medians, cvs):
             + noise_note(cvs, "add_16M"))
 
 
+CONV_LAYERS = {"1": "1 -> 6, 28x28, padding 2", "2": "6 -> 16, 14x14 (also the input gradient)"}
+
+
+def conv_section(medians, cvs):
+    """LeNet's convolutions, forward + backward per call: tessera against LibTorch."""
+    rows = []
+    for arg, label in CONV_LAYERS.items():
+        mine = medians.get(("conv_lenet", "tessera", arg))
+        peer = medians.get(("conv_lenet", "libtorch", arg))
+        if mine is None:
+            continue
+        rows.append([label, fmt(ns(mine) / 1e3, 0), fmt(ns(peer) / 1e3, 0) if peer else "n/a",
+                     ratio(ns(mine), ns(peer) if peer else None)])
+    if not rows:
+        return ""
+    header = ["layer (batch 256, 5x5)", "tessera us", "LibTorch us", "tessera/LibTorch"]
+    return ("### LeNet's convolutions: forward + backward per call, CPU (time: lower is better)"
+            "\n\n" + table(header, rows) + "\n" + noise_note(cvs, "conv_lenet"))
+
+
 TRAIN_MODELS = [("train_mlp", "MLP 784-256-10", 0.8), ("train_lenet", "LeNet-5 (d2l)", 0.5)]
 
 
@@ -175,7 +195,8 @@ def main(argv):
         print(f"Load average at start: {', '.join(f'{x:.2f}' for x in load_avg)}.")
     print()
     for section in (matmul_section(medians, cvs, peak), small_section(medians, cvs),
-                    large_section(medians, cvs), train_section(medians, cvs)):
+                    large_section(medians, cvs), conv_section(medians, cvs),
+                    train_section(medians, cvs)):
         if section:
             print(section)
     return 0
