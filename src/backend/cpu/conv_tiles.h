@@ -4,9 +4,11 @@
 // strides so that one tile serves flat planes (vectors of positions) and images in lanes
 // (vectors of images).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace tessera::detail::conv_tiles {
 
@@ -184,6 +186,28 @@ inline int weight_grad_channels(i64 kw) {
   return std::min<int>(kMaxChannels,
                        kMaxAccumulators / static_cast<int>(kw < kMaxTaps ? kw : kMaxTaps));
 }
+
+// Each thread's zeroed buffers, allocated before the parallel region that uses them: an
+// allocation that failed inside one would end the process instead of throwing.
+template <typename T, std::size_t N>
+class ThreadBuffers {
+ public:
+  ThreadBuffers(int threads, const std::array<i64, N>& sizes) : sizes_(sizes) {
+    for (i64 size : sizes_) per_thread_ += size;
+    data_.assign(static_cast<std::size_t>(threads * per_thread_), T{0});
+  }
+  // Buffer k of thread t.
+  T* get(int t, std::size_t k) {
+    i64 offset = t * per_thread_;
+    for (std::size_t j = 0; j < k; ++j) offset += sizes_[j];
+    return data_.data() + offset;
+  }
+
+ private:
+  std::array<i64, N> sizes_;
+  i64 per_thread_ = 0;
+  std::vector<T> data_;
+};
 
 // wT [C][O][kH][kW] = w [O][C][kH][kW] transposed and flipped: the input gradient is the
 // convolution of the output gradient by wT (Note [Direct convolution]).

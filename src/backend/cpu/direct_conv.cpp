@@ -115,19 +115,22 @@ void flat_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* 
   constexpr i64 L = kLanes<T>;
   const Planes p = Planes::of<T>(g);
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;  // where the unpadded plane starts
-#pragma omp parallel if (direct_conv_splits_images(g))
+  const bool parallel = direct_conv_splits_images(g);
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  ThreadBuffers<T, 2> buffers(threads, {g.c * p.in_plane, g.o * p.nq * L});
+#pragma omp parallel num_threads(threads) if (parallel)
   {
-    std::vector<T> in(static_cast<std::size_t>(g.c * p.in_plane), T{0});
-    std::vector<T> out(static_cast<std::size_t>(g.o * p.nq * L));
+    T* in = buffers.get(omp_get_thread_num(), 0);
+    T* out = buffers.get(omp_get_thread_num(), 1);
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
-      copy_into_planes(x + n * g.c * g.h * g.w, g.c, g.h, g.w, in.data(), p.in_plane, p.row, offset);
-      conv_planes(in.data(), p.in_plane, g.c, w, g.o, g.kh, g.kw, p.row, p.nq, out.data());
+      copy_into_planes(x + n * g.c * g.h * g.w, g.c, g.h, g.w, in, p.in_plane, p.row, offset);
+      conv_planes(in, p.in_plane, g.c, w, g.o, g.kh, g.kw, p.row, p.nq, out);
       T* yn = y + n * g.o * g.positions();
       for (i64 o = 0; o < g.o; ++o) {
         const T bias = b != nullptr ? b[o] : T{0};
         for (i64 oy = 0; oy < g.oh; ++oy) {
-          const T* src = out.data() + o * p.nq * L + oy * p.row;
+          const T* src = out + o * p.nq * L + oy * p.row;
           T* dst = yn + (o * g.oh + oy) * g.ow;
           for (i64 ox = 0; ox < g.ow; ++ox) dst[ox] = src[ox] + bias;
         }
@@ -150,26 +153,29 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
   const bool parallel = direct_conv_splits_images(g) && groups > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
   std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+  const i64 in_image = g.c * p.in_plane, g_image = g.o * p.g_plane;
+  ThreadBuffers<T, 3> buffers(threads, {dw != nullptr ? group * in_image : 0, group * g_image,
+                                        dx != nullptr ? g.c * p.nr * L : 0});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
-    T* pdw = partial.data() + omp_get_thread_num() * (wsize + g.o);
+    const int t = omp_get_thread_num();
+    T* pdw = partial.data() + t * (wsize + g.o);
     T* pdb = pdw + wsize;
-    const i64 in_image = g.c * p.in_plane, g_image = g.o * p.g_plane;
-    std::vector<T> in(dw != nullptr ? static_cast<std::size_t>(group * in_image) : 0, T{0});
-    std::vector<T> grad(static_cast<std::size_t>(group * g_image), T{0});
-    std::vector<T> dxp(dx != nullptr ? static_cast<std::size_t>(g.c * p.nr * L) : 0);
+    T* in = buffers.get(t, 0);
+    T* grad = buffers.get(t, 1);
+    T* dxp = buffers.get(t, 2);
 #pragma omp for schedule(static)
     for (i64 gi = 0; gi < groups; ++gi) {
       const i64 n0 = gi * group, count = std::min(group, g.n - n0);
       for (i64 k = 0; k < count; ++k) {
         const T* gn = gy + (n0 + k) * g.o * g.positions();
         // gy at width row after `front` zeros; its dropped columns stay zero.
-        copy_into_planes(gn, g.o, g.oh, g.ow, grad.data() + k * g_image, p.g_plane, p.row, p.front);
+        copy_into_planes(gn, g.o, g.oh, g.ow, grad + k * g_image, p.g_plane, p.row, p.front);
         if (db != nullptr) {
           for (i64 o = 0; o < g.o; ++o) pdb[o] += sum_of(gn + o * g.positions(), g.positions());
         }
         if (dw != nullptr) {
-          copy_into_planes(x + (n0 + k) * g.c * g.h * g.w, g.c, g.h, g.w, in.data() + k * in_image,
+          copy_into_planes(x + (n0 + k) * g.c * g.h * g.w, g.c, g.h, g.w, in + k * in_image,
                            p.in_plane, p.row, offset);
         }
       }
@@ -177,18 +183,18 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
         // One run per image of the group.
         const RunStrides s{p.g_plane, g_image, in_image, 1, count, p.nq};
         for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad.data() + o0 * p.g_plane + p.front, in.data(), p.in_plane, p.row,
+          weight_grad_tiles(grad + o0 * p.g_plane + p.front, in, p.in_plane, p.row,
                             o0, ob, g.c, g.kh, g.kw, s, pdw);
         });
       }
       if (dx != nullptr) {
         for (i64 k = 0; k < count; ++k) {
-          conv_planes(grad.data() + k * g_image, p.g_plane, g.o, flipped.data(), g.c, g.kh, g.kw,
-                      p.row, p.nr, dxp.data());
+          conv_planes(grad + k * g_image, p.g_plane, g.o, flipped.data(), g.c, g.kh, g.kw,
+                      p.row, p.nr, dxp);
           T* dxn = dx + (n0 + k) * g.c * g.h * g.w;
           for (i64 c = 0; c < g.c; ++c) {
             for (i64 yy = 0; yy < g.h; ++yy) {
-              const T* src = dxp.data() + c * p.nr * L + offset + yy * p.row;
+              const T* src = dxp + c * p.nr * L + offset + yy * p.row;
               T* dst = dxn + (c * g.h + yy) * g.w;
               for (i64 xx = 0; xx < g.w; ++xx) dst[xx] = src[xx];
             }

@@ -137,19 +137,23 @@ void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* 
   const i64 groups = (g.n + L - 1) / L;
   const TileStrides s{hp * wp * L, wp * L, L, g.oh * g.ow * L};
   const auto all_taps = [&](i64) { return std::pair<i64, i64>{0, g.kh}; };
-#pragma omp parallel if (direct_conv_splits_images(g) && groups > 1)
+  const bool parallel = direct_conv_splits_images(g) && groups > 1;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  ThreadBuffers<T, 3> buffers(threads,
+                              {g.c * hp * wp * L, g.c * g.h * g.w * L, g.o * g.oh * g.ow * L});
+#pragma omp parallel num_threads(threads) if (parallel)
   {
-    std::vector<T> in(static_cast<std::size_t>(g.c * hp * wp * L), T{0});
-    std::vector<T> scratch(static_cast<std::size_t>(g.c * g.h * g.w * L));
-    std::vector<T> out(static_cast<std::size_t>(g.o * g.oh * g.ow * L));
+    T* in = buffers.get(omp_get_thread_num(), 0);
+    T* scratch = buffers.get(omp_get_thread_num(), 1);
+    T* out = buffers.get(omp_get_thread_num(), 2);
 #pragma omp for schedule(static)
     for (i64 gi = 0; gi < groups; ++gi) {
       const i64 n0 = gi * L, count = std::min(L, g.n - n0);
-      to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in.data(), hp,
-               wp, g.win.pad_h, g.win.pad_w, scratch.data());
-      conv_lane_rows(in.data(), s, wp, g.c, w, g.o, g.kh, g.kw, g.oh, g.ow, 0, 0, all_taps,
-                     out.data());
-      from_lanes(out.data(), count, g.o, g.oh, g.ow, b, y + n0 * g.o * g.positions(),
+      to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp,
+               wp, g.win.pad_h, g.win.pad_w, scratch);
+      conv_lane_rows(in, s, wp, g.c, w, g.o, g.kh, g.kw, g.oh, g.ow, 0, 0, all_taps,
+                     out);
+      from_lanes(out, count, g.o, g.oh, g.ow, b, y + n0 * g.o * g.positions(),
                  g.o * g.positions());
     }
   }
@@ -176,39 +180,43 @@ void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T*
     return std::pair<i64, i64>{std::max<i64>(0, g.kh - 1 - yp),
                                std::min<i64>(g.kh, g.kh - 1 + g.oh - yp)};
   };
+  ThreadBuffers<T, 4> buffers(threads, {dw != nullptr ? g.c * hp * wp * L : 0, g.o * gh * gw * L,
+                                        dx != nullptr ? g.c * g.h * g.w * L : 0,
+                                        std::max(g.c * g.h * g.w, g.o * positions) * L});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
-    T* pdw = partial.data() + omp_get_thread_num() * (wsize + g.o);
+    const int t = omp_get_thread_num();
+    T* pdw = partial.data() + t * (wsize + g.o);
     T* pdb = pdw + wsize;
-    std::vector<T> in(dw != nullptr ? static_cast<std::size_t>(g.c * hp * wp * L) : 0, T{0});
-    std::vector<T> grad(static_cast<std::size_t>(g.o * gh * gw * L), T{0});
-    std::vector<T> dxl(dx != nullptr ? static_cast<std::size_t>(g.c * g.h * g.w * L) : 0);
-    std::vector<T> scratch(static_cast<std::size_t>(std::max(g.c * g.h * g.w, g.o * positions) * L));
+    T* in = buffers.get(t, 0);
+    T* grad = buffers.get(t, 1);
+    T* dxl = buffers.get(t, 2);
+    T* scratch = buffers.get(t, 3);
 #pragma omp for schedule(static)
     for (i64 gi = 0; gi < groups; ++gi) {
       const i64 n0 = gi * L, count = std::min(L, g.n - n0);
       const T* gn = gy + n0 * g.o * positions;
-      to_lanes(gn, g.o * positions, count, g.o, g.oh, g.ow, grad.data(), gh, gw, g.kh - 1,
-               g.kw - 1, scratch.data());
+      to_lanes(gn, g.o * positions, count, g.o, g.oh, g.ow, grad, gh, gw, g.kh - 1,
+               g.kw - 1, scratch);
       if (db != nullptr) {
         for (i64 k = 0; k < count * g.o; ++k) pdb[k % g.o] += sum_of(gn + k * positions, positions);
       }
       if (dw != nullptr) {
-        to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in.data(), hp,
-                 wp, g.win.pad_h, g.win.pad_w, scratch.data());
+        to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp,
+                 wp, g.win.pad_h, g.win.pad_w, scratch);
         // One run per output row: dw[o][c][i][j] = sum over (y, x) of
         // gy[o][y][x] * in[c][y + i][x + j].
         const RunStrides s{gh * gw * L, gw * L, wp * L, L, g.oh, g.ow};
         for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad.data() + (o0 * gh * gw + (g.kh - 1) * gw + g.kw - 1) * L,
-                            in.data(), hp * wp * L, wp * L, o0, ob, g.c, g.kh, g.kw, s, pdw);
+          weight_grad_tiles(grad + (o0 * gh * gw + (g.kh - 1) * gw + g.kw - 1) * L,
+                            in, hp * wp * L, wp * L, o0, ob, g.c, g.kh, g.kw, s, pdw);
         });
       }
       if (dx != nullptr) {
         const TileStrides s{gh * gw * L, gw * L, L, g.h * g.w * L};
-        conv_lane_rows(grad.data(), s, gw, g.o, flipped.data(), g.c, g.kh, g.kw, g.h, g.w,
-                       g.win.pad_h, g.win.pad_w, gradient_taps, dxl.data());
-        from_lanes(dxl.data(), count, g.c, g.h, g.w, static_cast<const T*>(nullptr),
+        conv_lane_rows(grad, s, gw, g.o, flipped.data(), g.c, g.kh, g.kw, g.h, g.w,
+                       g.win.pad_h, g.win.pad_w, gradient_taps, dxl);
+        from_lanes(dxl, count, g.c, g.h, g.w, static_cast<const T*>(nullptr),
                    dx + n0 * g.c * g.h * g.w, g.c * g.h * g.w);
       }
     }
