@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/conv_tiles.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/direct_conv.h"
 #include "core/dispatch.h"
@@ -131,17 +132,20 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const i64 ck = g.ck(), p = g.positions();
   if (out.numel() == 0) return;
   if (direct_conv_applies(g)) return direct_conv_forward<T>(g, px, pw, pb, py);
-#pragma omp parallel if (parallel_images(g))
+  const bool parallel = parallel_images(g);
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  conv_tiles::ThreadBuffers<T, 1> buffers(threads, {g.is_pointwise() ? 0 : ck * p});
+#pragma omp parallel num_threads(threads) if (parallel)
   {
-    std::vector<T> col(g.is_pointwise() ? 0 : static_cast<std::size_t>(ck * p));
+    T* col = buffers.get(omp_get_thread_num(), 0);
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
       const T* xn = px + n * g.c * g.h * g.w;
       T* yn = py + n * g.o * p;
       const T* cn = xn;
       if (!g.is_pointwise()) {
-        im2col(g, xn, col.data());
-        cn = col.data();
+        im2col(g, xn, col);
+        cn = col;
       }
       if (pb != nullptr) {
         for (i64 o = 0; o < g.o; ++o) std::fill(yn + o * p, yn + (o + 1) * p, pb[o]);
@@ -175,12 +179,13 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
   const int threads = parallel ? omp_get_max_threads() : 1;
   // Per-thread partial sums of the weight and bias gradients: [threads][O*CK + O].
   std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+  conv_tiles::ThreadBuffers<T, 1> buffers(threads, {ck * p});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     const int tid = omp_get_thread_num();
     T* dw = partial.data() + tid * (wsize + g.o);
     T* db = dw + wsize;
-    std::vector<T> col(static_cast<std::size_t>(ck * p));
+    T* col = buffers.get(tid, 0);
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
       const T* xn = px + n * g.c * g.h * g.w;
@@ -188,8 +193,8 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
       if (pdw != nullptr && ck > 0 && p > 0) {
         const T* cn = xn;
         if (!g.is_pointwise()) {
-          im2col(g, xn, col.data());
-          cn = col.data();
+          im2col(g, xn, col);
+          cn = col;
         }
         gemm<T>(false, true, g.o, ck, p, gn, p, cn, p, T{1}, dw, ck);
       }
@@ -205,21 +210,13 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
         if (g.is_pointwise()) {
           gemm<T>(true, false, ck, p, g.o, pw, ck, gn, p, T{1}, dxn, p);
         } else {
-          gemm<T>(true, false, ck, p, g.o, pw, ck, gn, p, T{0}, col.data(), p);
-          col2im_add(g, col.data(), dxn);
+          gemm<T>(true, false, ck, p, g.o, pw, ck, gn, p, T{0}, col, p);
+          col2im_add(g, col, dxn);
         }
       }
     }
   }
-  for (int t = 0; t < threads; ++t) {
-    const T* dw = partial.data() + t * (wsize + g.o);
-    if (pdw != nullptr) {
-      for (i64 i = 0; i < wsize; ++i) pdw[i] = (t == 0 ? T{0} : pdw[i]) + dw[i];
-    }
-    if (pdb != nullptr) {
-      for (i64 o = 0; o < g.o; ++o) pdb[o] = (t == 0 ? T{0} : pdb[o]) + dw[wsize + o];
-    }
-  }
+  conv_tiles::sum_partials(partial.data(), threads, wsize, g.o, pdw, pdb);
 }
 
 }  // namespace
