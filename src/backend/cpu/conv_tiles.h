@@ -2,7 +2,8 @@
 // The register tiles of the direct CPU convolutions (direct_conv.cpp, direct_conv_lanes.cpp):
 // GCC vectors of 64 bytes, a forward tile and a weight-gradient tile, both addressed by
 // strides so that one tile serves flat planes (vectors of positions) and images in lanes
-// (vectors of images).
+// (vectors of images). Also what every CPU convolution path shares (cpu_conv.cpp too):
+// per-thread buffers and the ordered sum of per-thread gradients.
 #include <algorithm>
 #include <array>
 #include <cstdint>
