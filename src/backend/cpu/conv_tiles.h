@@ -4,6 +4,8 @@
 // strides so that one tile serves flat planes (vectors of positions) and images in lanes
 // (vectors of images). Also what every CPU convolution path shares (cpu_conv.cpp too):
 // per-thread buffers and the ordered sum of per-thread gradients.
+#include <omp.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -233,5 +235,32 @@ void sum_partials(const T* partial, int threads, i64 size, i64 o, T* dw, T* db) 
     }
   }
 }
+
+// What a convolution's backward pass keeps across its threads: the thread count, each
+// thread's partial weight and bias gradients, and (when the input gradient is wanted) the
+// flipped weights. finish() writes the ordered sums.
+template <typename T>
+class BackwardSums {
+ public:
+  // o x c x kk weights w; parallel says whether images are split across the pool.
+  BackwardSums(const T* w, i64 o, i64 c, i64 kk, bool flip, bool parallel)
+      : threads_(parallel ? omp_get_max_threads() : 1), o_(o), wsize_(o * c * kk) {
+    partial_.assign(static_cast<std::size_t>(threads_ * (wsize_ + o_)), T{0});
+    if (flip) {
+      flipped_.resize(static_cast<std::size_t>(wsize_));
+      flip_weights(w, o, c, kk, flipped_.data());
+    }
+  }
+  int threads() const { return threads_; }
+  const T* flipped() const { return flipped_.data(); }
+  T* weight_grad(int t) { return partial_.data() + t * (wsize_ + o_); }
+  T* bias_grad(int t) { return weight_grad(t) + wsize_; }
+  void finish(T* dw, T* db) const { sum_partials(partial_.data(), threads_, wsize_, o_, dw, db); }
+
+ private:
+  int threads_;
+  i64 o_, wsize_;
+  std::vector<T> partial_, flipped_;
+};
 
 }  // namespace tessera::detail::conv_tiles

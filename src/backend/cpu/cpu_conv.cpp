@@ -173,18 +173,17 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
   if (g.n > 0 && direct_conv_applies(g)) {
     return direct_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
   }
-  const i64 ck = g.ck(), p = g.positions(), wsize = g.o * ck;
+  const i64 ck = g.ck(), p = g.positions();
   if (pdx != nullptr) std::fill(pdx, pdx + grad_x.numel(), T{0});
   const bool parallel = parallel_images(g);
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  // Per-thread partial sums of the weight and bias gradients: [threads][O*CK + O].
-  std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+  conv_tiles::BackwardSums<T> sums(pw, g.o, g.c, g.kh * g.kw, /*flip=*/false, parallel);
+  const int threads = sums.threads();
   conv_tiles::ThreadBuffers<T, 1> buffers(threads, {ck * p});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     const int tid = omp_get_thread_num();
-    T* dw = partial.data() + tid * (wsize + g.o);
-    T* db = dw + wsize;
+    T* dw = sums.weight_grad(tid);
+    T* db = sums.bias_grad(tid);
     T* col = buffers.get(tid, 0);
 #pragma omp for schedule(static)
     for (i64 n = 0; n < g.n; ++n) {
@@ -216,7 +215,7 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
       }
     }
   }
-  conv_tiles::sum_partials(partial.data(), threads, wsize, g.o, pdw, pdb);
+  sums.finish(pdw, pdb);
 }
 
 }  // namespace

@@ -144,23 +144,21 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
                    T* db) {
   constexpr i64 L = kLanes<T>;
   const Planes p = Planes::of<T>(g);
-  const i64 kk = g.kh * g.kw, wsize = g.o * g.c * kk;
+  const i64 kk = g.kh * g.kw;
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;
   const i64 group = images_per_group(p, L);
   const i64 groups = (g.n + group - 1) / group;
-  std::vector<T> flipped(dx != nullptr ? static_cast<std::size_t>(wsize) : 0);
-  if (dx != nullptr) flip_weights(w, g.o, g.c, kk, flipped.data());
   const bool parallel = direct_conv_splits_images(g) && groups > 1;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+  BackwardSums<T> sums(w, g.o, g.c, kk, dx != nullptr, parallel);
+  const int threads = sums.threads();
   const i64 in_image = g.c * p.in_plane, g_image = g.o * p.g_plane;
   ThreadBuffers<T, 3> buffers(threads, {dw != nullptr ? group * in_image : 0, group * g_image,
                                         dx != nullptr ? g.c * p.nr * L : 0});
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     const int t = omp_get_thread_num();
-    T* pdw = partial.data() + t * (wsize + g.o);
-    T* pdb = pdw + wsize;
+    T* pdw = sums.weight_grad(t);
+    T* pdb = sums.bias_grad(t);
     T* in = buffers.get(t, 0);
     T* grad = buffers.get(t, 1);
     T* dxp = buffers.get(t, 2);
@@ -189,7 +187,7 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
       }
       if (dx != nullptr) {
         for (i64 k = 0; k < count; ++k) {
-          conv_planes(grad + k * g_image, p.g_plane, g.o, flipped.data(), g.c, g.kh, g.kw,
+          conv_planes(grad + k * g_image, p.g_plane, g.o, sums.flipped(), g.c, g.kh, g.kw,
                       p.row, p.nr, dxp);
           T* dxn = dx + (n0 + k) * g.c * g.h * g.w;
           for (i64 c = 0; c < g.c; ++c) {
@@ -203,7 +201,7 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
       }
     }
   }
-  sum_partials(partial.data(), threads, wsize, g.o, dw, db);
+  sums.finish(dw, db);
 }
 
 // Images in lanes where flat planes would waste more than a quarter of the work (their

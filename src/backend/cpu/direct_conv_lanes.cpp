@@ -166,13 +166,11 @@ void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T*
   const i64 hp = g.h + 2 * g.win.pad_h, wp = g.w + 2 * g.win.pad_w;
   // The output gradient with kH - 1 rows and kW - 1 columns of zeros on each side.
   const i64 gh = g.oh + 2 * (g.kh - 1), gw = g.ow + 2 * (g.kw - 1);
-  const i64 kk = g.kh * g.kw, wsize = g.o * g.c * kk, positions = g.positions();
+  const i64 kk = g.kh * g.kw, positions = g.positions();
   const i64 groups = (g.n + L - 1) / L;
-  std::vector<T> flipped(dx != nullptr ? static_cast<std::size_t>(wsize) : 0);
-  if (dx != nullptr) flip_weights(w, g.o, g.c, kk, flipped.data());
   const bool parallel = direct_conv_splits_images(g) && groups > 1;
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  std::vector<T> partial(static_cast<std::size_t>(threads * (wsize + g.o)), T{0});
+  BackwardSums<T> sums(w, g.o, g.c, kk, dx != nullptr, parallel);
+  const int threads = sums.threads();
   // Input-gradient row y (padded row y + pad_h) takes taps i whose gradient row
   // y + pad_h + i lies in [kH - 1, kH - 1 + OH); the others read zeros.
   const auto gradient_taps = [&](i64 yy) {
@@ -186,8 +184,8 @@ void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T*
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     const int t = omp_get_thread_num();
-    T* pdw = partial.data() + t * (wsize + g.o);
-    T* pdb = pdw + wsize;
+    T* pdw = sums.weight_grad(t);
+    T* pdb = sums.bias_grad(t);
     T* in = buffers.get(t, 0);
     T* grad = buffers.get(t, 1);
     T* dxl = buffers.get(t, 2);
@@ -214,14 +212,14 @@ void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T*
       }
       if (dx != nullptr) {
         const TileStrides s{gh * gw * L, gw * L, L, g.h * g.w * L};
-        conv_lane_rows(grad, s, gw, g.o, flipped.data(), g.c, g.kh, g.kw, g.h, g.w,
+        conv_lane_rows(grad, s, gw, g.o, sums.flipped(), g.c, g.kh, g.kw, g.h, g.w,
                        g.win.pad_h, g.win.pad_w, gradient_taps, dxl);
         from_lanes(dxl, count, g.c, g.h, g.w, static_cast<const T*>(nullptr),
                    dx + n0 * g.c * g.h * g.w, g.c * g.h * g.w);
       }
     }
   }
-  sum_partials(partial.data(), threads, wsize, g.o, dw, db);
+  sums.finish(dw, db);
 }
 
 template void lanes_conv_forward<float>(const ConvGeometry&, const float*, const float*,
