@@ -54,7 +54,8 @@ class NestedList {
 Tensor tensor(const NestedList& values, TensorOptions options = {});
 
 /// A tensor of `shape` holding a copy of `data` (row-major); its dtype is T's unless the
-/// options give one. Throws ShapeError when sizes differ.
+/// options give one. Throws ShapeError when sizes differ, and DtypeError when bool data
+/// holds a byte other than 0 or 1.
 Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const Shape& shape,
                    TensorOptions options);
 template <typename T>

@@ -221,6 +221,22 @@ Header read_header(std::ifstream& in, const std::filesystem::path& path) {
   return h;
 }
 
+// A BOOL byte other than 0 or 1 is no bool at all: kernels would read it as undefined
+// behaviour (once, as an index out of bounds). The file is refused, naming the first one.
+void check_bool_bytes(const Tensor& host, const std::string& name,
+                      const std::filesystem::path& path) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(detail::impl_of(host).data());
+  const std::size_t n = host.nbytes();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (bytes[i] > 1) {
+      fail("load_safetensors", path,
+           fmt::format("tensor '{}' is BOOL but its byte {} holds {}; BOOL bytes must be 0 or "
+                       "1. Rewrite the file with a safetensors writer that stores true as 1",
+                       name, i, bytes[i]));
+    }
+  }
+}
+
 }  // namespace
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
@@ -270,6 +286,7 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path, Device devic
     if (!in.read(detail::impl_of(host).data(), static_cast<std::streamsize>(e.end - e.begin))) {
       fail("load_safetensors", path, "cannot read the data of tensor '" + e.name + "'");
     }
+    if (e.dtype == kBool) check_bool_bytes(host, e.name, path);
     out.tensors.emplace(e.name, device == cpu() ? host : host.to(device));
   }
   return out;

@@ -88,6 +88,16 @@ Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const 
                 "[from_vector] got {} values for shape {}, which holds {}", count, shape.str(),
                 shape.numel());
   const Dtype dtype = dtype_of_options(options, data_dtype);
+  if (data_dtype == kBool) {
+    // Raw bytes handed in as bools must be bools: kernels never see another byte value.
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < count; ++i) {
+      TESSERA_CHECK(bytes[i] <= 1, DtypeError,
+                    "[from_vector] bool value {} is the byte {}; a bool must be 0 or 1. Convert "
+                    "other bytes with (x != 0) before handing them over as bool",
+                    i, bytes[i]);
+    }
+  }
   Tensor t = make_tensor(shape, data_dtype, device_of(options), "from_vector");
   detail::backend_of(t.device()).copy_from_host(data, t);
   detail::record_host_write(t.device(), t.nbytes());

@@ -131,6 +131,10 @@ TEST_P(Safetensors, CorruptFilesGiveClearErrors) {
              "not a non-negative integer");
   expect_bad(file_with(R"({"w":{"dtype":"F32"}})", ""), "needs a dtype string, a shape array");
   expect_bad(file_with(R"({"__metadata__":{"k":1}})", ""), "is not a string");
+  // A BOOL byte that is neither 0 nor 1 would be read as undefined behaviour by where().
+  expect_bad(file_with(R"({"m":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})",
+                       std::string("\1\0\2\1", 4)),
+             "tensor 'm' is BOOL but its byte 2 holds 2");
   expect_throw_with<IOError>([&] { load_safetensors(dir / "absent.safetensors"); },
                              {"cannot open it"});
   // A well-formed file still loads after all that.

@@ -222,6 +222,31 @@ TEST_P(Elementwise, WhereAndComparisons) {
   EXPECT_TRUE(std::isnan(maximum(nan, 0.0).to_vector<float>()[0]));
 }
 
+TEST_P(Elementwise, ReluKeepsNan) {
+  // relu(NaN) is NaN, as in PyTorch and IEEE max(x, 0): a zero would hide a divergence.
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x = tensor({NAN, -1.0, 2.0, -INFINITY}, {device(), dtype});
+    const auto y = relu(x).to_vector<double>();
+    EXPECT_TRUE(std::isnan(y[0])) << dtype_name(dtype);
+    EXPECT_EQ(y[1], 0.0);
+    EXPECT_EQ(y[2], 2.0);
+    EXPECT_EQ(y[3], 0.0);
+    // The non-contiguous path too.
+    EXPECT_TRUE(std::isnan(relu(x.view({2, 2}).t()).to_vector<double>()[0]));
+  }
+}
+
+TEST_P(Elementwise, BoolBytesFromTheHostMustBeBools) {
+  // Any byte but 0 or 1 is refused, so where() never selects with an undefined bool.
+  const unsigned char bytes[3] = {1, 0, 2};
+  expect_throw_with<DtypeError>(
+      [&] { from_vector(bytes, kBool, 3, {3}, {kBool, device()}); },
+      {"[from_vector]", "bool value 2 is the byte 2", "0 or 1"});
+  const unsigned char good[3] = {1, 0, 1};
+  const Tensor c = from_vector(good, kBool, 3, {3}, {kBool, device()});
+  EXPECT_EQ(where(c, ones({3}, device()), 0.0).to_vector<float>(), (std::vector<float>{1, 0, 1}));
+}
+
 TEST_P(Elementwise, BroadcastErrorNamesShapes) {
   const Tensor a = zeros({2, 3}, device()), b = zeros({4}, device());
   expect_throw_with<ShapeError>(

@@ -259,7 +259,9 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
           out.numel(),
           [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
             for (std::int64_t i = 0; i < n; ++i) {
-              const bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
+              // The byte, not a bool: a bool object holding 2 is undefined behaviour, and
+              // a select on it once indexed out of bounds.
+              const bool c = *reinterpret_cast<const std::uint8_t*>(p[1] + i * st[1]) != 0;
               *reinterpret_cast<T*>(p[0] + i * st[0]) =
                   *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
             }

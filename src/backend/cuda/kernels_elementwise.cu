@@ -38,9 +38,11 @@ struct FillFn {
   __device__ S operator()(std::int64_t) const { return bits; }
 };
 
+// The condition is read as its byte (non-zero is true), never as a bool object: a bool
+// holding anything but 0 or 1 is undefined behaviour and must not pick an address.
 template <typename S>
 struct WhereFn {
-  __device__ S operator()(bool c, S a, S b) const { return c ? a : b; }
+  __device__ S operator()(std::uint8_t c, S a, S b) const { return c != 0 ? a : b; }
 };
 
 // Unary ops the front end sends for each dtype: bool has none, integers only the ops that
@@ -98,8 +100,9 @@ void launch_where(StreamHandle s, const KernelArg& cond, const KernelArg& a, con
                       "where operands have unexpected dtypes");
   dispatch_dtype(out.dtype, [&](auto tag) {
     using S = Bits<sizeof(typename decltype(tag)::type)>;
-    launch_map<S, bool, S, 3>(static_cast<cudaStream_t>(s), "where", WhereFn<S>{}, out,
-                              Operand<bool>{&cond}, Operand<S>{&a}, Operand<S>{&b});
+    launch_map<S, std::uint8_t, S, 3>(static_cast<cudaStream_t>(s), "where", WhereFn<S>{}, out,
+                                      Operand<std::uint8_t>{&cond}, Operand<S>{&a},
+                                      Operand<S>{&b});
   });
 }
 
