@@ -1,5 +1,6 @@
 #pragma once
 // The autograd state of one tensor and the nodes of the recorded graph.
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,12 +20,22 @@ struct Edge {
   std::shared_ptr<TensorImpl> leaf;
 };
 
+// A tensor a formula reads at backward time, and its storage's version when it was saved.
+struct SavedVersion {
+  const char* role;  // "input", "weight", "output", ...
+  std::shared_ptr<Storage> storage;
+  std::uint64_t version = 0;
+  Shape shape;
+  Dtype dtype = kFloat32;
+};
+
 // One recorded op: given the gradient of its output, the gradients of its inputs (an
 // undefined Tensor where an input needs none), one per edge.
 struct Node {
   const char* name = "";
   std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
   std::vector<Edge> next;
+  std::vector<SavedVersion> saved;  // checked before `backward` runs, dropped with it
   Shape output_shape;
   Dtype output_dtype = kFloat32;
 };

@@ -27,20 +27,26 @@ void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor&
     return std::vector<Tensor>{ga ? sum_to(da, sa) : Tensor(), gb ? sum_to(db, sb) : Tensor()};
   };
   BackwardFn fn;
+  bool reads_a = true, reads_b = true, reads_out = false;
   switch (op) {
     case BinaryOp::kAdd:
+      reads_a = reads_b = false;
       fn = [finish](const Tensor& g) { return finish(g, g); };
       break;
     case BinaryOp::kSub:
+      reads_a = reads_b = false;
       fn = [finish](const Tensor& g) { return finish(g, -g); };
       break;
     case BinaryOp::kMul:
+      reads_a = gb;  // d(a*b)/db = a
+      reads_b = ga;
       fn = [finish, a, b](const Tensor& g) { return finish(g * b, g * a); };
       break;
     case BinaryOp::kDiv:
       fn = [finish, a, b](const Tensor& g) { return finish(g / b, -g * a / (b * b)); };
       break;
     case BinaryOp::kPow:
+      reads_out = true;
       fn = [finish, a, b, out = out.detach()](const Tensor& g) {
         return finish(g * b * pow(a, b - 1.0), g * out * log(a));
       };
@@ -56,7 +62,10 @@ void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor&
     default:
       return;
   }
-  record(name, out, {&a, &b}, std::move(fn));
+  record(name, out, {&a, &b}, std::move(fn),
+         {{"self", reads_a ? &a : nullptr},
+          {"other", reads_b ? &b : nullptr},
+          {"output", reads_out ? &out : nullptr}});
 }
 
 void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double s,
@@ -91,7 +100,9 @@ void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double
     default:
       return;  // comparisons have no gradient
   }
-  record(name, out, {&a}, std::move(fn));
+  const bool reads_a = op == BinaryOp::kPow || op == BinaryOp::kMaximum ||
+                       op == BinaryOp::kMinimum || (op == BinaryOp::kDiv && scalar_first);
+  record(name, out, {&a}, std::move(fn), {{"input", reads_a ? &a : nullptr}});
 }
 
 void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& out_in) {
@@ -101,12 +112,15 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
   if (has_fused_backward(op) && is_floating(a.dtype())) {
     // One pass instead of two or three ops (and their temporaries).
     const Tensor saved = backward_saves_output(op) ? out : a.detach();
-    record(name, out_in, {&a}, [op, saved](const Tensor& g) {
-      const Tensor grad = g.dtype() == saved.dtype() ? g.contiguous() : g.to(saved.dtype());
-      Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
-      backend_of(saved.device()).unary_backward(op, grad, saved.contiguous(), grad_in);
-      return std::vector<Tensor>{grad_in};
-    });
+    record(
+        name, out_in, {&a},
+        [op, saved](const Tensor& g) {
+          const Tensor grad = g.dtype() == saved.dtype() ? g.contiguous() : g.to(saved.dtype());
+          Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
+          backend_of(saved.device()).unary_backward(op, grad, saved.contiguous(), grad_in);
+          return std::vector<Tensor>{grad_in};
+        },
+        {{backward_saves_output(op) ? "output" : "input", &saved}});
     return;
   }
   BackwardFn fn;
@@ -138,16 +152,23 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
       fn = [out](const Tensor& g) { return std::vector<Tensor>{g * (1.0 - out * out)}; };
       break;
   }
-  record(name, out_in, {&a}, std::move(fn));
+  const bool reads_out = op == UnaryOp::kExp || op == UnaryOp::kSqrt ||
+                         op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  const bool reads_in = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kRelu;
+  record(name, out_in, {&a}, std::move(fn),
+         {{"input", reads_in ? &a : nullptr}, {"output", reads_out ? &out : nullptr}});
 }
 
 void record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   const Shape sa = a.shape(), sb = b.shape();
   const bool ga = a.requires_grad(), gb = b.requires_grad();
-  record("where", out, {&a, &b}, [cond, sa, sb, ga, gb](const Tensor& g) {
-    return std::vector<Tensor>{ga ? sum_to(where(cond, g, 0.0), sa) : Tensor(),
-                               gb ? sum_to(where(cond, 0.0, g), sb) : Tensor()};
-  });
+  record(
+      "where", out, {&a, &b},
+      [cond, sa, sb, ga, gb](const Tensor& g) {
+        return std::vector<Tensor>{ga ? sum_to(where(cond, g, 0.0), sa) : Tensor(),
+                                   gb ? sum_to(where(cond, 0.0, g), sb) : Tensor()};
+      },
+      {{"condition", &cond}});
 }
 
 }  // namespace tessera::detail

@@ -21,6 +21,15 @@
 // work: backward never waits for a device. Unless retain_graph, each node drops its
 // formula (and its saved tensors) once used, so memory is returned as the pass goes.
 
+// Note [Saved tensors]
+// A formula reads tensors the forward pass saved (a layer's input for its weight gradient,
+// an activation's output). If one of them is written in place before backward() (a reused
+// input buffer refilled, a parameter stepped), the formula would silently compute a wrong
+// gradient. As in PyTorch, each storage carries a version that every in-place front end
+// bumps (mark_written); record() notes the versions of the tensors a formula declares, and
+// backward() compares them before running it, refusing with the op and the tensor's role.
+// Views share their storage, so writing through any view is seen.
+
 namespace tessera {
 namespace {
 thread_local bool t_grad_enabled = true;
@@ -43,10 +52,15 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 }
 
 void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
-            BackwardFn backward) {
+            BackwardFn backward, std::initializer_list<Saved> saved) {
   auto node = std::make_shared<Node>();
   node->name = name;
   node->backward = std::move(backward);
+  for (const Saved& s : saved) {
+    if (s.tensor == nullptr || !s.tensor->defined()) continue;
+    const TensorImpl& t = impl_of(*s.tensor);
+    node->saved.push_back({s.role, t.storage, t.storage->version, t.shape, t.dtype});
+  }
   node->output_shape = out.shape();
   node->output_dtype = out.dtype();
   for (const Tensor* t : inputs) {
@@ -71,6 +85,7 @@ void check_inplace(const char* op, std::initializer_list<const Tensor*> operands
   // The first operand is about to be written by an op that may be queued on its device.
   if (const Tensor* self = *operands.begin(); self->defined()) {
     impl_of(*self).storage->host_written = false;
+    mark_written(*self);
   }
   if (!t_grad_enabled) return;
   for (const Tensor* t : operands) {
@@ -93,6 +108,19 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 }
 
 namespace {
+
+// Note [Saved tensors]: throws when a tensor `n` saved was written in place since.
+void check_saved_versions(const Node& n) {
+  for (const SavedVersion& s : n.saved) {
+    TESSERA_CHECK(s.storage->version == s.version, Error,
+                  "[backward] {} saved its {} ({} {} on {}) for the backward pass, but it was "
+                  "written in place afterwards (version {}, now {}), so its gradient would be "
+                  "wrong. Write into a copy instead (.clone()), or run backward() before "
+                  "changing it",
+                  n.name, s.role, dtype_name(s.dtype), s.shape.str(), s.storage->device.str(),
+                  s.version, s.storage->version);
+  }
+}
 
 void accumulate(TensorImpl& leaf, Tensor&& g) {
   AutogradMeta& meta = *leaf.autograd;
@@ -136,13 +164,15 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     accumulate(*root.impl(), Tensor(gradient));
     return;
   }
-  // Count the edges into each node reachable from the root.
+  // Count the edges into each node reachable from the root, and check what each saved
+  // before any formula runs, so a refused pass changes no grad().
   std::unordered_map<Node*, int> pending;
   std::vector<Node*> stack{root_meta.grad_fn.get()};
   std::unordered_set<Node*> seen{root_meta.grad_fn.get()};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
+    check_saved_versions(*n);
     for (const Edge& e : n->next) {
       if (!e.node) continue;
       ++pending[e.node.get()];
@@ -166,7 +196,10 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
       TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),
                               "{} returned {} gradients for {} inputs", n->name, inputs.size(),
                               n->next.size());
-      if (!retain_graph) n->backward = nullptr;
+      if (!retain_graph) {
+        n->backward = nullptr;
+        n->saved.clear();
+      }
     }
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const Edge& e = n->next[i];

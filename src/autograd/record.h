@@ -15,13 +15,22 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 inline bool needs_grad(const Tensor& a) { return needs_grad({&a}); }
 
-// Makes `out` (fresh from op `name`) require grad, with `backward` giving one gradient per
-// input, in order.
-void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
-            BackwardFn backward);
+// A tensor the formula will read, named by its role in the op ("input", "weight"). A null
+// tensor is skipped, so a formula can save what it needs only when it needs it.
+struct Saved {
+  const char* role;
+  const Tensor* tensor;
+};
 
-// Throws Error naming `op` when grad mode is on and any operand takes part in the graph:
-// writing in place would corrupt values the graph saved.
+// Makes `out` (fresh from op `name`) require grad, with `backward` giving one gradient per
+// input, in order. `saved` lists the tensors the formula reads: backward() refuses to run it
+// if any was written in place since (Note [Saved tensors]).
+void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+            BackwardFn backward, std::initializer_list<Saved> saved = {});
+
+// Marks the first operand written (mark_written), then throws Error naming `op` when grad
+// mode is on and any operand takes part in the graph: writing in place would corrupt values
+// the graph saved.
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands);
 
 // Tensor::backward(): see Note [Backward pass] in engine.cpp.

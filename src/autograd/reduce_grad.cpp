@@ -59,13 +59,17 @@ void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::ve
       return;  // argmax/argmin have no gradient
   }
   (void)keepdim;
-  record(name, out_in, {&a}, std::move(fn));
+  const bool reads = op != ReduceOp::kSum && op != ReduceOp::kMean;
+  const bool reads_out = op == ReduceOp::kMax || op == ReduceOp::kMin || op == ReduceOp::kNorm;
+  record(name, out_in, {&a}, std::move(fn),
+         {{"input", reads ? &a : nullptr}, {"output", reads_out ? &out : nullptr}});
 }
 
 void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   // Only the gradients some input needs: a layer's input rarely needs one, and computing it
   // would cost as much as the weight's.
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  const Saved saved_a{"self", need_b ? &a : nullptr}, saved_b{"other", need_a ? &b : nullptr};
   record("matmul", out, {&a, &b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
     // As 2-D-or-more operands: a 1-D self is a row, a 1-D other is a column.
     const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
@@ -78,7 +82,7 @@ void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     if (need_a) da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
     if (need_b) db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
     return std::vector<Tensor>{da, db};
-  });
+  }, {saved_a, saved_b});
 }
 
 void record_softmax(const Tensor& a, int dim, bool log, const Tensor& out_in) {
@@ -86,7 +90,7 @@ void record_softmax(const Tensor& a, int dim, bool log, const Tensor& out_in) {
   record(log ? "log_softmax" : "softmax", out_in, {&a}, [out, dim, log](const Tensor& g) {
     if (log) return std::vector<Tensor>{g - exp(out) * sum(g, {dim}, /*keepdim=*/true)};
     return std::vector<Tensor>{out * (g - sum(g * out, {dim}, /*keepdim=*/true))};
-  });
+  }, {{"output", &out}});
 }
 
 }  // namespace tessera::detail

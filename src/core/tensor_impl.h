@@ -2,6 +2,7 @@
 // The data behind a Tensor handle. Metadata (shape, strides, offset, dtype) never changes
 // after construction, so work queued on a device can hold a handle without copying it.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tessera/device.h"
@@ -28,6 +29,9 @@ struct Storage {
   // on it, so a copy out of it need not wait for its logical CPU device. Cleared by any
   // in-place op (check_inplace), the only way queued work can write an existing storage.
   bool host_written = false;
+  // Bumped by every in-place write (mark_written), so backward() can tell that a tensor a
+  // formula saved has changed since. See Note [Saved tensors] in autograd/engine.cpp.
+  std::uint64_t version = 0;
 };
 
 struct AutogradMeta;  // src/autograd/autograd_meta.h
@@ -50,6 +54,9 @@ struct TensorImpl {
 };
 
 inline TensorImpl& impl_of(const Tensor& t) { return *t.impl(); }
+
+// Every front end that writes an existing tensor in place calls this first.
+inline void mark_written(const Tensor& t) { ++t.impl()->storage->version; }
 
 // Row-major strides of `shape`.
 Strides contiguous_strides(const Shape& shape);

@@ -82,7 +82,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                      if (need_w) dw = matmul(g2.t(), x2);  // [out, in], the weight's layout
                      if (need_b) db = sum(g2, {0});
                      return std::vector<Tensor>{dx, dw, db};
-                   });
+                   },
+                   {{"input", need_w ? &x2 : nullptr}, {"weight", need_x ? &weight : nullptr}});
   }
   return y;
 }

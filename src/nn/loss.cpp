@@ -62,7 +62,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction redu
                                                                 : grad.to(probs.dtype());
       detail::backend_of(probs.device()).cross_entropy_backward(probs, t, grad_losses, g);
       return std::vector<Tensor>{g};
-    });
+    }, {{"targets", &t}});
   }
   return reduce(losses, reduction);
 }

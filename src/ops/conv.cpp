@@ -90,7 +90,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                      if (need_b) db = detail::make_tensor(bias_shape, wc.dtype(), d, "conv2d_backward");
                      detail::backend_of(d).conv2d_backward(xc, wc, g.contiguous(), dx, dw, db, w);
                      return std::vector<Tensor>{dx, dw, db};
-                   });
+                   },
+                   {{"input", need_w ? &xc : nullptr}, {"weight", need_x ? &wc : nullptr}});
   }
   return out;
 }

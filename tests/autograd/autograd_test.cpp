@@ -111,6 +111,51 @@ TEST_P(Autograd, GraphMemoryIsReturnedAfterBackward) {
   EXPECT_EQ(memory_stats(device()).in_use, before);
 }
 
+TEST_P(Autograd, SavedTensorWrittenInPlaceIsRefusedAtBackward) {
+  // A Linear layer's input buffer refilled before backward: the weight gradient would be
+  // computed from the new values (5x here). backward() must refuse, naming op and tensor.
+  nn::Linear layer(3, 2, /*with_bias=*/true, device());
+  Tensor x = ones({4, 3}, device());
+  Tensor loss = sum(layer.forward(x));
+  x.mul_(5.0);  // x does not require grad, so the write itself is allowed
+  expect_throw_with<Error>([&] { loss.backward(); },
+                           {"[backward] linear saved its input", "float32 [4, 3]",
+                            "written in place afterwards", "version 0, now 1", ".clone()"});
+  EXPECT_FALSE(layer.weight.grad().defined()) << "a refused pass must change no grad()";
+
+  // Through a view, a copy_ and a fill_ too; and for a plain op (mul saves its operands).
+  Tensor w = ones({3}, device()).requires_grad_();
+  Tensor c = tensor({1.0, 2.0, 3.0}, device());
+  Tensor y = sum(w * c);
+  c.view({3, 1}).fill_(0.0);
+  expect_throw_with<Error>([&] { y.backward(); }, {"[backward] mul saved its other"});
+  Tensor s = tensor({1.0, 2.0, 3.0}, device());
+  Tensor z = sum(relu(w * 2.0) * s);
+  s.copy_(zeros({3}, device()));
+  expect_throw_with<Error>([&] { z.backward(); }, {"saved its other"});
+
+  // A parameter stepped between forward and backward is caught as well.
+  Tensor p = ones({2, 2}, device()).requires_grad_();
+  Tensor q = sum(matmul(p, p));
+  {
+    NoGradGuard no_grad;
+    p.sub_(1.0);
+  }
+  expect_throw_with<Error>([&] { q.backward(); }, {"matmul saved its"});
+
+  // Writes to tensors no formula reads are fine: add saves nothing, and after backward
+  // the graph is gone.
+  Tensor a = tensor({1.0, 2.0}, device());
+  Tensor r = sum(w.view({3})[0] + a);
+  a.fill_(7.0);
+  r.backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{2, 0, 0}));
+  Tensor u = tensor({3.0, 4.0, 5.0}, device());
+  sum(w * u).backward();
+  u.fill_(0.0);  // after backward: nothing to check
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{5, 4, 5}));
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Autograd);
 
 }  // namespace
