@@ -10,7 +10,6 @@
 #include <system_error>
 #include <vector>
 
-#include "backend/backend.h"
 #include "bench/exercises.h"
 #include "tessera/tessera.h"
 
@@ -32,7 +31,7 @@ struct BenchOptions {
 
 void describe_devices(Context& ctx) {
   for (const Device d : bench::bench_devices()) {
-    const detail::DeviceInfo info = detail::backend_of(d).info(d.index());
+    const DeviceProperties info = device_properties(d);
     ctx.report.devices.push_back({{"device", d.str()}, {"name", info.name}});
     std::cout << fmt::format("{:<8} {}\n", d.str(), info.name);
   }

@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "backend/backend.h"
 #include "blas_info.h"
 #include "tessera/tessera.h"
 
@@ -40,8 +39,7 @@ void print_memory_table(const std::vector<Device>& devices) {
 }
 
 void print_cpu() {
-  detail::Backend* cpu_backend = detail::backend_for(DeviceKind::kCpu);
-  const detail::DeviceInfo info = cpu_backend->info(0);
+  const DeviceProperties info = device_properties(cpu());
   fmt::print("CPU\n");
   fmt::print("  model:   {}\n", info.name);
   fmt::print("  cores:   {}\n", info.cores);
@@ -53,7 +51,7 @@ void print_cpu() {
   if (has_logical_cpu_devices()) {
     fmt::print("  logical CPU devices: {} configured\n", cpus.size());
     for (int i = 0; i < static_cast<int>(cpus.size()); ++i) {
-      fmt::print("    {:<7} {}\n", cpus[i].str(), cpu_backend->info(i).details);
+      fmt::print("    {:<7} {}\n", cpus[i].str(), device_properties(cpus[i]).details);
     }
   } else {
     fmt::print(
@@ -77,8 +75,8 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 // One block per GPU: index, name, multiprocessors, memory, then the backend's details as it
 // gives them (PCI bus id, UUID, compute capability, driver and runtime versions) and its
-// memory report (the driver's free/total). All of it comes through the backend seam; the tool
-// never calls CUDA itself.
+// memory report (the driver's free/total). All of it comes through device_properties(); the
+// tool never calls CUDA itself.
 void print_gpus() {
   const int n = num_gpus();
   fmt::print("\nGPUs\n  num_gpus(): {}\n", n);
@@ -86,18 +84,17 @@ void print_gpus() {
     fmt::print("  why none:   {}\n", gpu_unavailable_reason());
     return;
   }
-  detail::Backend* cuda = detail::backend_for(DeviceKind::kCuda);
   std::vector<Device> gpus;
   for (int i = 0; i < n; ++i) {
     const Device d = gpu(i);
-    const detail::DeviceInfo info = cuda->info(i);
+    const DeviceProperties info = device_properties(d);
     const MemoryStats s = memory_stats(d);
     fmt::print("  {:<7} {}, {} memory, {} multiprocessors\n", d.str(), info.name,
                format_bytes(info.total_memory), info.cores);
     fmt::print("          memory:  {} used by tessera of {} total ({} in tensors)\n",
                format_bytes(s.reserved), format_bytes(info.total_memory), format_bytes(s.in_use));
     for (const std::string& line : lines_of(info.details)) fmt::print("          {}\n", line);
-    for (const std::string& line : lines_of(cuda->memory_report(i))) {
+    for (const std::string& line : lines_of(info.memory_report)) {
       fmt::print("          memory report: {}\n", line);
     }
     gpus.push_back(d);

@@ -7,6 +7,7 @@
 #include "tessera/data/idx.h"
 #include "tessera/data/loader.h"
 #include "tessera/device.h"
+#include "tessera/device_properties.h"
 #include "tessera/device_scope.h"
 #include "tessera/dtype.h"
 #include "tessera/error.h"

@@ -4,6 +4,7 @@
 #include "autograd/record.h"
 #include "backend/elementwise_functors.h"
 #include "core/tensor_impl.h"
+#include "ops/fused_ops.h"
 #include "tessera/factories.h"
 #include "tessera/operators.h"
 
@@ -115,10 +116,7 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
     record(
         name, out_in, {&a},
         [op, saved](const Tensor& g) {
-          const Tensor grad = g.dtype() == saved.dtype() ? g.contiguous() : g.to(saved.dtype());
-          Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
-          backend_of(saved.device()).unary_backward(op, grad, saved.contiguous(), grad_in);
-          return std::vector<Tensor>{grad_in};
+          return std::vector<Tensor>{activation_backward(op, g, saved)};
         },
         {{backward_saves_output(op) ? "output" : "input", &saved}});
     return;

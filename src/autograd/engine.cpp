@@ -82,11 +82,8 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
 }
 
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands) {
-  // The first operand is about to be written by an op that may be queued on its device.
-  if (const Tensor* self = *operands.begin(); self->defined()) {
-    impl_of(*self).storage->host_written = false;
-    mark_written(*self);
-  }
+  // The first operand is about to be written.
+  if (const Tensor* self = *operands.begin(); self->defined()) mark_written(*self);
   if (!t_grad_enabled) return;
   for (const Tensor* t : operands) {
     TESSERA_CHECK(!(t->defined() && t->requires_grad()), Error,

@@ -44,7 +44,5 @@ void record_host_wait(Device device, const char* op, const std::source_location*
 // wait", "a copy from the host", ...) cannot be recorded. One atomic load when no capture is
 // in progress anywhere.
 void check_not_capturing(Device device, const char* op, const char* what);
-// Captures in progress on any device (kept by the backends; read by check_not_capturing).
-extern std::atomic<int> g_captures_in_progress;
 
 }  // namespace tessera::detail

@@ -4,12 +4,32 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <exception>
 
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
+
+namespace tessera::detail {
+namespace {
+
+// Captures in progress on any device, counted here around the backend's begin and end, so
+// check_not_capturing costs one load when there are none.
+std::atomic<int> g_captures_in_progress{0};
+
+// Counts one capture for as long as it lives.
+class CaptureCount {
+ public:
+  CaptureCount() { g_captures_in_progress.fetch_add(1); }
+  ~CaptureCount() { g_captures_in_progress.fetch_sub(1); }
+  CaptureCount(const CaptureCount&) = delete;
+  CaptureCount& operator=(const CaptureCount&) = delete;
+};
+
+}  // namespace
+}  // namespace tessera::detail
 
 namespace tessera {
 
@@ -34,6 +54,7 @@ Graph Graph::capture(Device device, const std::function<void()>& record) {
                 "default stream (outside the guard)",
                 device.str());
   backend.begin_capture(device.index());
+  const detail::CaptureCount counted;  // until the recording is ended or dropped
   try {
     record();
   } catch (...) {
@@ -54,8 +75,6 @@ std::size_t Graph::node_count() const { return work_ ? work_->node_count() : 0; 
 }  // namespace tessera
 
 namespace tessera::detail {
-
-std::atomic<int> g_captures_in_progress{0};
 
 void check_not_capturing(Device device, const char* op, const char* what) {
   if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]] return;

@@ -1,15 +1,14 @@
-// Moving data: between devices (to, copy_to, copy_), between dtypes, and to the host
-// (item, to_vector, data). Every crossing is counted in the transfer ledger.
+// Moving bytes: between devices (copy_data, under the ops' to/copy_to/copy_ in
+// ops/copy.cpp), and to the host (item, to_vector, data). Every crossing is counted in the
+// transfer ledger.
 #include <fmt/format.h>
 
 #include <vector>
 
-#include "autograd/formulas.h"
-#include "autograd/record.h"
 #include "backend/backend.h"
-#include "tessera/autograd.h"
-#include "backend/cpu/copy_kernel.h"
 #include "core/check.h"
+#include "core/convert.h"
+#include "core/copy.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 #include "core/dispatch.h"
@@ -20,82 +19,60 @@ using detail::check_defined;
 using detail::impl_of;
 using detail::make_tensor;
 
-Tensor Tensor::to(Device device, std::source_location where) const {
-  check_defined(*this, "to");
-  if (device == this->device()) return *this;  // no copy, no allocation: the seed's `is Z`
-  return copy_to(device, where);
+}  // namespace tessera
+
+namespace tessera::detail {
+namespace {
+
+// `t` itself when contiguous, else a contiguous copy queued on its own device.
+Tensor packed_on_device(const Tensor& t, const char* op) {
+  if (t.is_contiguous()) return t;
+  Tensor packed = make_tensor(t.shape(), t.dtype(), t.device(), op);
+  backend_of(t.device()).copy(t, packed);
+  return packed;
 }
 
-Tensor Tensor::to(Dtype dtype) const {
-  check_defined(*this, "to");
-  if (dtype == this->dtype()) return *this;
-  Tensor out = make_tensor(shape(), dtype, device(), "to");
-  detail::backend_of(device()).copy(*this, out);
-  if (detail::needs_grad(*this)) detail::record_copy("to", *this, out);
-  return out;
-}
+}  // namespace
 
-Tensor Tensor::to(Device device, Dtype dtype, std::source_location where) const {
-  return to(device, where).to(dtype);
-}
-
-Tensor Tensor::copy_to(Device device, std::source_location where) const {
-  check_defined(*this, "copy_to");
-  Tensor out = make_tensor(shape(), dtype(), device, "copy_to");
-  const bool grad = detail::needs_grad(*this);
-  {
-    NoGradGuard internal;  // the copy below is this op's own plumbing
-    out.copy_(*this, where);
-  }
-  if (grad) detail::record_copy("copy_to", *this, out);
-  return out;
-}
-
-Tensor Tensor::cpu(std::source_location where) const { return to(tessera::cpu(), where); }
-Tensor Tensor::cuda(int index) const { return to(gpu(index)); }
-
-Tensor Tensor::clone() const { return copy_to(device()); }
-
-Tensor Tensor::contiguous() const {
-  check_defined(*this, "contiguous");
-  return is_contiguous() ? *this : clone();
-}
-
-Tensor& Tensor::copy_(const Tensor& src_in, std::source_location where) {
-  check_defined(*this, "copy_", "self");
-  check_defined(src_in, "copy_", "src");
-  detail::check_inplace("copy_", {this, &src_in});
-  const Tensor src = src_in.shape() == shape() ? src_in : src_in.expand(shape());
-  const Device from = src.device(), to = device();
+void copy_data(const Tensor& src, const Tensor& dst, const std::source_location& where,
+               SourceWriters writers) {
+  TESSERA_INTERNAL_ASSERT(src.shape() == dst.shape(), "copy_data from {} into {}",
+                          src.shape().str(), dst.shape().str());
+  const Device from = src.device(), to = dst.device();
   if (from.kind() == to.kind()) {
     // One backend: it orders both devices' queues itself.
-    detail::backend_of(to).copy(src, *this);
-    if (from != to) detail::record_copy(from, to, src.nbytes());
-    return *this;
+    backend_of(to).copy(src, dst);
+    if (from != to) record_copy(from, to, src.nbytes());
+    return;
   }
   // CPU <-> GPU: the bytes cross in src's dtype from a contiguous tensor; the destination
-  // backend then converts and lays them out in place if this tensor needs it.
-  if (from.is_cpu()) detail::check_not_capturing(to, "copy_", "a copy from the host");
-  const Tensor packed = src.is_contiguous() ? src : src.clone();
-  const bool direct = is_contiguous() && dtype() == packed.dtype();
-  const Tensor landed = direct ? *this : make_tensor(shape(), packed.dtype(), to, "copy_");
+  // backend then converts and lays them out in place if dst needs it.
+  if (from.is_cpu()) check_not_capturing(to, "copy_", "a copy from the host");
+  const Tensor packed = packed_on_device(src, "copy_");
+  const bool direct = dst.is_contiguous() && dst.dtype() == packed.dtype();
+  const Tensor landed = direct ? dst : make_tensor(dst.shape(), packed.dtype(), to, "copy_");
   if (from.is_cpu()) {
-    // A queued CPU device may still be producing src (unless only the host ever wrote it).
-    if (!detail::is_host(from) && !impl_of(packed).storage->host_written) {
-      detail::record_host_wait(from, "copy_", &where);
-      detail::backend_of(from).synchronize(from.index());
+    // A queued CPU device may still be producing src (or its packed copy, just queued),
+    // unless the caller knows that only the host wrote it (a DataLoader batch).
+    const bool host_only = writers == SourceWriters::kHostOnly && packed.is_same(src);
+    if (!is_host(from) && !host_only) {
+      record_host_wait(from, "copy_", &where);
+      backend_of(from).synchronize(from.index());
     }
-    detail::backend_of(to).copy_from_cpu(packed, landed);
+    backend_of(to).copy_from_cpu(packed, landed);
   } else {
     // The host waits for the GPU; and a queued CPU destination for its earlier readers.
-    detail::record_host_wait(from, "copy_", &where);
-    if (!detail::is_host(to)) detail::backend_of(to).synchronize(to.index());
-    detail::backend_of(from).copy_to_host(packed, impl_of(landed).data());
+    record_host_wait(from, "copy_", &where);
+    if (!is_host(to)) backend_of(to).synchronize(to.index());
+    backend_of(from).copy_to_host(packed, impl_of(landed).data());
   }
-  if (!direct) detail::backend_of(to).copy(landed, *this);
-  detail::record_copy(from, to, packed.nbytes());
-  return *this;
+  if (!direct) backend_of(to).copy(landed, dst);
+  record_copy(from, to, packed.nbytes());
 }
+
+}  // namespace tessera::detail
+
+namespace tessera {
 
 Tensor Tensor::pin_memory() const {
   check_defined(*this, "pin_memory");
@@ -126,7 +103,7 @@ void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
   check_defined(t, op);
   // Move the tensor's own bytes (packed on the device if it is a view) and convert on the
   // host, so the ledger and the bus see the data's size, not the requested type's.
-  const Tensor packed = t.is_contiguous() ? t : t.clone();
+  const Tensor packed = packed_on_device(t, op);
   record_host_read(t.device(), packed.nbytes(), op, &where);
   if (packed.dtype() == as) {
     backend_of(t.device()).copy_to_host(packed, dst);

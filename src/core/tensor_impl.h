@@ -25,10 +25,6 @@ struct Storage {
   std::size_t bytes = 0;
   Device device;
   bool pinned = false;
-  // Written by the host thread alone so far (a DataLoader batch): no device queue holds work
-  // on it, so a copy out of it need not wait for its logical CPU device. Cleared by any
-  // in-place op (check_inplace), the only way queued work can write an existing storage.
-  bool host_written = false;
   // Bumped by every in-place write (mark_written), so backward() can tell that a tensor a
   // formula saved has changed since. See Note [Saved tensors] in autograd/engine.cpp.
   std::uint64_t version = 0;

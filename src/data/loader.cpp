@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "backend/backend.h"
+#include "core/copy.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
 #include "tessera/device.h"
@@ -73,9 +73,6 @@ Batch DataLoader::batch(std::int64_t i) const {
   auto* y = reinterpret_cast<std::int64_t*>(detail::impl_of(b.y).data());
   const float scale = static_cast<float>(1.0 / (255.0 * options_.std));
   const float shift = static_cast<float>(options_.mean / options_.std);
-  // Filled right here by this thread: copying it to a device need not wait for cpu()'s queue.
-  detail::impl_of(b.x).storage->host_written = true;
-  detail::impl_of(b.y).storage->host_written = true;
   for (std::int64_t k = 0; k < len; ++k) {
     const std::int64_t e = order_[static_cast<std::size_t>(start + k)];
     const std::uint8_t* px = src + e * example_numel_;
@@ -99,6 +96,22 @@ DataLoader::iterator& DataLoader::iterator::operator++() {
   ++index_;
   load();
   return *this;
+}
+
+namespace {
+
+// t on `device`; only the loader's thread wrote t (see to_device).
+Tensor host_filled_to(const Tensor& t, Device device, const std::source_location& where) {
+  if (t.device() == device) return t;
+  Tensor out = detail::make_tensor(t.shape(), t.dtype(), device, "to_device");
+  detail::copy_data(t, out, where, detail::SourceWriters::kHostOnly);
+  return out;
+}
+
+}  // namespace
+
+Batch to_device(const Batch& batch, Device device, std::source_location where) {
+  return {host_filled_to(batch.x, device, where), host_filled_to(batch.y, device, where)};
 }
 
 }  // namespace tessera::data

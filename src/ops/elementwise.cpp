@@ -10,6 +10,7 @@
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
+#include "ops/fused_ops.h"
 #include "tessera/factories.h"
 #include "tessera/ops.h"
 
@@ -253,3 +254,18 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::zero_() { return fill_(0); }
 
 }  // namespace tessera
+
+namespace tessera::detail {
+
+Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) {
+  common_device("activation_backward", {{"grad", &grad}, {"saved", &saved}});
+  TESSERA_INTERNAL_ASSERT(grad.shape() == saved.shape() && is_floating(saved.dtype()),
+                          "activation_backward got grad {} for saved {} {}", grad.shape().str(),
+                          dtype_name(saved.dtype()), saved.shape().str());
+  const Tensor g = grad.dtype() == saved.dtype() ? grad.contiguous() : grad.to(saved.dtype());
+  Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
+  backend_of(saved.device()).unary_backward(op, g, saved.contiguous(), grad_in);
+  return grad_in;
+}
+
+}  // namespace tessera::detail

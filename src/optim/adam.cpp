@@ -1,11 +1,11 @@
-// Adam and AdamW: option checks, host-side bias corrections, then one backend adam_step
-// per parameter with a grad.
+// Adam and AdamW: option checks, host-side bias corrections, then one fused adam_step
+// (ops/fused_ops.h) per parameter with a grad.
 #include "tessera/optim/adam.h"
 
 #include <cmath>
 
-#include "backend/backend.h"
 #include "core/check.h"
+#include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 
@@ -50,15 +50,13 @@ void Adam::step() {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor g = grad_for_step(i);
+    const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
     if (!exp_avg_[i].defined()) {
       exp_avg_[i] = zeros_like(param);
       exp_avg_sq_[i] = zeros_like(param);
     }
-    check_state(i, exp_avg_[i]);
-    check_state(i, exp_avg_sq_[i]);
     const double t = static_cast<double>(++steps_[i]);
     const double bias_correction1 = 1 - std::pow(o.beta1, t);
     const double bias_correction2 = 1 - std::pow(o.beta2, t);
@@ -70,7 +68,7 @@ void Adam::step() {
                                decoupled_,
                                o.lr / bias_correction1,
                                std::sqrt(bias_correction2)};
-    detail::backend_of(param.device()).adam_step(param, g, exp_avg_[i], exp_avg_sq_[i], p);
+    detail::adam_step({decoupled_ ? "AdamW.step" : "Adam.step", i}, param, g, exp_avg_[i], exp_avg_sq_[i], p);
   }
 }
 

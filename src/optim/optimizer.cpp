@@ -38,36 +38,4 @@ void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }
 
-Tensor Optimizer::grad_for_step(std::size_t i) const {
-  const Tensor& p = params_[i];
-  Tensor g = p.grad();
-  if (!g.defined()) return g;
-  TESSERA_CHECK(g.device() == p.device(), DeviceMismatchError,
-                "[{}.step] parameter {} is on {} but its grad is on {}; a grad must live on "
-                "its parameter's device. Move it with p.set_grad(p.grad().to({}))",
-                name_, i, p.device().str(), g.device().str(), p.device().str());
-  TESSERA_CHECK(g.shape() == p.shape(), ShapeError,
-                "[{}.step] parameter {} has shape {} but its grad has shape {}", name_, i,
-                p.shape().str(), g.shape().str());
-  TESSERA_CHECK(p.is_contiguous(), Error,
-                "[{}.step] parameter {} is not contiguous (a transposed or sliced view); "
-                "optimize a contiguous tensor, e.g. x.contiguous().detach().requires_grad_()",
-                name_, i);
-  if (g.dtype() != p.dtype()) g = g.to(p.dtype());  // kernels, no wait
-  return g.contiguous();
-}
-
-void Optimizer::check_state(std::size_t i, const Tensor& state) const {
-  const Tensor& p = params_[i];
-  TESSERA_CHECK(state.device() == p.device(), DeviceMismatchError,
-                "[{}.step] parameter {} is now on {} but its optimizer state is on {}; create "
-                "the optimizer after moving the model",
-                name_, i, p.device().str(), state.device().str());
-  TESSERA_CHECK(state.dtype() == p.dtype() && state.shape() == p.shape(), Error,
-                "[{}.step] parameter {} is now {} {} but its optimizer state is {} {}; create "
-                "the optimizer after converting the model",
-                name_, i, dtype_name(p.dtype()), p.shape().str(), dtype_name(state.dtype()),
-                state.shape().str());
-}
-
 }  // namespace tessera::optim

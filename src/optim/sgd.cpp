@@ -1,10 +1,10 @@
-// SGD: option checks, then one backend sgd_step per parameter with a grad.
+// SGD: option checks, then one fused sgd_step (ops/fused_ops.h) per parameter with a grad.
 #include "tessera/optim/sgd.h"
 
 #include <cmath>
 
-#include "backend/backend.h"
 #include "core/check.h"
+#include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 
@@ -40,7 +40,7 @@ void SGD::step() {
   detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
                       options_.weight_decay, options_.nesterov, false};
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Tensor g = grad_for_step(i);
+    const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
     p.first_step = false;
@@ -50,9 +50,8 @@ void SGD::step() {
         momentum_[i] = empty_like(param);
         p.first_step = true;
       }
-      check_state(i, momentum_[i]);
     }
-    detail::backend_of(param.device()).sgd_step(param, g, momentum_[i], p);
+    detail::sgd_step({"SGD.step", i}, param, g, momentum_[i], p);
   }
 }
 

@@ -144,7 +144,7 @@ void Trainer::prepare_model(nn::Module& model) const {
 }
 
 data::Batch Trainer::prepare_batch(const data::Batch& batch) const {
-  return {batch.x.to(device()), batch.y.to(device())};
+  return data::to_device(batch, device());
 }
 
 EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {

@@ -154,5 +154,23 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
                            {"batch_size (0) and std (1) must be positive"});
 }
 
+TEST(DataLoader, ToDeviceMovesABatchWithoutWaitingForItsQueue) {
+  const std::int64_t n = 6;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 4));
+  std::iota(pixels.begin(), pixels.end(), 0);
+  const Tensor images = from_vector(pixels, {n, 2, 2});
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  std::iota(labels.begin(), labels.end(), 0);
+  data::DataLoader loader(images, from_vector(labels, {n}), {.batch_size = 4, .shuffle = false});
+  const data::Batch b = loader.batch(0);
+  for (Device d : available_devices()) {
+    const data::Batch moved = data::to_device(b, d);
+    EXPECT_EQ(moved.x.device(), d);
+    EXPECT_EQ(moved.x.to_vector<float>(), b.x.to_vector<float>());
+    EXPECT_EQ(moved.y.to_vector<std::int64_t>(), b.y.to_vector<std::int64_t>());
+    if (d == b.x.device()) EXPECT_TRUE(moved.x.is_same(b.x));  // already there: no copy
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -74,7 +74,8 @@ TEST_P(OptimErrors, GradOnAnotherDevice) {
   optim::SGD opt({p}, {.lr = 0.1});
   expect_throw_with<DeviceMismatchError>(
       [&] { opt.step(); },
-      {"[SGD.step] parameter 0 is on " + device().str(), "its grad is on " + other.str()});
+      {"[SGD.step] operands are on different devices: parameter 0 on " + device().str(),
+       "parameter 0's grad on " + other.str()});
 }
 
 TEST_P(OptimErrors, ClipAcrossDevices) {

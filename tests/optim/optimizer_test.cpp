@@ -194,6 +194,22 @@ TEST_P(Optim, LearningRateCanChange) {
   expect_close(x, {0.5, 0.5}, 0, 1e-7);
 }
 
+TEST_P(Optim, AStepBetweenForwardAndBackwardIsRefused) {
+  // The fused steps write parameters in place: a graph that saved them must not run on.
+  Tensor w = ones({2, 2}, device()).requires_grad_();
+  const Tensor x = ones({3, 2}, device()).requires_grad_();
+  w.set_grad(ones({2, 2}, device()));
+  optim::SGD sgd({w}, {.lr = 0.1, .momentum = 0.9});
+  Tensor loss = sum(matmul(x, w));
+  sgd.step();
+  testing::expect_throw_with<Error>([&] { loss.backward(); },
+                           {"[backward] matmul saved its other", "written in place"});
+  optim::Adam adam({w}, {.lr = 0.1});
+  Tensor again = sum(matmul(x, w));
+  adam.step();
+  testing::expect_throw_with<Error>([&] { again.backward(); }, {"matmul saved its other"});
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Optim);
 
 }  // namespace

@@ -7,6 +7,7 @@
 ///   data::DataLoader train(d.train_images, d.train_labels, {.batch_size = 256, .seed = 1});
 ///   for (const data::Batch& b : train) { ... b.x [256, 1, 28, 28], b.y [256] int64 ... }
 #include <cstdint>
+#include <source_location>
 #include <vector>
 
 #include "tessera/tensor.h"
@@ -66,5 +67,12 @@ class DataLoader {
   std::uint64_t epoch_ = 0;
   std::vector<std::int64_t> order_;
 };
+
+/// A batch the DataLoader made, on `device` (the batch itself when it is already there), as
+/// Trainer::prepare_batch moves it. Unlike Tensor::to, it never waits for a logical CPU
+/// device's queue: only the loader's thread wrote a fresh batch. For a batch you have
+/// changed with tensor ops since, use .to(). Copies are counted in the transfer ledger.
+Batch to_device(const Batch& batch, Device device,
+                std::source_location where = std::source_location::current());
 
 }  // namespace tessera::data

@@ -34,13 +34,6 @@ class Optimizer {
   /// DtypeError). `name` ("SGD") prefixes messages.
   Optimizer(std::vector<Tensor> params, const char* name);
 
-  /// Parameter i's grad ready for a kernel (param's dtype, contiguous), or an undefined
-  /// tensor when it has none. Checks device, shape and layout (see step()).
-  Tensor grad_for_step(std::size_t i) const;
-  /// Checks that a state tensor allocated earlier still matches parameter i (the model may
-  /// have been moved or converted since).
-  void check_state(std::size_t i, const Tensor& state) const;
-
   std::vector<Tensor> params_;
   const char* name_;
 };

@@ -60,7 +60,6 @@ void CudaBackend::begin_capture(int index) {
     TESSERA_CUDA_CHECK(status);
   }
   d.capturing.store(true, std::memory_order_release);
-  g_captures_in_progress.fetch_add(1);
 }
 
 namespace {
@@ -80,7 +79,6 @@ std::unique_ptr<CapturedWork> CudaBackend::end_capture(int index) {
   cudaError_t status;
   cudaGraph_t graph = stop_recording(d.streams[0].stream, status);
   d.capturing.store(false, std::memory_order_release);
-  g_captures_in_progress.fetch_sub(1);
   d.allocator->end_capture();
   std::shared_ptr<GraphPool> pool = std::move(d.capture_pool);
   if (status != cudaSuccess || graph == nullptr) {
@@ -113,7 +111,6 @@ void CudaBackend::abort_capture(int index) {
     (void)cudaGraphDestroy(graph);
   }
   d.capturing.store(false, std::memory_order_release);
-  g_captures_in_progress.fetch_sub(1);
   d.allocator->end_capture();
   // Nothing recorded ever ran, so the pool's memory is free for any later work.
   d.allocator->release(d.capture_pool);

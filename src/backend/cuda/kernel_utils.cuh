@@ -36,7 +36,7 @@ inline constexpr int kThreads = 256;
     }                                                                      \
   } while (false)
 
-// The CPU's convert_value (copy_kernel.h): bool means "non-zero". Floating -> uint8 goes
+// The CPU's convert_value (core/convert.h): bool means "non-zero". Floating -> uint8 goes
 // through int32 so negative values wrap as on x86 (CUDA's direct conversion saturates).
 template <typename To, typename From>
 __host__ __device__ __forceinline__ To convert_to(From v) {

@@ -1,0 +1,21 @@
+#pragma once
+// The one copy between tensors that every front end (copy_, to, copy_to, the DataLoader's
+// to_device) goes through: it orders the devices' queues and counts the bytes in the ledger.
+#include <source_location>
+
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+// Who may have written a CPU source tensor: any device queue (the safe default), or only
+// host threads, which the caller vouches for (a DataLoader batch it has just filled). The
+// latter lets a copy out of a queued logical CPU device skip waiting for that queue.
+enum class SourceWriters { kAnyQueue, kHostOnly };
+
+// dst = src (same shape), across any two devices, converting dtypes. No
+// autograd and no in-place check: the callers do those. Waits for the host only where a GPU
+// is read or a queued CPU device may still be writing src (counted as a host wait).
+void copy_data(const Tensor& src, const Tensor& dst, const std::source_location& where,
+               SourceWriters writers = SourceWriters::kAnyQueue);
+
+}  // namespace tessera::detail

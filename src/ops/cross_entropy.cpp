@@ -1,0 +1,52 @@
+// Front end of the fused cross-entropy: checks, a stable log-softmax and the per-sample
+// losses in one kernel, and its backward in one more.
+#include "autograd/record.h"
+#include "core/check.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "ops/fused_ops.h"
+#include "tessera/autograd.h"
+
+namespace tessera::detail {
+
+Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
+  const Device device =
+      common_device("cross_entropy", {{"logits", &logits}, {"targets", &targets}});
+  TESSERA_CHECK(is_floating(logits.dtype()), DtypeError,
+                "[cross_entropy] logits must be floating (float32 or float64), got {}",
+                dtype_name(logits.dtype()));
+  TESSERA_CHECK(!is_floating(targets.dtype()) && targets.dtype() != kBool, DtypeError,
+                "[cross_entropy] targets are class indices and must be an integer dtype, got {}",
+                dtype_name(targets.dtype()));
+  TESSERA_CHECK(logits.dim() == 2 && logits.size(1) > 0, ShapeError,
+                "[cross_entropy] logits must be [batch, classes] with classes > 0, got shape {}; "
+                "flatten other dims into the batch first",
+                logits.shape().str());
+  TESSERA_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), ShapeError,
+                "[cross_entropy] targets must be [batch] = [{}] to match logits {}, got shape {}",
+                logits.size(0), logits.shape().str(), targets.shape().str());
+  // Through contiguous() (recorded when logits need grad), so the kernel sees rows.
+  const Tensor x = logits.contiguous();
+  Tensor t;
+  {
+    NoGradGuard no_grad;
+    t = targets.dtype() == kInt64 ? targets.contiguous() : targets.to(kInt64);
+  }
+  const std::int64_t n = x.size(0), c = x.size(1);
+  Tensor losses = make_tensor({n}, x.dtype(), device, "cross_entropy");
+  Tensor probs = make_tensor({n, c}, x.dtype(), device, "cross_entropy");
+  backend_of(device).cross_entropy(x, t, losses, probs);
+  if (needs_grad(x)) {
+    record("cross_entropy", losses, {&x}, [probs, t](const Tensor& grad) {
+      Tensor g = make_tensor(probs.shape(), probs.dtype(), probs.device(),
+                                     "cross_entropy_backward");
+      const Tensor grad_losses = grad.dtype() == probs.dtype() ? grad.contiguous()
+                                                                : grad.to(probs.dtype());
+      backend_of(probs.device()).cross_entropy_backward(probs, t, grad_losses, g);
+      return std::vector<Tensor>{g};
+    }, {{"targets", &t}});
+  }
+  return losses;
+}
+
+}  // namespace tessera::detail

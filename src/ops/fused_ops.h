@@ -1,0 +1,35 @@
+#pragma once
+// Fused ops that the layers above (autograd, nn, optim) call instead of the backend: each
+// goes through the device rule (core/device_rules.h), checks shapes and dtypes, marks what
+// it writes in place, and only then queues one kernel. No host wait in any of them.
+#include <cstddef>
+
+#include "backend/backend.h"
+#include "tessera/tensor.h"
+
+namespace tessera::detail {
+
+// The gradient of activation `op` (kRelu, kSigmoid, kTanh) from the gradient of its output
+// and `saved` (the op's input for kRelu, its output otherwise), in saved's dtype.
+Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved);
+
+// Per-sample cross-entropy of logits [N, C] against integer class indices [N], recorded for
+// backward when logits need grad. A target outside [0, C) gives a NaN loss.
+Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets);
+
+// Names one parameter of an optimizer in errors: "[SGD.step] ... parameter 3 ...".
+struct ParamSite {
+  const char* op;  // "SGD.step"
+  std::size_t index;
+};
+
+// One fused SGD step of `param` in place from `grad` (converted to param's dtype when it
+// differs). momentum_buf is undefined when p.momentum == 0. Every tensor must be on param's
+// device (DeviceMismatchError) and the state of param's dtype and shape.
+void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+              const Tensor& momentum_buf, const SgdParams& p);
+// One fused Adam/AdamW step of `param`, exp_avg and exp_avg_sq in place; checks as sgd_step.
+void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamParams& p);
+
+}  // namespace tessera::detail

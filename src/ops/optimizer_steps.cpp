@@ -1,0 +1,77 @@
+// Front end of the fused optimizer steps: the device rule, the shapes and dtypes of the
+// gradient and the state, then one backend kernel per parameter.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "ops/fused_ops.h"
+#include "tessera/autograd.h"
+
+namespace tessera::detail {
+namespace {
+
+// Checks param, grad and the state tensors of one step and returns the gradient as the
+// kernel wants it (param's dtype, contiguous). Marks param and the state written.
+Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                    std::initializer_list<std::pair<const char*, const Tensor*>> state) {
+  const std::string p_name = fmt::format("parameter {}", site.index);
+  const std::string g_name = fmt::format("parameter {}'s grad", site.index);
+  std::vector<std::string> names;
+  for (const auto& [what, t] : state) names.push_back(fmt::format("parameter {}'s {}", site.index, what));
+  // The one device rule: parameter, grad and state on one device.
+  switch (state.size()) {
+    case 0:
+      common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad}});
+      break;
+    case 1:
+      common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad},
+                              {names[0].c_str(), state.begin()->second}});
+      break;
+    default:
+      common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad},
+                              {names[0].c_str(), state.begin()->second},
+                              {names[1].c_str(), (state.begin() + 1)->second}});
+      break;
+  }
+  TESSERA_CHECK(grad.shape() == param.shape(), ShapeError,
+                "[{}] parameter {} has shape {} but its grad has shape {}", site.op, site.index,
+                param.shape().str(), grad.shape().str());
+  TESSERA_CHECK(param.is_contiguous(), Error,
+                "[{}] parameter {} is not contiguous (a transposed or sliced view); optimize a "
+                "contiguous tensor, e.g. x.contiguous().detach().requires_grad_()",
+                site.op, site.index);
+  for (const auto& [what, t] : state) {
+    TESSERA_CHECK(t->dtype() == param.dtype() && t->shape() == param.shape(), Error,
+                  "[{}] parameter {} is now {} {} but its optimizer state is {} {}; create the "
+                  "optimizer after converting the model",
+                  site.op, site.index, dtype_name(param.dtype()), param.shape().str(),
+                  dtype_name(t->dtype()), t->shape().str());
+  }
+  NoGradGuard no_grad;
+  const Tensor g = (grad.dtype() == param.dtype() ? grad : grad.to(param.dtype())).contiguous();
+  mark_written(param);
+  for (const auto& [what, t] : state) mark_written(*t);
+  return g;
+}
+
+}  // namespace
+
+void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+              const Tensor& momentum_buf, const SgdParams& p) {
+  const Tensor g = momentum_buf.defined()
+                       ? checked_grad(site, param, grad, {{"momentum buffer", &momentum_buf}})
+                       : checked_grad(site, param, grad, {});
+  backend_of(param.device()).sgd_step(param, g, momentum_buf, p);
+}
+
+void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamParams& p) {
+  const Tensor g = checked_grad(site, param, grad,
+                                {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, p);
+}
+
+}  // namespace tessera::detail
