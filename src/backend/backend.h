@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/device.h"
 #include "tessera/tensor.h"
@@ -78,6 +79,22 @@ struct AdamParams {
   bool decoupled = false;  // AdamW: param *= 1 - lr * weight_decay before the update
   double step_size = 0;
   double bias_correction2_sqrt = 1;
+};
+
+enum class CollectiveKind : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+
+// One collective over one tensor per device (collectives.h). The front end has checked that
+// the devices are distinct devices of this backend, and that every tensor is contiguous, of
+// one dtype and of the shapes the kind needs:
+//   kAllReduce      outputs[i] = sum (or mean) over j of inputs[j]; same shape; may alias
+//   kBroadcast      outputs[i] = inputs[root]; same shape; may alias
+//   kAllGather      outputs[i] = concat over j of inputs[j] along dim 0 (k times the rows)
+//   kReduceScatter  outputs[i] = rows [i*r, (i+1)*r) of sum over j of inputs[j]
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  std::vector<Tensor> inputs, outputs;  // one per device, in group order
+  bool mean = false;                    // reduce kinds: divide the sum by the group size
+  int root = 0;                         // kBroadcast: the index into inputs
 };
 
 struct DeviceInfo {
@@ -214,6 +231,11 @@ class Backend {
                         const SgdParams& p) = 0;
   virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
                          const Tensor& v, const AdamParams& p) = 0;
+
+  // Collectives across devices of this backend (see CollectiveCall), queued on each device's
+  // current stream or queue in group order; never a host wait. Every device's later work
+  // sees the results. The default says the backend has none (a user error: DeviceError).
+  virtual void collective(const CollectiveCall& call);
 };
 
 // The registered backend of a kind, or nullptr when tessera was built without it.

@@ -1,4 +1,7 @@
 #include "backend/backend.h"
+
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "core/tensor_impl.h"
 
@@ -10,6 +13,13 @@ Backend* backend_for(DeviceKind kind) {
 
 void Backend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   copy_from_host(impl_of(src).data(), dst);
+}
+
+void Backend::collective(const CollectiveCall& call) {
+  throw DeviceError(fmt::format(
+      "[collective] {} devices have no collectives in this build; group devices of a kind "
+      "that has them (logical CPU devices, or GPUs with NCCL)",
+      call.inputs.empty() ? std::string("these") : call.inputs.front().device().str()));
 }
 
 Backend& backend_of(Device device) {
