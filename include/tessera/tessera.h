@@ -1,6 +1,7 @@
 #pragma once
 /// The whole public API of tessera.
 #include "tessera/autograd.h"
+#include "tessera/collectives.h"
 #include "tessera/conv.h"
 #include "tessera/cpu_devices.h"
 #include "tessera/data/fashion_mnist.h"

@@ -66,6 +66,13 @@ void record_host_read(Device src, std::size_t bytes, const char* op,
   c.d2h_bytes += bytes;
 }
 
+void record_collective(Device dst, std::size_t bytes) {
+  if (bytes == 0) return;
+  DeviceCounters& c = counters(dst);
+  ++c.d2d_count;
+  c.d2d_bytes += bytes;
+}
+
 void record_host_write(Device dst, std::size_t bytes) {
   if (is_host(dst)) return;
   DeviceCounters& c = counters(dst);

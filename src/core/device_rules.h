@@ -33,6 +33,8 @@ inline Device common_device(const char* op, const Tensor& self, const Tensor& ot
 // is the host (see is_host); a host read of device data also counts as a host wait.
 void record_copy(Device src, Device dst, std::size_t bytes);
 void record_host_write(Device dst, std::size_t bytes);
+// Bytes a collective brings into `dst` from the other devices of its group (one d2d entry).
+void record_collective(Device dst, std::size_t bytes);
 // A host read of `bytes` from `src`: a device-to-host copy plus a host wait.
 void record_host_read(Device src, std::size_t bytes, const char* op,
                       const std::source_location* where);

@@ -20,6 +20,7 @@
 #include "tessera/operators.h"
 #include "tessera/optim/clip.h"
 #include "tessera/sync_guard.h"
+#include "train/loop_parts.h"
 
 // Note [Metrics on the device]
 // Reading a loss with item() makes the host wait for the device, which starves a GPU of
@@ -32,11 +33,10 @@
 namespace tessera::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using loop::Clock;
+using loop::DeviceSums;
+using loop::Progress;
+using loop::seconds_since;
 
 StepResult classify(nn::Module& model, const data::Batch& b) {
   const Tensor logits = model(b.x);
@@ -45,67 +45,9 @@ StepResult classify(nn::Module& model, const data::Batch& b) {
   return {loss, sum(eq(argmax(logits.detach(), 1), b.y))};
 }
 
-// A progress bar on a terminal: "epoch 3/10 [=====>      ] 120/235  2.1s  ETA 1.9s".
-class Progress {
- public:
-  Progress(bool enabled, int epoch, int epochs, std::int64_t total)
-      : enabled_(enabled && ::isatty(STDERR_FILENO)), epoch_(epoch), epochs_(epochs),
-        total_(total), start_(Clock::now()) {}
-  void update(std::int64_t done) {
-    if (!enabled_ || total_ == 0) return;
-    const double elapsed = seconds_since(start_);
-    const int width = 30, filled = static_cast<int>(width * done / total_);
-    const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0;
-    std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1fs  ETA %.1fs ", epoch_, epochs_,
-                 std::string(static_cast<std::size_t>(filled), '=').c_str(),
-                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), elapsed, eta);
-    std::fflush(stderr);
-  }
-  void finish() {
-    if (enabled_) std::fprintf(stderr, "\r%*s\r", 80, "");
-  }
-
- private:
-  bool enabled_;
-  int epoch_, epochs_;
-  std::int64_t total_;
-  Clock::time_point start_;
-};
-
-// Running sums on the device for one pass over a loader.
-struct DeviceSums {
-  Tensor loss, correct;
-  std::int64_t examples = 0;
-  bool has_correct = false;
-  explicit DeviceSums(Device d) : loss(zeros({}, d)), correct(zeros({}, {kInt64, d})) {}
-  void add(const StepResult& r, std::int64_t batch_size) {
-    NoGradGuard no_grad;
-    loss.add_(r.loss.detach().to(kFloat32) * static_cast<double>(batch_size));
-    if (r.correct.defined()) {
-      correct.add_(r.correct);
-      has_correct = true;
-    }
-    examples += batch_size;
-  }
-  // The one read of a pass.
-  std::pair<double, double> read() const {
-    AllowSync deliberate;
-    const double n = static_cast<double>(std::max<std::int64_t>(examples, 1));
-    return {loss.item<double>() / n,
-            has_correct ? static_cast<double>(correct.item<std::int64_t>()) / n
-                        : std::numeric_limits<double>::quiet_NaN()};
-  }
-};
-
 }  // namespace
 
 StepResult Task::training_step(const data::Batch& batch) { return classify(model(), batch); }
-
-StepResult Task::validation_step(const data::Batch& batch) {
-  NoGradGuard no_grad;
-  return classify(model(), batch);
-}
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
   TESSERA_CHECK(options_.max_epochs >= 0 && options_.num_gpus >= 0 &&
@@ -123,17 +65,58 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
               << (used > 0 ? "using " + std::to_string(used) : std::string("training on the CPU"))
               << "\n";
   }
-  if (used > 1) {
-    std::cerr << "Trainer: tessera trains on one GPU (no data-parallel training across GPUs "
-                 "yet); "
-                 "training on "
-              << devices_.front() << "\n";
-  }
+  TESSERA_CHECK(!(options_.device && !options_.devices.empty()), Error,
+                "[Trainer] got both device ({}) and devices ({} of them); give one device, or "
+                "the list of devices to train on data-parallel",
+                options_.device ? options_.device->str() : "", options_.devices.size());
   if (options_.device) {
     detail::check_device(*options_.device, "Trainer");
     devices_ = {*options_.device};
   }
+  if (!options_.devices.empty()) {
+    for (std::size_t i = 0; i < options_.devices.size(); ++i) {
+      const Device d = options_.devices[i];
+      detail::check_device(d, "Trainer");
+      TESSERA_CHECK(d.kind() == options_.devices.front().kind(), DeviceError,
+                    "[Trainer] devices mixes {} and {}; data-parallel replicas run on devices "
+                    "of one kind (all GPUs, or all logical CPU devices)",
+                    options_.devices.front().str(), d.str());
+      for (std::size_t j = 0; j < i; ++j) {
+        TESSERA_CHECK(options_.devices[j] != d, DeviceError,
+                      "[Trainer] devices lists {} twice; give each device once", d.str());
+      }
+    }
+    devices_ = options_.devices;
+  }
   if (devices_.empty()) devices_.push_back(cpu());
+}
+
+StepResult Task::validation_step(const data::Batch& batch) {
+  NoGradGuard no_grad;
+  return classify(model(), batch);
+}
+
+std::unique_ptr<Task> Task::replicate() {
+  throw Error(
+      "[Trainer] data-parallel training needs a replica of the task on each device, and this "
+      "Task cannot make one: build it as train::Classifier(make_model, make_optimizer), or "
+      "override Task::replicate()");
+}
+
+Classifier::Classifier(ModelFactory make_model, OptimizerFactory make_optimizer)
+    : make_model_(std::move(make_model)), make_optimizer_(std::move(make_optimizer)) {
+  owned_model_ = make_model_();
+  TESSERA_CHECK(owned_model_ != nullptr, Error, "[Classifier] make_model returned no model");
+  model_ = owned_model_.get();
+  owned_optimizer_ = make_optimizer_(owned_model_->parameters());
+  TESSERA_CHECK(owned_optimizer_ != nullptr, Error,
+                "[Classifier] make_optimizer returned no optimizer");
+  optimizer_ = owned_optimizer_.get();
+}
+
+std::unique_ptr<Task> Classifier::replicate() {
+  if (!make_model_) return Task::replicate();
+  return std::make_unique<Classifier>(make_model_, make_optimizer_);
 }
 
 void Trainer::prepare_model(nn::Module& model) const {
@@ -162,6 +145,7 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 }
 
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
+  if (devices_.size() > 1) return fit_replicas(task, train, val);
   nn::Module& model = task.model();
   optim::Optimizer& opt = task.optimizer();
   prepare_model(model);
@@ -209,20 +193,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     }
     m.seconds = seconds_since(start);
     history.push_back(m);
-    if (options_.progress) {
-      std::fprintf(stderr, "epoch %d/%d: train loss %.4f, train acc %.4f", epoch,
-                   options_.max_epochs, m.train_loss, m.train_acc);
-      if (val != nullptr) std::fprintf(stderr, ", val loss %.4f, val acc %.4f", m.val_loss, m.val_acc);
-      std::fprintf(stderr, " (%.2f s)\n", m.seconds);
-    }
-    if (metrics_file.is_open()) {
-      auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt::format("{:.6g}", v); };
-      metrics_file << fmt::format(
-          "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
-          "\"val_acc\": {}, \"seconds\": {:.3f}}}\n",
-          m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc), m.seconds);
-      metrics_file.flush();
-    }
+    loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
   }
   AllowSync deliberate;  // the log, moved in one piece
   step_losses_ = log.narrow(0, 0, step).cpu();

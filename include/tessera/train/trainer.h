@@ -6,6 +6,8 @@
 /// tensor, is moved to the host in one piece ("log on the device, move only larger logs").
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -19,8 +21,8 @@ namespace tessera::train {
 struct TrainerOptions {
   int max_epochs = 10;
   /// GPUs to use: the first min(num_gpus, num_gpus()) (the book's default 0: the CPU). Asked
-  /// for more than exist, the trainer says so once. It trains on the first of them (one GPU;
-  /// no data-parallel training yet).
+  /// for more than exist, the trainer says so once. Two or more train data-parallel (see
+  /// `devices`).
   int num_gpus = 0;
   double gradient_clip_val = 0;  ///< clip the global gradient norm to this when > 0
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
@@ -31,6 +33,11 @@ struct TrainerOptions {
   /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
   /// the first GPU chosen by num_gpus, else the CPU.
   std::optional<Device> device;
+  /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
+  /// model is replicated on each (Task::replicate, values broadcast from the first), each
+  /// batch is split across them, the gradients are summed with collectives, and every
+  /// replica's optimizer takes the same step. Empty: num_gpus or device decides.
+  std::vector<Device> devices;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss
@@ -51,18 +58,33 @@ class Task {
   virtual StepResult training_step(const data::Batch& batch);
   /// Runs without recording a graph.
   virtual StepResult validation_step(const data::Batch& batch);
+  /// A new task with a model of the same architecture and an optimizer with the same
+  /// settings, for a data-parallel replica (the trainer overwrites its values). The default
+  /// throws Error saying how to provide one.
+  virtual std::unique_ptr<Task> replicate();
 };
 
-/// A Task for a classifier given by reference.
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>& params)>;
+
+/// A Task for a classifier: given by reference (one device), or built by factories, which
+/// also build the replicas of data-parallel training.
 class Classifier : public Task {
  public:
-  Classifier(nn::Module& model, optim::Optimizer& optimizer) : model_(model), optimizer_(optimizer) {}
-  nn::Module& model() override { return model_; }
-  optim::Optimizer& optimizer() override { return optimizer_; }
+  Classifier(nn::Module& model, optim::Optimizer& optimizer) : model_(&model), optimizer_(&optimizer) {}
+  Classifier(ModelFactory make_model, OptimizerFactory make_optimizer);
+  nn::Module& model() override { return *model_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  std::unique_ptr<Task> replicate() override;
 
  private:
-  nn::Module& model_;
-  optim::Optimizer& optimizer_;
+  nn::Module* model_;
+  optim::Optimizer* optimizer_;
+  ModelFactory make_model_;
+  OptimizerFactory make_optimizer_;
+  std::shared_ptr<nn::Module> owned_model_;
+  std::unique_ptr<optim::Optimizer> owned_optimizer_;
 };
 
 struct EpochMetrics {
@@ -76,7 +98,8 @@ class Trainer {
  public:
   explicit Trainer(TrainerOptions options = {});
 
-  /// The GPUs it uses, or {cpu()} when none.
+  /// The devices it trains on: one (the first GPU, the chosen device, or cpu()), or the
+  /// replicas' devices of data-parallel training.
   const std::vector<Device>& devices() const { return devices_; }
   Device device() const { return devices_.front(); }
   const TrainerOptions& options() const { return options_; }
@@ -85,7 +108,9 @@ class Trainer {
   data::Batch prepare_batch(const data::Batch& batch) const;
 
   /// Trains task.model() for max_epochs on `train`, validating on `val` after each epoch
-  /// when given; returns each epoch's metrics (also printed and written per options).
+  /// when given; returns each epoch's metrics (also printed and written per options). With
+  /// several devices, throws Error for a batch smaller than the number of devices and for
+  /// replicas whose parameters differ in names or shapes.
   std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train, data::DataLoader* val = nullptr);
 
   /// Every training step's loss of the last fit(), float32 on the CPU.
@@ -95,6 +120,9 @@ class Trainer {
   EpochMetrics evaluate(Task& task, data::DataLoader& data);
 
  private:
+  std::vector<EpochMetrics> fit_replicas(Task& task, data::DataLoader& train,
+                                         data::DataLoader* val);
+
   TrainerOptions options_;
   std::vector<Device> devices_;
   Tensor step_losses_;

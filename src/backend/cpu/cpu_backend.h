@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
                 const SgdParams& p) override;  // cpu_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamParams& p) override;
+  void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
 
   // Runs `kernel` on `index`'s queue, or now when the device has none.
   template <typename F>

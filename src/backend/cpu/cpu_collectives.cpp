@@ -1,0 +1,129 @@
+// Collectives across logical CPU devices, run on the devices' own queues. See
+// Note [CPU collectives].
+#include <barrier>
+#include <memory>
+#include <mutex>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+// Note [CPU collectives]
+// Logical CPU devices share one address space, so a collective needs no messages: each
+// device's queue gets one task, and the k tasks meet at a barrier (like the kernels of an
+// NCCL call, which also wait for every rank). Task j then owns chunk j of the flattened
+// elements: it reduces that chunk over every input and writes it into every output (for a
+// gather, it copies input j into slot j of every output). Chunks are disjoint and each
+// element is read before it is written, so all-reduce and broadcast work in place. A second
+// barrier holds every device until all chunks are written, so no device runs later work
+// on an output another task is still filling. The host only queues; it never waits. Devices
+// without queues (TESSERA_CPU_ASYNC=0) run the k chunks one after another on the caller.
+
+namespace tessera::detail {
+namespace {
+
+struct Chunk {
+  std::int64_t begin, end;
+};
+
+// Elements [begin, end) of `n` for part j of k.
+Chunk chunk_of(std::int64_t n, int k, int j) {
+  const std::int64_t base = n / k, extra = n % k;
+  const std::int64_t begin = j * base + std::min<std::int64_t>(j, extra);
+  return {begin, begin + base + (j < extra ? 1 : 0)};
+}
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return reinterpret_cast<T*>(impl_of(t).data());
+}
+
+template <typename T>
+void run_chunk(const CollectiveCall& call, int j) {
+  const int k = static_cast<int>(call.inputs.size());
+  switch (call.kind) {
+    case CollectiveKind::kAllReduce: {
+      const Chunk c = chunk_of(call.inputs[0].numel(), k, j);
+      for (std::int64_t e = c.begin; e < c.end; ++e) {
+        T acc = T(0);
+        for (int i = 0; i < k; ++i) acc += data_of<T>(call.inputs[i])[e];
+        if (call.mean) acc = static_cast<T>(acc / static_cast<T>(k));
+        for (int i = 0; i < k; ++i) data_of<T>(call.outputs[i])[e] = acc;
+      }
+      break;
+    }
+    case CollectiveKind::kBroadcast: {
+      const Chunk c = chunk_of(call.inputs[0].numel(), k, j);
+      const T* src = data_of<T>(call.inputs[call.root]);
+      for (int i = 0; i < k; ++i) {
+        if (data_of<T>(call.outputs[i]) == src) continue;
+        std::copy(src + c.begin, src + c.end, data_of<T>(call.outputs[i]) + c.begin);
+      }
+      break;
+    }
+    case CollectiveKind::kAllGather: {
+      const std::int64_t n = call.inputs[j].numel();
+      const T* src = data_of<T>(call.inputs[j]);
+      for (int i = 0; i < k; ++i) std::copy(src, src + n, data_of<T>(call.outputs[i]) + j * n);
+      break;
+    }
+    case CollectiveKind::kReduceScatter: {
+      const std::int64_t n = call.outputs[j].numel();
+      T* out = data_of<T>(call.outputs[j]);
+      for (std::int64_t e = 0; e < n; ++e) {
+        T acc = T(0);
+        for (int i = 0; i < k; ++i) acc += data_of<T>(call.inputs[i])[j * n + e];
+        if (call.mean) acc = static_cast<T>(acc / static_cast<T>(k));
+        out[e] = acc;
+      }
+      break;
+    }
+  }
+}
+
+void run_chunk_any(const CollectiveCall& call, int j) {
+  dispatch_dtype(call.inputs[0].dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      // Bool moves as bytes (the front end refuses bool reductions).
+      run_chunk<std::uint8_t>(call, j);
+    } else {
+      run_chunk<T>(call, j);
+    }
+  });
+}
+
+// What the k queued tasks share: the call (its tensors stay alive until the last task ends)
+// and the two barriers.
+struct Meeting {
+  explicit Meeting(CollectiveCall c)
+      : call(std::move(c)),
+        arrived(static_cast<std::ptrdiff_t>(call.inputs.size())),
+        done(static_cast<std::ptrdiff_t>(call.inputs.size())) {}
+  CollectiveCall call;
+  std::barrier<> arrived, done;
+};
+
+}  // namespace
+
+void CpuBackend::collective(const CollectiveCall& call) {
+  const int k = static_cast<int>(call.inputs.size());
+  if (queue(call.inputs[0].device().index()) == nullptr) {
+    for (int j = 0; j < k; ++j) run_chunk_any(call, j);
+    return;
+  }
+  auto meeting = std::make_shared<Meeting>(call);
+  // Queued as one step, so two threads' collectives reach every queue in the same order
+  // (interleaved, they could each hold a device the other's tasks wait for).
+  static std::mutex submitting;
+  const std::lock_guard lock(submitting);
+  for (int j = 0; j < k; ++j) {
+    launch(call.inputs[j].device().index(), [meeting, j] {
+      meeting->arrived.arrive_and_wait();
+      run_chunk_any(meeting->call, j);
+      meeting->done.arrive_and_wait();
+    });
+  }
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,96 @@
+#pragma once
+// Parts of the training loop shared by the one-device and the data-parallel fit: the
+// progress bar, the metric sums kept on the device (Note [Metrics on the device] in
+// trainer.cpp), and the per-epoch report.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+#include "tessera/operators.h"
+#include "tessera/sync_guard.h"
+#include "tessera/train/trainer.h"
+
+namespace tessera::train::loop {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A progress bar on a terminal: "epoch 3/10 [=====>      ] 120/235  2.1s  ETA 1.9s".
+class Progress {
+ public:
+  Progress(bool enabled, int epoch, int epochs, std::int64_t total)
+      : enabled_(enabled && ::isatty(STDERR_FILENO)), epoch_(epoch), epochs_(epochs),
+        total_(total), start_(Clock::now()) {}
+  void update(std::int64_t done) {
+    if (!enabled_ || total_ == 0) return;
+    const double elapsed = seconds_since(start_);
+    const int width = 30, filled = static_cast<int>(width * done / total_);
+    const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0;
+    std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1fs  ETA %.1fs ", epoch_, epochs_,
+                 std::string(static_cast<std::size_t>(filled), '=').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), elapsed, eta);
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (enabled_) std::fprintf(stderr, "\r%*s\r", 80, "");
+  }
+
+ private:
+  bool enabled_;
+  int epoch_, epochs_;
+  std::int64_t total_;
+  Clock::time_point start_;
+};
+
+// Running sums on the device for one pass over a loader.
+struct DeviceSums {
+  Tensor loss, correct;
+  std::int64_t examples = 0;
+  bool has_correct = false;
+  explicit DeviceSums(Device d) : loss(zeros({}, d)), correct(zeros({}, {kInt64, d})) {}
+  void add(const StepResult& r, std::int64_t batch_size) {
+    NoGradGuard no_grad;
+    loss.add_(r.loss.detach().to(kFloat32) * static_cast<double>(batch_size));
+    if (r.correct.defined()) {
+      correct.add_(r.correct);
+      has_correct = true;
+    }
+    examples += batch_size;
+  }
+  // The one read of a pass: mean loss and accuracy.
+  std::pair<double, double> read() const { return average({this}); }
+  // The same over several devices' sums (data-parallel replicas): one read per device.
+  static std::pair<double, double> average(const std::vector<const DeviceSums*>& parts) {
+    AllowSync deliberate;
+    double loss_sum = 0, correct_sum = 0;
+    std::int64_t n = 0;
+    bool any_correct = false;
+    for (const DeviceSums* p : parts) {
+      loss_sum += p->loss.item<double>();
+      if (p->has_correct) correct_sum += static_cast<double>(p->correct.item<std::int64_t>());
+      any_correct = any_correct || p->has_correct;
+      n += p->examples;
+    }
+    const double count = static_cast<double>(std::max<std::int64_t>(n, 1));
+    return {loss_sum / count,
+            any_correct ? correct_sum / count : std::numeric_limits<double>::quiet_NaN()};
+  }
+};
+
+// Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
+// file (when open).
+void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
+                  std::ofstream& metrics_file);
+
+}  // namespace tessera::train::loop

@@ -1,0 +1,177 @@
+// Data-parallel training on every device of the test device's kind (two logical CPU devices
+// under TESSERA_CPU_DEVICES=2; GPUs when there are several): k replicas with batch B end
+// with the parameters of one device with batch B, stay identical, make no host wait per
+// step, move exactly the all-reduce's bytes, and refuse what cannot work.
+#include <fmt/format.h>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_throw_with;
+
+class DataParallel : public DeviceTest {
+ protected:
+  std::vector<Device> group() const {
+    std::vector<Device> g{device()};
+    for (Device d : available_devices()) {
+      if (d.kind() == device().kind() && d != device()) g.push_back(d);
+    }
+    return g;
+  }
+};
+
+std::pair<Tensor, Tensor> random_images(std::int64_t n) {
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 8 * 8));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  std::uint32_t s = 12345;
+  for (auto& p : pixels) p = static_cast<std::uint8_t>((s = s * 1103515245u + 12345u) >> 24);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 4);
+  return {from_vector(pixels, {n, 8, 8}), from_vector(labels, {n})};
+}
+
+std::shared_ptr<nn::Module> make_net(bool conv) {
+  if (conv) {
+    return std::make_shared<nn::Sequential>(nn::Conv2d(1, 3, 3, {.padding = {1, 1}}), nn::Sigmoid(),
+                                            nn::AvgPool2d(2), nn::Flatten(),
+                                            nn::Linear(48, 4));
+  }
+  return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(),
+                                          nn::Linear(16, 4));
+}
+
+train::OptimizerFactory make_opt(bool adam) {
+  return [adam](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+    if (adam) return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01});
+    return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+  };
+}
+
+// The parameters after `epochs` epochs on `devices` (one: plain training) from seed 0.
+std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv,
+                                          bool adam, double clip, int epochs,
+                                          std::vector<std::shared_ptr<nn::Module>>* made = nullptr) {
+  const auto [images, labels] = random_images(23);
+  data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});  // 7, 7, 7, 2
+  manual_seed(0);
+  std::vector<std::shared_ptr<nn::Module>> local;
+  auto& models = made ? *made : local;
+  train::Classifier task(
+      [&models, conv] {
+        models.push_back(make_net(conv));
+        return models.back();
+      },
+      make_opt(adam));
+  train::TrainerOptions o{.max_epochs = epochs, .gradient_clip_val = clip, .progress = false};
+  if (devices.size() == 1) {
+    o.device = devices[0];
+  } else {
+    o.devices = devices;
+  }
+  train::Trainer(o).fit(task, loader);
+  AllowSync deliberate;  // the test's own read
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+  return out;
+}
+
+TEST_P(DataParallel, ReplicasEndWhereOneDeviceEnds) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  for (bool conv : {false, true}) {
+    for (bool adam : {false, true}) {
+      for (double clip : {0.0, 0.05}) {
+        const std::string what = fmt::format("conv={} adam={} clip={}", conv, adam, clip);
+        const auto one = train_on({device()}, conv, adam, clip, 1);
+        const auto many = train_on(g, conv, adam, clip, 1);
+        ASSERT_EQ(one.size(), many.size());
+        for (std::size_t i = 0; i < one.size(); ++i) {
+          testing::expect_close(many[i], one[i], 1e-4, 1e-5, what + " parameter " + std::to_string(i));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(DataParallel, ReplicasStayIdenticalWithoutAHostWaitPerStep) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  std::vector<std::shared_ptr<nn::Module>> made;
+  {
+    SyncGuard strict(SyncMode::kError);  // any implicit host wait in fit() throws
+    reset_transfer_stats();
+    train_on(g, false, true, 1.0, 3, &made);
+  }
+  ASSERT_EQ(made.size(), g.size());
+  AllowSync deliberate;
+  for (std::size_t r = 1; r < made.size(); ++r) {
+    EXPECT_EQ(made[r]->device(), g[r]);
+    const auto a = made[0]->parameters(), b = made[r]->parameters();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].to_vector<double>(), b[i].to_vector<double>()) << "replica " << r;
+    }
+  }
+}
+
+TEST_P(DataParallel, TheLedgerShowsTheAllReduceBytes) {
+  const auto g = group();
+  if (g.size() != 2) GTEST_SKIP() << "counts bytes for two devices";
+  const auto [images, labels] = random_images(32);
+  data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 1});  // 4 steps
+  train::Classifier task([] { return make_net(false); }, make_opt(false));
+  train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g});
+  synchronize(g[0]);
+  reset_transfer_stats();
+  trainer.fit(task, loader);
+  std::int64_t numel = 0;
+  for (const Tensor& p : task.model().parameters()) numel += p.numel();
+  // Into the first device: per step the all-reduce of one float32 bucket (for two devices,
+  // (k - 1) * c + (n - c) = n elements). Logical CPU devices also count what the GPU
+  // counts as h2d and d2h: on cpu:0 (where batches and step_losses() live), the other
+  // replica's loss log at the end; elsewhere the model's one move from cpu:0 and each
+  // step's shard (4 images of 8x8 float32 and 4 int64 labels).
+  const auto n = static_cast<std::uint64_t>(numel);
+  std::uint64_t expected = 4 * n * 4;
+  if (g[0] == cpu(0)) expected += 4 * 4;
+  if (g[0].is_cpu() && g[0] != cpu(0)) expected += n * 4 + 4 * (4 * 64 * 4 + 4 * 8);
+  EXPECT_EQ(transfer_stats(g[0]).d2d_bytes, expected) << transfer_stats(g[0]);
+}
+
+TEST_P(DataParallel, RefusesWhatCannotWork) {
+  const auto g = group();
+  expect_throw_with<Error>([&] { train::Trainer({.device = device(), .devices = {device()}}); },
+                           {"[Trainer] got both device", "devices"});
+  expect_throw_with<DeviceError>([&] { train::Trainer({.devices = {device(), device()}}); },
+                                 {"[Trainer] devices lists " + device().str() + " twice"});
+  if (g.size() < 2) return;
+  const auto [images, labels] = random_images(5);
+  data::DataLoader loader(images, labels, {.batch_size = 4, .shuffle = false});  // 4, then 1
+  train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g});
+  train::Classifier good([] { return make_net(false); }, make_opt(false));
+  expect_throw_with<Error>([&] { trainer.fit(good, loader); },
+                           {"[Trainer] a batch of 1 example(s) cannot be split over 2 devices",
+                            "drop_last"});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier by_reference(net, opt);
+  expect_throw_with<Error>([&] { trainer.fit(by_reference, loader); },
+                           {"needs a replica of the task", "Classifier(make_model, make_optimizer)"});
+  bool first = true;
+  train::Classifier differs(
+      [&first]() -> std::shared_ptr<nn::Module> {
+        const bool wide = first;
+        first = false;
+        return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, wide ? 5 : 4));
+      },
+      make_opt(false));
+  expect_throw_with<Error>([&] { trainer.fit(differs, loader); },
+                           {"[Trainer] replica 1's parameter 0 is '1.weight' float32 [4, 64]",
+                            "[5, 64]"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(DataParallel);
+
+}  // namespace
+}  // namespace tessera
