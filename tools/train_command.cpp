@@ -20,12 +20,36 @@ struct TrainArgs {
   double momentum = 0;    // LeNet: 0.9 unless given
   std::string device;  // empty: try_gpu(), or the --num-gpus rule
   int num_gpus = -1;   // -1: not given
+  std::string devices;  // "cpu:0,cpu:1": data-parallel on these
   std::uint64_t seed = 0;
   std::string data_dir;
   std::string save, load, metrics, plot;
   double clip = 0;
   bool quiet = false;
 };
+
+// "cpu:0,cpu:1" -> the devices, each checked by Device::parse.
+std::vector<Device> parse_devices(const std::string& list) {
+  std::vector<Device> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(',', start), list.size());
+    out.push_back(Device::parse(list.substr(start, end - start)));
+    start = end + 1;
+  }
+  return out;
+}
+
+// "cpu" or "cpu:0, cpu:1 data-parallel, 128 images per device per step".
+std::string describe_devices(const std::vector<Device>& devices, std::int64_t batch) {
+  if (devices.size() == 1) return devices.front().str();
+  std::string names;
+  for (Device d : devices) names += (names.empty() ? "" : ", ") + d.str();
+  const auto k = static_cast<std::int64_t>(devices.size());
+  const std::string share = batch % k == 0 ? std::to_string(batch / k)
+                                           : fmt::format("{}-{}", batch / k, batch / k + 1);
+  return fmt::format("{} data-parallel, {} images per device per step", names, share);
+}
 
 // Built on the training device directly: no initialization on the host first.
 nn::Sequential make_model(const std::string& name, Device device) {
@@ -50,23 +74,33 @@ void run_train(const TrainArgs& a) {
                                 .progress = !a.quiet,
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt};
-  if (!a.device.empty()) {
+  if (!a.devices.empty()) {
+    options.devices = parse_devices(a.devices);
+  } else if (!a.device.empty()) {
     options.device = Device::parse(a.device);
   } else if (a.num_gpus < 0) {
     options.device = try_gpu();  // the default: the first GPU, else the CPU
   }
   train::Trainer trainer(options);
 
-  nn::Sequential net = make_model(a.model, trainer.device());
+  // Built by factories, so data-parallel training can make a replica per device.
+  const std::string model_name = a.model;
+  const Device first = trainer.device();
+  train::Classifier task(
+      [model_name, first] {
+        return std::make_shared<nn::Sequential>(make_model(model_name, first));
+      },
+      [lr = a.lr, momentum = a.momentum](const std::vector<Tensor>& params) {
+        return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = lr, .momentum = momentum});
+      });
+  nn::Module& net = task.model();
   if (!a.load.empty()) {
     nn::load_checkpoint(net, a.load);
     std::cout << "loaded " << a.load << "\n";
   }
-  optim::SGD opt(net.parameters(), {.lr = a.lr, .momentum = a.momentum});
-  train::Classifier task(net, opt);
   std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {})\n",
-                           a.model, trainer.device().str(), a.epochs, a.batch_size, a.lr,
-                           a.momentum, a.seed);
+                           a.model, describe_devices(trainer.devices(), a.batch_size), a.epochs,
+                           a.batch_size, a.lr, a.momentum, a.seed);
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
   for (const auto& m : history) {
@@ -119,10 +153,19 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--device", a->device,
                   "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
                   "try_gpu(), the first GPU or else the CPU");
-  cmd->add_option("--num-gpus", a->num_gpus,
-                  "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when 0 "
-                  "(the book's Trainer(num_gpus=N)); says so when fewer exist")
-      ->check(CLI::Range(0, 64));
+  CLI::Option* device = cmd->get_option("--device");
+  CLI::Option* num_gpus =
+      cmd->add_option("--num-gpus", a->num_gpus,
+                      "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when "
+                      "0 (the book's Trainer(num_gpus=N)); two or more train data-parallel; "
+                      "says so when fewer exist")
+          ->check(CLI::Range(0, 64))
+          ->excludes(device);
+  cmd->add_option("--devices", a->devices,
+                  "Train data-parallel on these devices of one kind, comma-separated: "
+                  "cpu:0,cpu:1 (logical CPU devices) or cuda:0,cuda:1")
+      ->excludes(device)
+      ->excludes(num_gpus);
   cmd->add_option("--seed", a->seed, "Seed of initialization and shuffling: runs repeat exactly")
       ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir,
