@@ -41,11 +41,11 @@ Device common_device(const char* op, std::initializer_list<Operand> operands) {
   return device;
 }
 
-void record_copy(Device src, Device dst, std::size_t bytes) {
+void count_copy(Device src, Device dst, std::size_t bytes) {
   const bool src_host = is_host(src), dst_host = is_host(dst);
   if (src_host && dst_host) return;
   if (src_host) {
-    record_host_write(dst, bytes);
+    count_host_write(dst, bytes);
   } else if (dst_host) {
     DeviceCounters& c = counters(src);
     ++c.d2h_count;
@@ -57,23 +57,23 @@ void record_copy(Device src, Device dst, std::size_t bytes) {
   }
 }
 
-void record_host_read(Device src, std::size_t bytes, const char* op,
+void count_host_read(Device src, std::size_t bytes, const char* op,
                       const std::source_location* where) {
   if (is_host(src)) return;
-  record_host_wait(src, op, where);  // may throw under a SyncGuard: then nothing is counted
+  count_host_wait(src, op, where);  // may throw under a SyncGuard: then nothing is counted
   DeviceCounters& c = counters(src);
   ++c.d2h_count;
   c.d2h_bytes += bytes;
 }
 
-void record_collective(Device dst, std::size_t bytes) {
+void count_collective(Device dst, std::size_t bytes) {
   if (bytes == 0) return;
   DeviceCounters& c = counters(dst);
   ++c.d2d_count;
   c.d2d_bytes += bytes;
 }
 
-void record_host_write(Device dst, std::size_t bytes) {
+void count_host_write(Device dst, std::size_t bytes) {
   if (is_host(dst)) return;
   DeviceCounters& c = counters(dst);
   ++c.h2d_count;

@@ -29,18 +29,19 @@ inline Device common_device(const char* op, const Tensor& self, const Tensor& ot
   return common_device(op, {{"self", &self}, {"other", &other}});
 }
 
-// Ledger entries. A copy between two devices counts as h2d, d2h or d2d by whether either end
-// is the host (see is_host); a host read of device data also counts as a host wait.
-void record_copy(Device src, Device dst, std::size_t bytes);
-void record_host_write(Device dst, std::size_t bytes);
+// Ledger entries (count_*, apart from autograd's record_*, which join the graph). A copy
+// between two devices counts as h2d, d2h or d2d by whether either end is the host (see
+// is_host); a host read of device data also counts as a host wait.
+void count_copy(Device src, Device dst, std::size_t bytes);
+void count_host_write(Device dst, std::size_t bytes);
 // Bytes a collective brings into `dst` from the other devices of its group (one d2d entry).
-void record_collective(Device dst, std::size_t bytes);
+void count_collective(Device dst, std::size_t bytes);
 // A host read of `bytes` from `src`: a device-to-host copy plus a host wait.
-void record_host_read(Device src, std::size_t bytes, const char* op,
+void count_host_read(Device src, std::size_t bytes, const char* op,
                       const std::source_location* where);
 // The host blocks until `device` catches up on behalf of `op` (implicitly). Counted, and
 // checked against this thread's SyncGuard (sync_guard.cpp); `where` may be null.
-void record_host_wait(Device device, const char* op, const std::source_location* where);
+void count_host_wait(Device device, const char* op, const std::source_location* where);
 
 // Throws GraphCaptureError when `device` is capturing a graph (graph.h): `what` ("a host
 // wait", "a copy from the host", ...) cannot be recorded. One atomic load when no capture is

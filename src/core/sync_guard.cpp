@@ -23,7 +23,7 @@ SyncMode sync_mode() { return t_allow_depth > 0 ? SyncMode::kOff : t_mode; }
 
 namespace tessera::detail {
 
-void record_host_wait(Device device, const char* op, const std::source_location* where) {
+void count_host_wait(Device device, const char* op, const std::source_location* where) {
   if (is_host(device)) return;
   check_not_capturing(device, op, "a host wait (a read of device data, or a synchronize)");
   const SyncMode mode = sync_mode();

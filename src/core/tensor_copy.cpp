@@ -42,7 +42,7 @@ void copy_data(const Tensor& src, const Tensor& dst, const std::source_location&
   if (from.kind() == to.kind()) {
     // One backend: it orders both devices' queues itself.
     backend_of(to).copy(src, dst);
-    if (from != to) record_copy(from, to, src.nbytes());
+    if (from != to) count_copy(from, to, src.nbytes());
     return;
   }
   // CPU <-> GPU: the bytes cross in src's dtype from a contiguous tensor; the destination
@@ -56,18 +56,18 @@ void copy_data(const Tensor& src, const Tensor& dst, const std::source_location&
     // unless the caller knows that only the host wrote it (a DataLoader batch).
     const bool host_only = writers == SourceWriters::kHostOnly && packed.is_same(src);
     if (!is_host(from) && !host_only) {
-      record_host_wait(from, "copy_", &where);
+      count_host_wait(from, "copy_", &where);
       backend_of(from).synchronize(from.index());
     }
     backend_of(to).copy_from_cpu(packed, landed);
   } else {
     // The host waits for the GPU; and a queued CPU destination for its earlier readers.
-    record_host_wait(from, "copy_", &where);
+    count_host_wait(from, "copy_", &where);
     if (!is_host(to)) backend_of(to).synchronize(to.index());
     backend_of(from).copy_to_host(packed, impl_of(landed).data());
   }
   if (!direct) backend_of(to).copy(landed, dst);
-  record_copy(from, to, packed.nbytes());
+  count_copy(from, to, packed.nbytes());
 }
 
 }  // namespace tessera::detail
@@ -104,7 +104,7 @@ void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
   // Move the tensor's own bytes (packed on the device if it is a view) and convert on the
   // host, so the ledger and the bus see the data's size, not the requested type's.
   const Tensor packed = packed_on_device(t, op);
-  record_host_read(t.device(), packed.nbytes(), op, &where);
+  count_host_read(t.device(), packed.nbytes(), op, &where);
   if (packed.dtype() == as) {
     backend_of(t.device()).copy_to_host(packed, dst);
     return;
@@ -143,7 +143,7 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op,
                 "[{}] the tensor holds {}, not {}; convert it with .to({}) first", op,
                 dtype_name(t.dtype()), dtype_name(expected), dtype_name(expected));
   if (!is_host(t.device())) {
-    record_host_wait(t.device(), op, &where);
+    count_host_wait(t.device(), op, &where);
     backend_of(t.device()).synchronize(t.device().index());
   }
   return impl_of(t).data();

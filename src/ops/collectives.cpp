@@ -91,7 +91,7 @@ void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
   const std::size_t item = itemsize(tensors.front().dtype());
   for (int i = 0; i < k; ++i) {
     const std::int64_t c = n / k + (i < n % k ? 1 : 0);
-    detail::record_collective(tensors[i].device(),
+    detail::count_collective(tensors[i].device(),
                               static_cast<std::size_t>((k - 1) * c + (n - c)) * item);
   }
   run({CollectiveKind::kAllReduce, tensors, tensors, op == ReduceKind::kMean, 0});
@@ -106,7 +106,7 @@ void broadcast(const std::vector<Tensor>& tensors, std::size_t root) {
     if (i != root) detail::check_inplace("broadcast", {&tensors[i]});
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (i != root) detail::record_collective(tensors[i].device(), tensors[i].nbytes());
+    if (i != root) detail::count_collective(tensors[i].device(), tensors[i].nbytes());
   }
   run({CollectiveKind::kBroadcast, tensors, tensors, false, static_cast<int>(root)});
 }
@@ -117,7 +117,7 @@ std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> out;
   for (const Tensor& t : tensors) {
     out.push_back(with_rows(t, t.size(0) * k, "all_gather"));
-    detail::record_collective(t.device(), t.nbytes() * static_cast<std::size_t>(k - 1));
+    detail::count_collective(t.device(), t.nbytes() * static_cast<std::size_t>(k - 1));
   }
   run({CollectiveKind::kAllGather, tensors, out, false, 0});
   return out;
@@ -135,7 +135,7 @@ std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors, ReduceKin
   std::vector<Tensor> out;
   for (const Tensor& t : tensors) {
     out.push_back(with_rows(t, rows / k, "reduce_scatter"));
-    detail::record_collective(t.device(), out.back().nbytes() * static_cast<std::size_t>(k - 1));
+    detail::count_collective(t.device(), out.back().nbytes() * static_cast<std::size_t>(k - 1));
   }
   run({CollectiveKind::kReduceScatter, tensors, out, op == ReduceKind::kMean, 0});
   return out;

@@ -100,7 +100,7 @@ Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const 
   }
   Tensor t = make_tensor(shape, data_dtype, device_of(options), "from_vector");
   detail::backend_of(t.device()).copy_from_host(data, t);
-  detail::record_host_write(t.device(), t.nbytes());
+  detail::count_host_write(t.device(), t.nbytes());
   return t.to(dtype);
 }
 
