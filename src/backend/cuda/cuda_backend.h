@@ -90,6 +90,7 @@ class CudaBackend final : public Backend {
                 const SgdParams& p) override;  // cuda_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamParams& p) override;
+  void collective(const CollectiveCall& call) override;  // nccl_collectives.cpp
 
   // Makes `index` the calling thread's current CUDA device and returns the stream this
   // thread queues its work on (the default stream, or a StreamGuard's).

@@ -1,6 +1,7 @@
 #pragma once
 // Every CUDA runtime and cuBLAS call goes through these macros, which keep the failing
-// call's text and the CUDA error string in the tessera::Error they throw.
+// call's text and the CUDA error string in the tessera::Error they throw. NCCL calls have
+// their own, TESSERA_NCCL_CHECK in nccl_library.h (NCCL is loaded at run time).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

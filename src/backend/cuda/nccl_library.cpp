@@ -1,0 +1,152 @@
+// Opens libnccl with dlopen and resolves its entry points, once per process (nccl_library.h,
+// Note [NCCL at run time] in nccl_collectives.cpp).
+#include "backend/cuda/nccl_library.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tessera/error.h"
+
+namespace tessera::detail::cuda {
+namespace {
+
+#ifdef TESSERA_HAVE_NCCL_H
+// The pointer types we call through are nccl.h's own declarations, checked where we have it.
+static_assert(std::is_same_v<NcclLibrary::GetVersionFn, decltype(&::ncclGetVersion)>);
+static_assert(std::is_same_v<NcclLibrary::CommInitAllFn, decltype(&::ncclCommInitAll)>);
+static_assert(std::is_same_v<NcclLibrary::CommDestroyFn, decltype(&::ncclCommDestroy)>);
+static_assert(std::is_same_v<NcclLibrary::GroupFn, decltype(&::ncclGroupStart)>);
+static_assert(std::is_same_v<NcclLibrary::GroupFn, decltype(&::ncclGroupEnd)>);
+static_assert(std::is_same_v<NcclLibrary::AllReduceFn, decltype(&::ncclAllReduce)>);
+static_assert(std::is_same_v<NcclLibrary::BroadcastFn, decltype(&::ncclBroadcast)>);
+static_assert(std::is_same_v<NcclLibrary::AllGatherFn, decltype(&::ncclAllGather)>);
+static_assert(std::is_same_v<NcclLibrary::ReduceScatterFn, decltype(&::ncclReduceScatter)>);
+static_assert(std::is_same_v<NcclLibrary::GetErrorStringFn, decltype(&::ncclGetErrorString)>);
+static_assert(std::is_same_v<NcclLibrary::CommGetAsyncErrorFn, decltype(&::ncclCommGetAsyncError)>);
+#endif
+
+constexpr const char* kHowToGetNccl =
+    "install NCCL 2 and put libnccl.so.2 on LD_LIBRARY_PATH, or point TESSERA_NCCL_LIBRARY at "
+    "one (e.g. after `pip install nvidia-nccl-cu13`: "
+    "TESSERA_NCCL_LIBRARY=$(find <site-packages>/nvidia -name libnccl.so.2))";
+
+struct Loaded {
+  NcclLibrary library;
+  std::string error;  // why no usable NCCL was loaded; "" when one was
+};
+
+std::string last_dl_error() {
+  const char* e = dlerror();
+  return e != nullptr ? e : "unknown dlopen error";
+}
+
+// TESSERA_NCCL_LIBRARY, when set, is the only library tried: a mistyped path should fail
+// loudly rather than quietly load another NCCL from the system.
+std::vector<std::string> candidates() {
+  const char* env = std::getenv("TESSERA_NCCL_LIBRARY");
+  if (env != nullptr && *env != '\0') return {env};
+  return {"libnccl.so.2", "libnccl.so"};
+}
+
+template <typename Fn>
+void resolve(void* handle, const char* name, Fn& fn, std::vector<std::string>& missing) {
+  // POSIX guarantees a dlsym result converts to a function pointer.
+  fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  if (fn == nullptr) missing.emplace_back(name);
+}
+
+Loaded load() {
+  Loaded out;
+  NcclLibrary& lib = out.library;
+  std::vector<std::string> tried;
+  void* handle = nullptr;
+  for (const std::string& name : candidates()) {
+    // RTLD_LOCAL: NCCL's symbols stay out of the global namespace (PyTorch may bring its own).
+    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      lib.path = name;
+      break;
+    }
+    tried.push_back(fmt::format("{} ({})", name, last_dl_error()));
+  }
+  if (handle == nullptr) {
+    out.error = fmt::format(
+        "[collective] GPU collectives need NCCL, which could not be loaded: "
+        "tried {}. To fix, {}",
+        fmt::join(tried, "; "), kHowToGetNccl);
+    return out;
+  }
+  // Never dlclose'd: communicators made from it live until the process ends.
+  std::vector<std::string> missing;
+  resolve(handle, "ncclGetVersion", lib.get_version, missing);
+  resolve(handle, "ncclCommInitAll", lib.comm_init_all, missing);
+  resolve(handle, "ncclCommDestroy", lib.comm_destroy, missing);
+  resolve(handle, "ncclGroupStart", lib.group_start, missing);
+  resolve(handle, "ncclGroupEnd", lib.group_end, missing);
+  resolve(handle, "ncclAllReduce", lib.all_reduce, missing);
+  resolve(handle, "ncclBroadcast", lib.broadcast, missing);
+  resolve(handle, "ncclAllGather", lib.all_gather, missing);
+  resolve(handle, "ncclReduceScatter", lib.reduce_scatter, missing);
+  resolve(handle, "ncclGetErrorString", lib.get_error_string, missing);
+  std::vector<std::string> optional;  // NCCL >= 2.4; checked only when present
+  resolve(handle, "ncclCommGetAsyncError", lib.comm_get_async_error, optional);
+  if (!missing.empty()) {
+    out.error = fmt::format("[collective] {} lacks {}: it is not NCCL 2 or is too old. To fix, {}",
+                            lib.path, fmt::join(missing, ", "), kHowToGetNccl);
+    return out;
+  }
+  // Not through TESSERA_NCCL_CHECK: its message would ask for this library while it loads.
+  const ncclResult_t status = lib.get_version(&lib.version);
+  if (status != ncclSuccess || lib.version < 2000) {
+    out.error = fmt::format(
+        "[collective] {} reports version code {} (ncclGetVersion status {}); "
+        "tessera needs NCCL 2 or later. To fix, {}",
+        lib.path, lib.version, static_cast<int>(status), kHowToGetNccl);
+  }
+  return out;
+}
+
+const Loaded& loaded() {
+  // A function-local static: initialized once, thread-safe (the language's call_once), and
+  // only when the first collective asks, so no static initializer ever touches NCCL.
+  static const Loaded* const result = new Loaded(load());
+  return *result;
+}
+
+}  // namespace
+
+std::string NcclLibrary::version_string() const {
+  // Codes below 2.9 are X*1000 + Y*100 + Z, from 2.9 on X*10000 + Y*100 + Z (nccl.h).
+  if (version >= 10000) {
+    return fmt::format("{}.{}.{}", version / 10000, version / 100 % 100, version % 100);
+  }
+  return fmt::format("{}.{}.{}", version / 1000, version / 100 % 10, version % 100);
+}
+
+const NcclLibrary& nccl_library() {
+  const Loaded& l = loaded();
+  if (!l.error.empty()) throw DeviceError(l.error);
+  return l.library;
+}
+
+void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
+  const NcclLibrary& lib = loaded().library;
+  const char* found = lib.get_error_string != nullptr ? lib.get_error_string(status) : nullptr;
+  const std::string text = found != nullptr ? found : "unknown error";
+  // Recent NCCLs say in the text how to get details; older ones do not.
+  const char* hint = text.find("NCCL_DEBUG") == std::string::npos
+                         ? ". Run with NCCL_DEBUG=WARN for NCCL's own account of the failure"
+                         : "";
+  throw Error(fmt::format("[nccl] {} failed: {} (ncclResult_t {}) at {}:{}, with {} (NCCL {}){}",
+                          call, text, static_cast<int>(status), file, line, lib.path,
+                          lib.version_string(), hint));
+}
+
+}  // namespace tessera::detail::cuda

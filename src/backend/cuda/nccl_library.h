@@ -1,0 +1,94 @@
+#pragma once
+// NCCL, opened with dlopen on first use and never linked (Note [NCCL at run time] in
+// nccl_collectives.cpp). Only the types and enums come from <nccl.h>; where a toolkit lacks
+// it, the few this backend uses are declared below with NCCL 2's values (its stable ABI).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define TESSERA_HAVE_NCCL_H 1
+#else
+extern "C" {
+typedef struct ncclComm* ncclComm_t;
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7
+} ncclResult_t;
+typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
+typedef enum {
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt64 = 4,
+  ncclFloat32 = 7,
+  ncclFloat64 = 8
+} ncclDataType_t;
+}
+#endif
+
+namespace tessera::detail::cuda {
+
+// The entry points of the loaded libnccl, resolved with dlsym.
+struct NcclLibrary {
+  using GetVersionFn = ncclResult_t (*)(int*);
+  using CommInitAllFn = ncclResult_t (*)(ncclComm_t*, int, const int*);
+  using CommDestroyFn = ncclResult_t (*)(ncclComm_t);
+  using GroupFn = ncclResult_t (*)();
+  using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
+                                       ncclComm_t, cudaStream_t);
+  using BroadcastFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                                       cudaStream_t);
+  using AllGatherFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
+                                       cudaStream_t);
+  using ReduceScatterFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
+                                           ncclComm_t, cudaStream_t);
+  using GetErrorStringFn = const char* (*)(ncclResult_t);
+  using CommGetAsyncErrorFn = ncclResult_t (*)(ncclComm_t, ncclResult_t*);
+
+  GetVersionFn get_version = nullptr;
+  CommInitAllFn comm_init_all = nullptr;
+  CommDestroyFn comm_destroy = nullptr;  // unused while communicators live for the process
+  GroupFn group_start = nullptr;
+  GroupFn group_end = nullptr;
+  AllReduceFn all_reduce = nullptr;
+  BroadcastFn broadcast = nullptr;
+  AllGatherFn all_gather = nullptr;
+  ReduceScatterFn reduce_scatter = nullptr;
+  GetErrorStringFn get_error_string = nullptr;
+  CommGetAsyncErrorFn comm_get_async_error = nullptr;  // optional: nullptr when absent
+
+  std::string path;  // what dlopen was given
+  int version = 0;   // ncclGetVersion's code: 22809 for 2.28.9 (2805 for 2.8.5)
+
+  // ncclAvg came with NCCL 2.10 (version code 21000).
+  bool has_avg() const { return version >= 21000; }
+  // "2.28.9"
+  std::string version_string() const;
+};
+
+// The library, loaded on the first call (thread-safe; the outcome is cached for the
+// process). Throws DeviceError, naming what was tried and how to install NCCL, when no
+// libnccl can be opened, a symbol is missing or the version is older than 2.0.
+const NcclLibrary& nccl_library();
+
+[[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file,
+                                   int line);
+
+}  // namespace tessera::detail::cuda
+
+// Every NCCL call goes through this, like CUDA calls through TESSERA_CUDA_CHECK.
+#define TESSERA_NCCL_CHECK(call)                                                             \
+  do {                                                                                       \
+    const ncclResult_t tessera_status_ = (call);                                             \
+    if (tessera_status_ != ncclSuccess) [[unlikely]] {                                       \
+      ::tessera::detail::cuda::throw_nccl_error(tessera_status_, #call, __FILE__, __LINE__); \
+    }                                                                                        \
+  } while (false)
