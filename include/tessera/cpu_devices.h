@@ -12,11 +12,16 @@ struct CpuDeviceOptions {
   /// Run each device's ops on its own worker thread, in order, like a GPU stream: host
   /// reads wait for it. Makes ordering bugs show up on the CPU. Default on.
   bool async_queues = true;
+  /// Kernel threads of each device (OpenMP, BLAS, oneDNN); 0 means an equal share of the
+  /// cores this process may use, cores / count (at least 1). With work queues each device's
+  /// thread is also pinned to cores of its own when the devices' threads fit on the cores.
+  int threads_per_device = 0;
 };
 
-/// Splits the CPU before first use. Throws Error if a tensor was already created, or if
-/// count is negative or above 64. The environment variable TESSERA_CPU_DEVICES=N does the
-/// same at start-up (and TESSERA_CPU_ASYNC=0 turns the worker threads off).
+/// Splits the CPU before first use. Throws Error if a tensor was already created, if count
+/// is negative or above 64, or if threads_per_device is negative or above 1024. The
+/// environment variable TESSERA_CPU_DEVICES=N does the same at start-up (TESSERA_CPU_ASYNC=0
+/// turns the worker threads off, TESSERA_CPU_THREADS=T sets threads_per_device).
 void configure_cpu_devices(const CpuDeviceOptions& options);
 
 /// Whether logical CPU devices are configured (then every cpu:i is a device apart from the

@@ -143,7 +143,9 @@ class Backend {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // From a contiguous CPU tensor of dst's dtype (its CPU device already synchronized) into a
   // contiguous dst on this backend. A backend may copy asynchronously from pinned memory;
-  // it then keeps src alive until the copy is done.
+  // it then keeps src alive until the copy is done. The CPU backend is handed only sources
+  // the host alone wrote and will not write again (SourceWriters::kHostOnly), and reads them
+  // on dst's queue.
   virtual void copy_from_cpu(const Tensor& src, const Tensor& dst);
   // Waits for all work queued on the device, on every stream.
   virtual void synchronize(int index) = 0;

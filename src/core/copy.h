@@ -8,8 +8,9 @@
 namespace tessera::detail {
 
 // Who may have written a CPU source tensor: any device queue (the safe default), or only
-// host threads, which the caller vouches for (a DataLoader batch it has just filled). The
-// latter lets a copy out of a queued logical CPU device skip waiting for that queue.
+// host threads, which the caller vouches for (a DataLoader batch it has just filled and will
+// not write again). The latter lets a copy out of a queued logical CPU device skip waiting
+// for that queue: the destination reads the source when its own queue gets there.
 enum class SourceWriters { kAnyQueue, kHostOnly };
 
 // dst = src (same shape), across any two devices, converting dtypes. No

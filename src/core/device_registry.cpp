@@ -20,13 +20,14 @@ bool g_configured = false;
 std::atomic<bool> g_in_use{false};
 CpuDeviceOptions g_options;
 
-int parse_count_env(const char* name, const char* text) {
+constexpr int kMaxThreadsPerDevice = 1024;
+
+int parse_count_env(const char* name, const char* text, const char* what, int max) {
   char* end = nullptr;
   long value = std::strtol(text, &end, 10);
-  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= kMaxDevicesPerKind, Error,
-                "[configure_cpu_devices] {}='{}' is not a device count; expected an integer "
-                "from 0 to {}",
-                name, text, kMaxDevicesPerKind);
+  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= max, Error,
+                "[configure_cpu_devices] {}='{}' is not a {}; expected an integer from 0 to {}",
+                name, text, what, max);
   return static_cast<int>(value);
 }
 
@@ -35,7 +36,12 @@ void configure_from_env_locked() {
   if (g_configured) return;
   g_configured = true;
   if (const char* n = std::getenv("TESSERA_CPU_DEVICES"); n != nullptr && *n != '\0') {
-    g_options.count = parse_count_env("TESSERA_CPU_DEVICES", n);
+    g_options.count = parse_count_env("TESSERA_CPU_DEVICES", n, "device count",
+                                      kMaxDevicesPerKind);
+  }
+  if (const char* t = std::getenv("TESSERA_CPU_THREADS"); t != nullptr && *t != '\0') {
+    g_options.threads_per_device =
+        parse_count_env("TESSERA_CPU_THREADS", t, "thread count", kMaxThreadsPerDevice);
   }
   if (const char* a = std::getenv("TESSERA_CPU_ASYNC"); a != nullptr && *a != '\0') {
     g_options.async_queues = std::string(a) != "0";
@@ -107,6 +113,12 @@ void configure_cpu_devices(const CpuDeviceOptions& options) {
   TESSERA_CHECK(options.count >= 0 && options.count <= kMaxDevicesPerKind, Error,
                 "[configure_cpu_devices] count {} is out of range; expected 0 to {}", options.count,
                 kMaxDevicesPerKind);
+  TESSERA_CHECK(options.threads_per_device >= 0 &&
+                    options.threads_per_device <= kMaxThreadsPerDevice,
+                Error,
+                "[configure_cpu_devices] threads_per_device {} is out of range; expected 0 "
+                "(an equal share of the cores) to {}",
+                options.threads_per_device, kMaxThreadsPerDevice);
   std::lock_guard lock(g_config_mutex);
   TESSERA_CHECK(!g_in_use.load(), Error,
                 "[configure_cpu_devices] called after the first tensor was created; call it "

@@ -40,8 +40,14 @@ void copy_data(const Tensor& src, const Tensor& dst, const std::source_location&
                           src.shape().str(), dst.shape().str());
   const Device from = src.device(), to = dst.device();
   if (from.kind() == to.kind()) {
-    // One backend: it orders both devices' queues itself.
-    backend_of(to).copy(src, dst);
+    if (writers == SourceWriters::kHostOnly && from.is_cpu() && from != to &&
+        src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype()) {
+      // A batch only the host wrote: dst's queue reads it, and src's queue is not involved.
+      backend_of(to).copy_from_cpu(src, dst);
+    } else {
+      // One backend: it orders both devices' queues itself.
+      backend_of(to).copy(src, dst);
+    }
     if (from != to) count_copy(from, to, src.nbytes());
     return;
   }

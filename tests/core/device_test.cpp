@@ -92,6 +92,9 @@ TEST(Device, ConfigureAfterFirstUseIsRefused) {
   expect_throw_with<Error>([] { configure_cpu_devices({.count = 2}); },
                            {"[configure_cpu_devices]", "after the first tensor"});
   expect_throw_with<Error>([] { configure_cpu_devices({.count = -1}); }, {"out of range"});
+  expect_throw_with<Error>(
+      [] { configure_cpu_devices({.count = 2, .threads_per_device = -1}); },
+      {"[configure_cpu_devices]", "threads_per_device -1 is out of range", "0 (an equal share"});
 }
 
 TEST(Device, AvailableDevicesListsCpusThenGpus) {

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <mutex>
 
 // Note [CPU caching allocator]
 // The first write to a fresh 4 KiB page costs ~10 us on the machines we measure on, so a

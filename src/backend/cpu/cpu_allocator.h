@@ -1,9 +1,8 @@
 #pragma once
 // A caching allocator for CPU tensor memory. See Note [CPU caching allocator].
 #include <cstddef>
-#include <mutex>
-
 #include "backend/block_cache.h"
+#include "backend/spin_lock.h"
 
 namespace tessera::detail {
 
@@ -20,7 +19,7 @@ class CpuAllocator {
   static std::size_t round_size(std::size_t bytes);
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinLock mutex_;  // the host allocates while device queues free
   BlockCache cache_;  // freed blocks by rounded size
   std::size_t reserved_bytes_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/copy_kernel.h"
+#include "backend/cpu/cpu_threads.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail {
@@ -33,9 +35,36 @@ WorkQueue* CpuBackend::queue(int index) {
   const CpuDeviceOptions& options = cpu_options();
   if (options.count == 0 || !options.async_queues) return nullptr;
   std::call_once(queues_once_, [&] {
-    for (int i = 0; i < options.count; ++i) queues_[i] = std::make_unique<WorkQueue>();
+    const int threads = kernel_threads();
+    const std::vector<int> cores = allowed_cores();
+    for (int i = 0; i < options.count; ++i) {
+      queues_[i] = std::make_unique<WorkQueue>(
+          [own = cores_of_device(cores, i, options.count, threads), threads] {
+            enter_device_thread(own, threads);
+          });
+    }
   });
   return queues_[index].get();
+}
+
+int CpuBackend::kernel_threads() {
+  std::call_once(threads_once_, [&] {
+    const CpuDeviceOptions& options = cpu_options();
+    if (options.count == 0) return;
+    kernel_threads_ = threads_per_device(static_cast<int>(allowed_cores().size()),
+                                         options.count, options.threads_per_device);
+  });
+  return kernel_threads_;
+}
+
+CpuBackend::InlineThreads::InlineThreads(int threads) {
+  if (threads == 0) return;
+  before_ = omp_get_max_threads();
+  if (before_ != threads) omp_set_num_threads(threads);
+}
+
+CpuBackend::InlineThreads::~InlineThreads() {
+  if (before_ != 0 && before_ != omp_get_max_threads()) omp_set_num_threads(before_);
 }
 
 namespace {
@@ -61,9 +90,16 @@ DeviceInfo CpuBackend::info(int index) const {
                       static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
   const CpuDeviceOptions& options = cpu_options();
   if (options.count > 0) {
+    const int threads = cpu_backend_impl().kernel_threads();
+    const std::vector<int> own =
+        cores_of_device(allowed_cores(), index, options.count, threads);
     info.details = fmt::format(
-        "logical device {} of {}, {}", index, options.count,
-        options.async_queues ? "own in-order work queue" : "runs on the calling thread");
+        "logical device {} of {}, {} kernel thread(s), {}", index, options.count, threads,
+        !options.async_queues ? "runs on the calling thread"
+        : own.empty()         ? "own in-order work queue, unpinned (threads outnumber cores)"
+        : own.size() == 1     ? fmt::format("own in-order work queue pinned to core {}", own[0])
+                              : fmt::format("own in-order work queue pinned to cores {}-{}",
+                                            own.front(), own.back()));
   }
   return info;
 }
@@ -114,6 +150,10 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     copy_kernel(src, dst);
   });
   qd->submit([qs, copied] { qs->wait(copied); });
+}
+
+void CpuBackend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
+  launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
 }
 
 void CpuBackend::synchronize(int index) {

@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   void copy_from_host(const void* src, const Tensor& dst) override;
   void copy_to_host(const Tensor& src, void* dst) override;
   void copy(const Tensor& src, const Tensor& dst) override;
+  void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
   void synchronize(int index) override;
 
   void fill(const Tensor& out, double value) override;
@@ -72,6 +73,7 @@ class CpuBackend final : public Backend {
     if (WorkQueue* q = queue(index)) {
       q->submit(std::function<void()>(std::forward<F>(kernel)));
     } else {
+      const InlineThreads threads(kernel_threads());
       kernel();
     }
   }
@@ -82,18 +84,37 @@ class CpuBackend final : public Backend {
     if (WorkQueue* q = queue(index)) {
       q->submit([kernel, tensors...] { kernel(tensors...); });
     } else {
+      const InlineThreads threads(kernel_threads());
       kernel(tensors...);
     }
   }
   // The device's queue, or nullptr when its work runs on the calling thread.
   WorkQueue* queue(int index);
+  // Kernel threads of each logical device (Note [Devices own their cores]); 0 for the plain
+  // CPU, whose kernels use the calling thread's OpenMP setting.
+  int kernel_threads();
 
  private:
+  // Gives the calling thread's OpenMP regions `threads` threads for one inline kernel, and
+  // restores its own setting after (the thread is the user's).
+  class InlineThreads {
+   public:
+    explicit InlineThreads(int threads);
+    ~InlineThreads();
+    InlineThreads(const InlineThreads&) = delete;
+    InlineThreads& operator=(const InlineThreads&) = delete;
+
+   private:
+    int before_ = 0;
+  };
+
   // Each logical device has its own allocator so its cache is its own; the plain CPU uses
   // allocators_[0].
   std::array<std::unique_ptr<CpuAllocator>, kMaxDevicesPerKind> allocators_;
   std::array<std::unique_ptr<WorkQueue>, kMaxDevicesPerKind> queues_;
   std::once_flag queues_once_;
+  std::once_flag threads_once_;
+  int kernel_threads_ = 0;
 };
 
 CpuBackend& cpu_backend_impl();

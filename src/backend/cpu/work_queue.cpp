@@ -1,8 +1,53 @@
 #include "backend/cpu/work_queue.h"
 
-namespace tessera::detail {
+#include <chrono>
 
-WorkQueue::WorkQueue() : thread_([this] { run(); }) {}
+// Note [Quiet queues]
+// A training step queues dozens of small kernels. Waking the queue's thread with a futex for
+// each one (and putting it back to sleep after each) cost more than the kernels themselves:
+// tens of thousands of system calls per epoch, 2-4x the time of running them inline. So both
+// sides spin before they sleep, and nobody signals a thread that is not asleep:
+// - the queue's thread, out of work, polls `submitted_` for kSpin before it sleeps, and
+//   says so in `worker_sleeping_` (under the mutex, so a submit either sees the flag and
+//   notifies, or its task is seen before the thread sleeps);
+// - a waiter polls `completed_` for kSpin, then publishes the ticket it needs in `wake_at_`
+//   (the lowest of all sleepers') and sleeps; the thread notifies only when a task reaches
+//   it, not after every task (a host that queued an epoch and waits for its end would
+//   otherwise be woken thousands of times). Both counters are sequentially consistent: the
+//   thread sees the waiter's ticket or the waiter sees the completion; and the thread takes
+//   the mutex before notifying, so the notification cannot fall between the waiter's check
+//   and its sleep.
+// kSpin is a few times a small kernel's duration: long enough to bridge the gap between two
+// launches of one step, short enough not to steal a core from an idle machine's other work.
+
+namespace tessera::detail {
+namespace {
+
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Polls `done` until it holds or kSpin has passed; returns whether it holds.
+template <typename Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
+  }
+}
+
+}  // namespace
+
+WorkQueue::WorkQueue(std::function<void()> on_start)
+    : thread_([this, start = std::move(on_start)] { run(start); }) {}
 
 WorkQueue::~WorkQueue() {
   {
@@ -15,46 +60,81 @@ WorkQueue::~WorkQueue() {
 
 std::uint64_t WorkQueue::submit(std::function<void()> task) {
   std::uint64_t ticket;
+  bool wake;
   {
     std::lock_guard lock(mutex_);
     tasks_.push_back(std::move(task));
-    ticket = ++submitted_;
+    ticket = submitted_.fetch_add(1) + 1;
+    wake = worker_sleeping_;
   }
-  work_ready_.notify_one();
+  if (wake) work_ready_.notify_one();
+  if (ticket > kMaxPending && completed_.load() <= ticket - kMaxPending &&
+      std::this_thread::get_id() != thread_.get_id()) {
+    // Full: wait until half has drained, so a host far ahead is woken once per
+    // kMaxPending / 2 tasks rather than after every one.
+    wait(ticket - kMaxPending / 2);
+  }
   return ticket;
 }
 
-std::uint64_t WorkQueue::last_ticket() const {
-  std::lock_guard lock(mutex_);
-  return submitted_;
-}
+std::uint64_t WorkQueue::last_ticket() const { return submitted_.load(); }
 
 void WorkQueue::wait(std::uint64_t ticket) {
+  if (spin_until([&] { return completed_.load() >= ticket; })) return;
   std::unique_lock lock(mutex_);
-  work_done_.wait(lock, [&] { return completed_ >= ticket; });
+  for (;;) {
+    if (ticket < wake_at_.load()) wake_at_.store(ticket);
+    if (completed_.load() >= ticket) return;  // after publishing wake_at_: Note [Quiet queues]
+    sleeps_.fetch_add(1, std::memory_order_relaxed);
+    work_done_.wait(lock);
+  }
 }
 
 void WorkQueue::synchronize() {
+  wait(submitted_.load());
   std::exception_ptr error;
   {
-    std::unique_lock lock(mutex_);
-    const std::uint64_t ticket = submitted_;
-    work_done_.wait(lock, [&] { return completed_ >= ticket; });
+    std::lock_guard lock(mutex_);
     std::swap(error, error_);
   }
   if (error) std::rethrow_exception(error);
 }
 
-void WorkQueue::run() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lock(mutex_);
+bool WorkQueue::next_task(std::function<void()>& task) {
+  std::unique_lock lock(mutex_);
+  if (tasks_.empty() && !stopping_) {
+    const std::uint64_t taken = completed_.load();  // every earlier task has finished
+    lock.unlock();
+    spin_until([&] { return submitted_.load() > taken; });
+    lock.lock();
+    if (tasks_.empty() && !stopping_) {
+      worker_sleeping_ = true;
+      sleeps_.fetch_add(1, std::memory_order_relaxed);
       work_ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;  // stopping and drained
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      worker_sleeping_ = false;
     }
+  }
+  if (tasks_.empty()) return false;  // stopping and drained
+  task = std::move(tasks_.front());
+  tasks_.pop_front();
+  return true;
+}
+
+void WorkQueue::finish_task() {
+  const std::uint64_t done = completed_.fetch_add(1) + 1;
+  if (done >= wake_at_.load()) {
+    {
+      std::lock_guard lock(mutex_);  // see Note [Quiet queues]
+      wake_at_.store(UINT64_MAX);    // the woken waiters still short of theirs register again
+    }
+    work_done_.notify_all();
+  }
+}
+
+void WorkQueue::run(const std::function<void()>& on_start) {
+  if (on_start) on_start();
+  std::function<void()> task;
+  while (next_task(task)) {
     try {
       task();
     } catch (...) {
@@ -64,11 +144,7 @@ void WorkQueue::run() {
     // Destroy the task (and the tensors it holds) before reporting it done, so memory
     // accounting is settled when a waiter wakes up.
     task = nullptr;
-    {
-      std::lock_guard lock(mutex_);
-      ++completed_;
-    }
-    work_done_.notify_all();
+    finish_task();
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // An in-order work queue on its own thread: the CPU's stand-in for a GPU stream. Tasks
 // run one after another in submission order; each submission gets a ticket, and any thread
-// can wait for a ticket (the stand-in for a CUDA event).
+// can wait for a ticket (the stand-in for a CUDA event). See Note [Quiet queues].
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -14,12 +15,18 @@ namespace tessera::detail {
 
 class WorkQueue {
  public:
-  WorkQueue();
+  // `on_start` runs first on the queue's thread (to pin it and size its OpenMP team).
+  explicit WorkQueue(std::function<void()> on_start = {});
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // Queues `task`; returns its ticket (1, 2, ...).
+  // Tasks queued but not finished beyond which submit() waits: like a GPU's launch queue,
+  // this keeps a host thread from running an epoch ahead with every step's memory held.
+  static constexpr std::uint64_t kMaxPending = 256;
+
+  // Queues `task`; returns its ticket (1, 2, ...). Waits while kMaxPending tasks are ahead
+  // of it (unless called from the queue's own thread).
   std::uint64_t submit(std::function<void()> task);
   // The ticket of the last task submitted (0 before any).
   std::uint64_t last_ticket() const;
@@ -29,17 +36,29 @@ class WorkQueue {
   // since the last synchronize (like a sticky CUDA error, but cleared once reported).
   void synchronize();
 
+  // How often the queue's thread or a waiter went to sleep in the kernel (futex waits),
+  // for tests and benchmarks of Note [Quiet queues].
+  std::uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
  private:
-  void run();
+  void run(const std::function<void()>& on_start);
+  // Pops the next task, spinning briefly and then sleeping while there is none; returns
+  // false when the queue is stopping and drained.
+  bool next_task(std::function<void()>& task);
+  void finish_task();
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  std::deque<std::function<void()>> tasks_;
-  std::uint64_t submitted_ = 0;
-  std::uint64_t completed_ = 0;
-  std::exception_ptr error_;
-  bool stopping_ = false;
+  std::deque<std::function<void()>> tasks_;  // guarded by mutex_
+  std::exception_ptr error_;                 // guarded by mutex_
+  bool stopping_ = false;                    // guarded by mutex_
+  bool worker_sleeping_ = false;             // guarded by mutex_
+  std::atomic<std::uint64_t> submitted_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  // The lowest ticket a sleeping waiter waits for (UINT64_MAX: none).
+  std::atomic<std::uint64_t> wake_at_{UINT64_MAX};
+  std::atomic<std::uint64_t> sleeps_{0};
   std::thread thread_;
 };
 

@@ -1,0 +1,131 @@
+// The CPU backend's in-order work queue (Note [Quiet queues]).
+#include "backend/cpu/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace tessera::detail {
+namespace {
+
+TEST(WorkQueue, RunsTasksInSubmissionOrder) {
+  WorkQueue queue;
+  std::vector<int> order;  // only the queue's thread writes it
+  for (int i = 0; i < 1000; ++i) queue.submit([&order, i] { order.push_back(i); });
+  queue.synchronize();
+  ASSERT_EQ(order.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
+TEST(WorkQueue, WaitReturnsOnceItsTicketHasRun) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  std::atomic<int> ran{0};
+  const auto first = queue.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+    ++ran;
+  });
+  const auto second = queue.submit([&] { ++ran; });
+  EXPECT_EQ(first, 1u);
+  EXPECT_EQ(second, 2u);
+  EXPECT_EQ(queue.last_ticket(), 2u);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the waiter's spin
+    release = true;
+  });
+  queue.wait(first);
+  EXPECT_GE(ran.load(), 1);
+  queue.wait(second);
+  EXPECT_EQ(ran.load(), 2);
+  releaser.join();
+}
+
+TEST(WorkQueue, SynchronizeRethrowsATasksErrorOnce) {
+  WorkQueue queue;
+  std::atomic<int> after{0};
+  queue.submit([] { throw std::runtime_error("kernel failed"); });
+  queue.submit([&] { ++after; });  // later tasks still run, as on a GPU stream
+  EXPECT_THROW(queue.synchronize(), std::runtime_error);
+  EXPECT_EQ(after.load(), 1);
+  EXPECT_NO_THROW(queue.synchronize());
+}
+
+TEST(WorkQueue, ManyWaitersOnManyTicketsAllWakeUp) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  queue.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  std::vector<std::uint64_t> tickets;
+  for (int i = 0; i < 64; ++i) tickets.push_back(queue.submit([] {}));
+  std::vector<std::thread> waiters;
+  std::atomic<int> woken{0};
+  for (std::size_t i = 0; i < tickets.size(); i += 8) {
+    waiters.emplace_back([&, t = tickets[i]] {
+      queue.wait(t);
+      ++woken;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release = true;
+  for (auto& w : waiters) w.join();
+  EXPECT_EQ(woken.load(), 8);
+}
+
+// A host far ahead of the queue is held back (its memory with it), and is not woken after
+// every task while it waits.
+TEST(WorkQueue, SubmitWaitsWhenTooFarAheadAndSleepsRarely) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  queue.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  std::atomic<std::uint64_t> submitted{1};
+  std::thread host([&] {
+    for (int i = 0; i < 4000; ++i) {
+      queue.submit([] {});
+      ++submitted;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_LE(submitted.load(), WorkQueue::kMaxPending + 1);  // blocked behind the first task
+  release = true;
+  host.join();
+  queue.synchronize();
+  EXPECT_EQ(queue.last_ticket(), 4001u);
+  // Each sleep of the host covers about kMaxPending / 2 tasks; the queue's thread sleeps
+  // only when it runs dry. Far fewer sleeps than tasks either way.
+  EXPECT_LT(queue.sleeps(), 4001u / 8);
+}
+
+TEST(WorkQueue, OnStartRunsOnTheQueuesThreadBeforeAnyTask) {
+  std::thread::id start_thread, task_thread;
+  std::atomic<int> step{0};
+  WorkQueue queue([&] {
+    start_thread = std::this_thread::get_id();
+    step = 1;
+  });
+  queue.submit([&] {
+    task_thread = std::this_thread::get_id();
+    EXPECT_EQ(step.load(), 1);
+  });
+  queue.synchronize();
+  EXPECT_EQ(start_thread, task_thread);
+  EXPECT_NE(task_thread, std::this_thread::get_id());
+}
+
+TEST(WorkQueue, DestructorRunsWhatWasQueued) {
+  std::atomic<int> ran{0};
+  {
+    WorkQueue queue;
+    for (int i = 0; i < 100; ++i) queue.submit([&] { ++ran; });
+  }
+  EXPECT_EQ(ran.load(), 100);
+}
+
+}  // namespace
+}  // namespace tessera::detail
