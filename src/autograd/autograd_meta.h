@@ -44,6 +44,8 @@ struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
   std::shared_ptr<Node> grad_fn;  // null for leaves
+  // Leaves only: called when a backward pass has summed the leaf's last contribution.
+  std::function<void(const Tensor& leaf)> grad_ready;
 };
 
 }  // namespace tessera::detail

@@ -136,6 +136,14 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
 
 }  // namespace
 
+// Note [Grad-ready hooks]
+// Data-parallel training overlaps the all-reduce of early gradients with the backward pass
+// of the rest of the model (as PyTorch's DDP does with its autograd hooks). That needs to
+// know when a parameter's gradient is final for this pass: when the last edge into it has
+// been followed, whether or not that edge carried a gradient. The pass counts those edges
+// while it checks saved versions; a leaf never reached gets no call (its user, e.g. the
+// GradientReducer, finishes such leaves after backward returns).
+
 void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_graph) {
   check_defined(root, "backward");
   TESSERA_CHECK(root.requires_grad(), Error,
@@ -159,11 +167,15 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
   const AutogradMeta& root_meta = *root.impl()->autograd;
   if (!root_meta.grad_fn) {
     accumulate(*root.impl(), Tensor(gradient));
+    if (root_meta.grad_ready) root_meta.grad_ready(root);
     return;
   }
   // Count the edges into each node reachable from the root, and check what each saved
   // before any formula runs, so a refused pass changes no grad().
+  // Edges into leaves with a grad-ready hook are counted too: the hook fires when the last
+  // one has been followed (Note [Grad-ready hooks]).
   std::unordered_map<Node*, int> pending;
+  std::unordered_map<TensorImpl*, int> leaf_pending;
   std::vector<Node*> stack{root_meta.grad_fn.get()};
   std::unordered_set<Node*> seen{root_meta.grad_fn.get()};
   while (!stack.empty()) {
@@ -171,6 +183,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     stack.pop_back();
     check_saved_versions(*n);
     for (const Edge& e : n->next) {
+      if (e.leaf && e.leaf->autograd->grad_ready) ++leaf_pending[e.leaf.get()];
       if (!e.node) continue;
       ++pending[e.node.get()];
       if (seen.insert(e.node.get()).second) stack.push_back(e.node.get());
@@ -207,6 +220,9 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
           Tensor& slot = grads[e.node.get()];
           slot = slot.defined() ? slot + inputs[i] : inputs[i];
         }
+      }
+      if (e.leaf && e.leaf->autograd->grad_ready && --leaf_pending[e.leaf.get()] == 0) {
+        e.leaf->autograd->grad_ready(Tensor(e.leaf));
       }
       if (e.node && --pending[e.node.get()] == 0) ready.push_back(e.node.get());
     }
@@ -253,6 +269,16 @@ void Tensor::set_grad(const Tensor& grad) {
   }
   if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   impl_->autograd->grad = grad;
+}
+
+void set_grad_ready_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook) {
+  detail::check_defined(leaf, "set_grad_ready_hook");
+  TESSERA_CHECK(leaf.requires_grad() && leaf.is_leaf(), Error,
+                "[set_grad_ready_hook] the tensor must be a leaf that requires grad (a "
+                "parameter); this one {}",
+                leaf.requires_grad() ? "was produced by a recorded op"
+                                     : "does not require grad: call requires_grad_() first");
+  leaf.impl()->autograd->grad_ready = std::move(hook);
 }
 
 bool Tensor::is_leaf() const {
