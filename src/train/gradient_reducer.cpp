@@ -27,37 +27,87 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> params,
     b.slots.push_back({p, offset, t.numel()});
     bytes += t.nbytes();
   }
-  for (Bucket& b : buckets_) {
+  bucket_of_.resize(first.size());
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
     const std::int64_t numel = b.slots.back().offset + b.slots.back().numel;
     const Tensor& like = first[b.slots.front().param];
     for (const std::vector<Tensor>& replica : params_) {
       b.flat.push_back(empty({numel}, {like.dtype(), replica.front().device()}));
     }
+    for (const Slot& s : b.slots) bucket_of_[s.param] = i;
+  }
+  reset();
+  for (std::size_t r = 0; r < params_.size(); ++r) {
+    for (std::size_t p = 0; p < params_[r].size(); ++p) {
+      set_grad_ready_hook(params_[r][p], [this, r, p](const Tensor&) { mark_ready(r, p); });
+    }
   }
 }
 
-void GradientReducer::reduce() {
-  NoGradGuard no_grad;
+GradientReducer::~GradientReducer() {
+  for (const std::vector<Tensor>& replica : params_) {
+    for (const Tensor& p : replica) set_grad_ready_hook(p, {});
+  }
+}
+
+void GradientReducer::reset() {
   for (Bucket& b : buckets_) {
-    for (std::size_t r = 0; r < params_.size(); ++r) {
-      for (const Slot& s : b.slots) {
-        Tensor slice = b.flat[r].narrow(0, s.offset, s.numel);
-        const Tensor g = params_[r][s.param].grad();
-        if (g.defined()) {
-          slice.copy_(g.reshape({s.numel}));
-        } else {
-          slice.zero_();
-        }
-      }
-    }
-    all_reduce_sum_(b.flat);
-    for (std::size_t r = 0; r < params_.size(); ++r) {
-      for (const Slot& s : b.slots) {
-        Tensor param = params_[r][s.param];
-        param.set_grad(b.flat[r].narrow(0, s.offset, s.numel).view(param.shape()));
-      }
+    b.waiting.assign(params_.size(), b.slots.size());
+    b.filled = 0;
+    b.launched = false;
+  }
+  launched_in_backward_ = 0;
+}
+
+void GradientReducer::mark_ready(std::size_t replica, std::size_t param) {
+  Bucket& b = buckets_[bucket_of_[param]];
+  if (b.waiting[replica] == 0) return;  // filled already (a second backward this step)
+  if (--b.waiting[replica] > 0) return;
+  fill(b, replica);
+  if (b.filled == params_.size()) {
+    launch(b);
+    ++launched_in_backward_;
+  }
+}
+
+void GradientReducer::fill(Bucket& b, std::size_t replica) {
+  NoGradGuard no_grad;
+  for (const Slot& s : b.slots) {
+    Tensor slice = b.flat[replica].narrow(0, s.offset, s.numel);
+    const Tensor g = params_[replica][s.param].grad();
+    if (g.defined()) {
+      slice.copy_(g.reshape({s.numel}));
+    } else {
+      slice.zero_();
     }
   }
+  b.waiting[replica] = 0;
+  ++b.filled;
+}
+
+void GradientReducer::launch(Bucket& b) {
+  NoGradGuard no_grad;
+  all_reduce_sum_(b.flat);
+  for (std::size_t r = 0; r < params_.size(); ++r) {
+    for (const Slot& s : b.slots) {
+      Tensor param = params_[r][s.param];
+      param.set_grad(b.flat[r].narrow(0, s.offset, s.numel).view(param.shape()));
+    }
+  }
+  b.launched = true;
+}
+
+void GradientReducer::reduce() {
+  for (Bucket& b : buckets_) {
+    if (b.launched) continue;
+    for (std::size_t r = 0; r < params_.size(); ++r) {
+      if (b.waiting[r] > 0) fill(b, r);
+    }
+    launch(b);
+  }
+  overlapped_ = launched_in_backward_;
+  reset();
 }
 
 }  // namespace tessera::train

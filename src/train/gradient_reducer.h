@@ -16,19 +16,35 @@ namespace tessera::train {
 // bucket on its device: its gradients are copied in, the buffers are summed across replicas
 // by `all_reduce_sum` (in-process: the collectives over the replicas' devices; across
 // processes, a process group would plug in here), and each parameter's grad becomes a view
-// of its slice. A parameter that got no gradient contributes zeros.
+// of its slice.
+//
+// Overlap: the reducer sets a grad-ready hook (Note [Grad-ready hooks]) on every parameter.
+// When a replica's last gradient of a bucket is complete, its copy into the flat buffer is
+// queued at once, in the middle of that replica's backward; when every replica has filled a
+// bucket, its all-reduce is queued, while backward goes on with the earlier layers. reduce(),
+// called after the replicas' backward passes, finishes the buckets that were not (a
+// parameter no loss depends on gets no hook call; it contributes zeros, so every replica
+// still steps identically) and starts the next step afresh. One backward per replica per
+// step: a second pass before reduce() adds nothing to buckets already filled.
 class GradientReducer {
  public:
   using AllReduceSum = std::function<void(const std::vector<Tensor>& one_per_replica)>;
 
   // params[r] are replica r's parameters, in the same order and shapes on every replica.
+  // Sets a grad-ready hook on each; the destructor removes them.
   GradientReducer(std::vector<std::vector<Tensor>> params, AllReduceSum all_reduce_sum,
                   std::size_t bucket_bytes = std::size_t{25} << 20);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
-  // Replaces every replica's grads with their sum over the replicas. Queued work only.
+  // After every replica's backward: replaces every replica's grads with their sum over the
+  // replicas. Queued work only.
   void reduce();
 
   std::size_t buckets() const { return buckets_.size(); }
+  // Buckets whose all-reduce was queued during backward in the last step (for tests).
+  std::size_t overlapped() const { return overlapped_; }
 
  private:
   struct Slot {
@@ -37,11 +53,21 @@ class GradientReducer {
   };
   struct Bucket {
     std::vector<Slot> slots;
-    std::vector<Tensor> flat;  // one per replica, on its device
+    std::vector<Tensor> flat;          // one per replica, on its device
+    std::vector<std::size_t> waiting;  // per replica: slots whose gradient is not final yet
+    std::size_t filled = 0;            // replicas whose flat buffer has been filled
+    bool launched = false;
   };
+  void mark_ready(std::size_t replica, std::size_t param);
+  void fill(Bucket& b, std::size_t replica);
+  void launch(Bucket& b);
+  void reset();
+
   std::vector<std::vector<Tensor>> params_;
   AllReduceSum all_reduce_sum_;
   std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // per parameter index
+  std::size_t overlapped_ = 0, launched_in_backward_ = 0;
 };
 
 }  // namespace tessera::train
