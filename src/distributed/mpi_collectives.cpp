@@ -54,16 +54,16 @@ void mpi_all_reduce(const void* in, void* out, std::int64_t count, Dtype dtype, 
                     int lane) {
   MPI_Comm comm = lane_comm(lane);
   const void* send = in == out ? MPI_IN_PLACE : in;
-  TESSERA_MPI_CHECK(MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype),
-                                  MPI_SUM, comm));
+  TESSERA_MPI_CHECK(
+      MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype), MPI_SUM, comm));
   int size = 1;
   TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
   if (mean && size > 1) divide(out, count, dtype, size);
 }
 
 void mpi_broadcast(void* buffer, std::int64_t count, Dtype dtype, int root, int lane) {
-  TESSERA_MPI_CHECK(MPI_Bcast(buffer, mpi_count(count, "broadcast"), mpi_type(dtype), root,
-                              lane_comm(lane)));
+  TESSERA_MPI_CHECK(
+      MPI_Bcast(buffer, mpi_count(count, "broadcast"), mpi_type(dtype), root, lane_comm(lane)));
 }
 
 void mpi_all_gather(const void* in, void* out, std::int64_t count, Dtype dtype, int lane) {
@@ -80,15 +80,13 @@ std::vector<std::int64_t> mpi_exchange(const std::vector<std::int64_t>& mine) {
   TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size));
   const int n = static_cast<int>(mine.size());
-  TESSERA_MPI_CHECK(
-      MPI_Allgather(mine.data(), n, MPI_INT64_T, all.data(), n, MPI_INT64_T, comm));
+  TESSERA_MPI_CHECK(MPI_Allgather(mine.data(), n, MPI_INT64_T, all.data(), n, MPI_INT64_T, comm));
   return all;
 }
 
 void mpi_broadcast_bytes(void* buffer, std::size_t bytes, int root) {
-  TESSERA_MPI_CHECK(
-      MPI_Bcast(buffer, mpi_count(static_cast<std::int64_t>(bytes), "init"), MPI_BYTE, root,
-                host_comm()));
+  TESSERA_MPI_CHECK(MPI_Bcast(buffer, mpi_count(static_cast<std::int64_t>(bytes), "init"), MPI_BYTE,
+                              root, host_comm()));
 }
 
 }  // namespace tessera::distributed

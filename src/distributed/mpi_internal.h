@@ -14,10 +14,10 @@ MPI_Comm lane_comm(int lane);
 
 }  // namespace tessera::distributed
 
-#define TESSERA_MPI_CHECK(call)                                                            \
-  do {                                                                                     \
-    const int tessera_mpi_code_ = (call);                                                  \
-    if (tessera_mpi_code_ != MPI_SUCCESS) [[unlikely]] {                                   \
+#define TESSERA_MPI_CHECK(call)                                                              \
+  do {                                                                                       \
+    const int tessera_mpi_code_ = (call);                                                    \
+    if (tessera_mpi_code_ != MPI_SUCCESS) [[unlikely]] {                                     \
       ::tessera::distributed::throw_mpi_error(tessera_mpi_code_, #call, __FILE__, __LINE__); \
-    }                                                                                      \
+    }                                                                                        \
   } while (false)

@@ -71,15 +71,15 @@ MPI_Comm duplicate_world() {
 
 void check_thread_level(const State& s, bool queue_threads) {
   const int needed = queue_threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
-  TESSERA_CHECK(
-      s.provided >= needed, Error,
-      "[ProcessGroup::init] {} needs MPI at thread level {}, but {} provides {}{}. {}",
-      queue_threads ? "logical CPU devices run each collective on their device's queue "
-                      "thread, which"
-                    : "tessera",
-      thread_level_name(needed), mpi_library_version(), thread_level_name(s.provided),
-      s.initialised_here ? "" : " (MPI was initialised before tessera, by the program)",
-      queue_threads ? "Initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or "
+  TESSERA_CHECK(s.provided >= needed, Error,
+                "[ProcessGroup::init] {} needs MPI at thread level {}, but {} provides {}{}. {}",
+                queue_threads ? "logical CPU devices run each collective on their device's queue "
+                                "thread, which"
+                              : "tessera",
+                thread_level_name(needed), mpi_library_version(), thread_level_name(s.provided),
+                s.initialised_here ? "" : " (MPI was initialised before tessera, by the program)",
+                queue_threads
+                    ? "Initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or "
                       "leave it to tessera, use an MPI built with thread support, or run the "
                       "logical devices without queues (TESSERA_CPU_ASYNC=0)"
                     : "Initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) "
@@ -142,8 +142,8 @@ MPI_Comm host_comm() {
 
 MPI_Comm lane_comm(int lane) {
   const State& s = state();
-  TESSERA_INTERNAL_ASSERT(lane >= 0 && lane < static_cast<int>(s.lanes.size()),
-                          "lane {} of {}", lane, s.lanes.size());
+  TESSERA_INTERNAL_ASSERT(lane >= 0 && lane < static_cast<int>(s.lanes.size()), "lane {} of {}",
+                          lane, s.lanes.size());
   return s.lanes[static_cast<std::size_t>(lane)];
 }
 

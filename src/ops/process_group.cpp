@@ -177,9 +177,8 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
   // reduced chunks: (k - 1) * c + (n - c) elements (as collectives.cpp counts).
   const std::int64_t n = tensor.numel(), k = size_;
   const std::int64_t c = n / k + (rank_ < n % k ? 1 : 0);
-  detail::count_collective(tensor.device(),
-                           static_cast<std::size_t>((k - 1) * c + (n - c)) *
-                               itemsize(tensor.dtype()));
+  detail::count_collective(
+      tensor.device(), static_cast<std::size_t>((k - 1) * c + (n - c)) * itemsize(tensor.dtype()));
   run(*this, CollectiveKind::kAllReduce, tensor, tensor, op == ReduceKind::kMean, 0);
 }
 
@@ -187,8 +186,8 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) const {
   constexpr const char* kOp = "ProcessGroup::broadcast";
   check_tensor(kOp, backend_, tensor);
   TESSERA_CHECK(root >= 0 && root < size_, Error,
-                "[{}] root {} is not a rank of this world of {} (ranks 0 to {})", kOp, root,
-                size_, size_ - 1);
+                "[{}] root {} is not a rank of this world of {} (ranks 0 to {})", kOp, root, size_,
+                size_ - 1);
   if (rank_ != root) detail::check_inplace(kOp, {&tensor});
   check_across_ranks(kOp, *this, CollectiveKind::kBroadcast, tensor, root);
   if (rank_ != root) detail::count_collective(tensor.device(), tensor.nbytes());

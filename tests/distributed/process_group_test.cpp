@@ -60,7 +60,8 @@ TEST_P(ProcessGroupTest, AllReduceSumAndMeanMatchAFloat64Reference) {
           e = is_floating(dtype) ? e / pg().size() : std::trunc(e / pg().size());
         }
       }
-      Tensor t = from_vector(values_of(pg().rank(), n, seed, dtype), {7, 11, 13}, {dtype, device()});
+      Tensor t =
+          from_vector(values_of(pg().rank(), n, seed, dtype), {7, 11, 13}, {dtype, device()});
       const TransferStats before = transfer_stats(device());
       pg().all_reduce(t, op);
       const TransferStats after = transfer_stats(device());
@@ -111,15 +112,22 @@ TEST_P(ProcessGroupTest, BarrierHoldsEveryRankUntilTheLastArrives) {
 }
 
 TEST_P(ProcessGroupTest, RefusesWhatItCannotMoveWithTheFix) {
-  expect_throw_with<DtypeError>([&] { pg().all_reduce(ones({3}, {kBool, device()})); },
-                                {"[ProcessGroup::all_reduce] bool tensors cannot be summed"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        pg().all_reduce(ones({3}, {kBool, device()}));
+      },
+      {"[ProcessGroup::all_reduce] bool tensors cannot be summed"});
   expect_throw_with<ShapeError>([&] { pg().all_gather(ones({}, {device()})); },
                                 {"[ProcessGroup::all_gather] needs a tensor with at least one "
-                                 "dim", ".reshape({1})"});
+                                 "dim",
+                                 ".reshape({1})"});
   expect_throw_with<Error>([&] { pg().broadcast(ones({3}, {device()}), pg().size()); },
                            {"[ProcessGroup::broadcast] root", "is not a rank of this world"});
-  expect_throw_with<Error>([&] { pg().all_reduce(ones({3, 4}, {device()}).transpose(0, 1)); },
-                           {"[ProcessGroup::all_reduce] the tensor is not contiguous"});
+  expect_throw_with<Error>(
+      [&] {
+        pg().all_reduce(ones({3, 4}, {device()}).transpose(0, 1));
+      },
+      {"[ProcessGroup::all_reduce] the tensor is not contiguous"});
   expect_throw_with<Error>([&] { pg().all_reduce(Tensor()); }, {"[ProcessGroup::all_reduce]"});
   // Nothing above reached the other ranks: the group still works.
   Tensor t = ones({5}, {device()});
@@ -138,27 +146,35 @@ TEST_P(ProcessGroupTest, AGpuTensorIsRefusedNamingNccl) {
 TEST_P(ProcessGroupTest, ACpuTensorIsRefusedByTheNcclGroup) {
   const ProcessGroup& nccl = ProcessGroup::init(ProcessBackend::kNccl);
   EXPECT_EQ(nccl.rank(), pg().rank());
-  expect_throw_with<DeviceError>([&] { nccl.all_reduce(ones({3}, {device()})); },
-                                 {"backend is NCCL, which moves GPU tensors only",
-                                  "ProcessGroup::init() (MPI)"});
+  expect_throw_with<DeviceError>(
+      [&] { nccl.all_reduce(ones({3}, {device()})); },
+      {"backend is NCCL, which moves GPU tensors only", "ProcessGroup::init() (MPI)"});
 }
 
 TEST_P(ProcessGroupTest, RanksThatDisagreeAllGetTheSameError) {
   if (pg().size() == 1) GTEST_SKIP() << "needs two ranks (CTest runs this under mpirun -np 2)";
   const std::int64_t rows = 2 + (pg().rank() == 1 ? 1 : 0);
-  expect_throw_with<ShapeError>([&] { pg().all_reduce(ones({rows, 3}, {device()})); },
-                                {"[ProcessGroup::all_reduce] rank 1 passed shape [3, 3] but rank "
-                                 "0 passed [2, 3]; every rank must pass the same shape"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        pg().all_reduce(ones({rows, 3}, {device()}));
+      },
+      {"[ProcessGroup::all_reduce] rank 1 passed shape [3, 3] but rank "
+       "0 passed [2, 3]; every rank must pass the same shape"});
   const Dtype dtype = pg().rank() == 1 ? kFloat64 : kFloat32;
-  expect_throw_with<DtypeError>([&] { pg().all_gather(ones({2}, {dtype, device()})); },
-                                {"rank 1 passed a float64 tensor but rank 0 passed float32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        pg().all_gather(ones({2}, {dtype, device()}));
+      },
+      {"rank 1 passed a float64 tensor but rank 0 passed float32"});
   expect_throw_with<Error>([&] { pg().broadcast(ones({2}, {device()}), pg().rank() == 1); },
                            {"rank 1 broadcasts from root 1 but rank 0 from root 0"});
   expect_throw_with<Error>(
       [&] {
         Tensor t = ones({2}, {device()});
-        if (pg().rank() == 0) pg().all_reduce(t);
-        else pg().broadcast(t, 0);
+        if (pg().rank() == 0)
+          pg().all_reduce(t);
+        else
+          pg().broadcast(t, 0);
       },
       {"rank 1 called broadcast while rank 0 called all_reduce"});
   Tensor t = full({4}, pg().rank() + 1.0, {device()});

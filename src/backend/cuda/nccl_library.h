@@ -63,8 +63,9 @@ struct NcclLibrary {
   GetVersionFn get_version = nullptr;
   CommInitAllFn comm_init_all = nullptr;
   CommDestroyFn comm_destroy = nullptr;  // unused while communicators live for the process
-  GetUniqueIdFn get_unique_id = nullptr;   // process groups: rank 0 makes the id,
-  CommInitRankFn comm_init_rank = nullptr;  // every rank joins with it
+  // Process groups: rank 0 makes the id, every rank joins with it.
+  GetUniqueIdFn get_unique_id = nullptr;
+  CommInitRankFn comm_init_rank = nullptr;
   GroupFn group_start = nullptr;
   GroupFn group_end = nullptr;
   AllReduceFn all_reduce = nullptr;

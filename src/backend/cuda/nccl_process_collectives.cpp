@@ -111,8 +111,7 @@ void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
     }
   }
   if (call.mean && !avg) {
-    binary_scalar(BinaryOp::kDiv, call.output, static_cast<double>(call.size), false,
-                  call.output);
+    binary_scalar(BinaryOp::kDiv, call.output, static_cast<double>(call.size), false, call.output);
   }
 }
 
