@@ -34,6 +34,7 @@ struct State {
   int provided = MPI_THREAD_SINGLE;
   MPI_Comm host = MPI_COMM_NULL;
   std::vector<MPI_Comm> lanes;
+  std::string lanes_error;  // the ranks disagree on the lanes: every later join fails too
 };
 
 State& state() {
@@ -86,6 +87,21 @@ void check_thread_level(const State& s, bool queue_threads) {
                       "or leave it to tessera");
 }
 
+// Lanes are duplicated in step on every rank, so every rank must want as many (a rank with
+// more would wait in MPI_Comm_dup for ranks that never come).
+void check_same_lanes(State& s, int lanes) {
+  std::vector<int> all(static_cast<std::size_t>(s.world.size));
+  TESSERA_MPI_CHECK(MPI_Allgather(&lanes, 1, MPI_INT, all.data(), 1, MPI_INT, s.host));
+  for (int r = 1; r < s.world.size && s.lanes_error.empty(); ++r) {
+    if (all[r] == all[0]) continue;
+    s.lanes_error = fmt::format(
+        "[ProcessGroup::init] rank {} has {} CPU devices but rank 0 has {} "
+        "(TESSERA_CPU_DEVICES, 0 counting as 1); every rank must have the same. Give them one "
+        "value, e.g. mpirun -x TESSERA_CPU_DEVICES=2",
+        r, all[r], all[0]);
+  }
+}
+
 }  // namespace
 
 World mpi_join(int lanes, bool queue_threads) {
@@ -111,7 +127,9 @@ World mpi_join(int lanes, bool queue_threads) {
                   announced, mpi_library_version(), s.world.size);
     s.host = duplicate_world();
     s.joined = true;
+    check_same_lanes(s, lanes);
   }
+  if (!s.lanes_error.empty()) throw Error(s.lanes_error);
   TESSERA_INTERNAL_ASSERT(s.lanes.empty() || static_cast<int>(s.lanes.size()) == lanes,
                           "joined with {} lanes, then {}", s.lanes.size(), lanes);
   while (static_cast<int>(s.lanes.size()) < lanes) s.lanes.push_back(duplicate_world());

@@ -147,9 +147,10 @@ ProcessGroup& ProcessGroup::init(ProcessBackend backend) {
   detail::mark_devices_in_use();
   const CpuDeviceOptions& cpu = detail::cpu_options();
   const bool queues = backend == ProcessBackend::kMpi && cpu.count > 0 && cpu.async_queues;
-  const distributed::World w = distributed::mpi_join(std::max(1, cpu.count), queues);
+  // Before joining: a join that throws after MPI_Init must still finalize at exit.
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(finish); });
+  const distributed::World w = distributed::mpi_join(std::max(1, cpu.count), queues);
   slot = new ProcessGroup(backend, w.rank, w.size);
   return *slot;
 }
