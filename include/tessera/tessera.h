@@ -20,6 +20,7 @@
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"
 #include "tessera/optim/sgd.h"
+#include "tessera/process_group.h"
 #include "tessera/ops.h"
 #include "tessera/random.h"
 #include "tessera/safetensors.h"

@@ -97,6 +97,21 @@ struct CollectiveCall {
   int root = 0;                         // kBroadcast: the index into inputs
 };
 
+// One collective across the processes of a process group (process_group.h) over this
+// process's one tensor. The front end has checked that the tensor is contiguous, on a device
+// of this backend, and of one dtype and shape on every rank, and allocated the output:
+//   kAllReduce  output = sum (or mean) over the ranks of input; may alias input
+//   kBroadcast  output = rank root's input; aliases input
+//   kAllGather  output = concat over the ranks of input along dim 0 (size times the rows)
+struct ProcessCollectiveCall {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  Tensor input, output;
+  bool mean = false;  // kAllReduce: divide the sum by size
+  int root = 0;       // kBroadcast: the rank whose input every rank gets
+  int rank = 0;       // this process's rank in the world
+  int size = 1;       // the world's size
+};
+
 struct DeviceInfo {
   std::string name;  // "AMD EPYC", "NVIDIA H100 80GB HBM3"
   std::size_t total_memory = 0;
@@ -238,6 +253,10 @@ class Backend {
   // current stream or queue in group order; never a host wait. Every device's later work
   // sees the results. The default says the backend has none (a user error: DeviceError).
   virtual void collective(const CollectiveCall& call);
+  // A collective across processes (see ProcessCollectiveCall), queued on the device's
+  // current stream or queue like a kernel; never a host wait for the device (the transport
+  // may wait for the other ranks there). The default says the backend has none (DeviceError).
+  virtual void process_collective(const ProcessCollectiveCall& call);
 };
 
 // The registered backend of a kind, or nullptr when tessera was built without it.

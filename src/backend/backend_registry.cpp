@@ -22,6 +22,13 @@ void Backend::collective(const CollectiveCall& call) {
       call.inputs.empty() ? std::string("these") : call.inputs.front().device().str()));
 }
 
+void Backend::process_collective(const ProcessCollectiveCall& call) {
+  throw DeviceError(fmt::format(
+      "[ProcessGroup] {} tensors cannot be moved between processes in this build; use CPU "
+      "tensors with the MPI backend, or GPU tensors with NCCL",
+      call.input.device().str()));
+}
+
 Backend& backend_of(Device device) {
   Backend* backend = backend_for(device.kind());
   TESSERA_INTERNAL_ASSERT(backend != nullptr, "no backend for {}", device.str());

@@ -66,6 +66,8 @@ class CpuBackend final : public Backend {
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamParams& p) override;
   void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
+  // cpu_process_collectives.cpp
+  void process_collective(const ProcessCollectiveCall& call) override;
 
   // Runs `kernel` on `index`'s queue, or now when the device has none.
   template <typename F>

@@ -91,6 +91,8 @@ class CudaBackend final : public Backend {
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const AdamParams& p) override;
   void collective(const CollectiveCall& call) override;  // nccl_collectives.cpp
+  // nccl_process_collectives.cpp
+  void process_collective(const ProcessCollectiveCall& call) override;
 
   // Makes `index` the calling thread's current CUDA device and returns the stream this
   // thread queues its work on (the default stream, or a StreamGuard's).

@@ -47,6 +47,7 @@
 namespace tessera::detail {
 namespace {
 
+using cuda::DeviceRestore;
 using cuda::NcclLibrary;
 
 // The communicators of one ordered device list: comms[i] is rank i, on the list's device i.
@@ -64,22 +65,6 @@ Cliques& cliques() {
   static Cliques* const all = new Cliques();  // never destroyed: Note [NCCL at run time]
   return *all;
 }
-
-// Makes the device that was current at construction current again. NCCL switches devices
-// inside its calls, and CudaBackend::activate assumes the device it set last is current.
-class DeviceRestore {
- public:
-  DeviceRestore() { TESSERA_CUDA_CHECK(cudaGetDevice(&device_)); }
-  ~DeviceRestore() {
-    // A destructor must not throw; making a device current that just was cannot fail.
-    if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  DeviceRestore(const DeviceRestore&) = delete;
-  DeviceRestore& operator=(const DeviceRestore&) = delete;
-
- private:
-  int device_ = 0;
-};
 
 Clique& clique_for(const NcclLibrary& nccl, const std::vector<int>& devices) {
   Cliques& all = cliques();

@@ -22,6 +22,8 @@ namespace {
 static_assert(std::is_same_v<NcclLibrary::GetVersionFn, decltype(&::ncclGetVersion)>);
 static_assert(std::is_same_v<NcclLibrary::CommInitAllFn, decltype(&::ncclCommInitAll)>);
 static_assert(std::is_same_v<NcclLibrary::CommDestroyFn, decltype(&::ncclCommDestroy)>);
+static_assert(std::is_same_v<NcclLibrary::GetUniqueIdFn, decltype(&::ncclGetUniqueId)>);
+static_assert(std::is_same_v<NcclLibrary::CommInitRankFn, decltype(&::ncclCommInitRank)>);
 static_assert(std::is_same_v<NcclLibrary::GroupFn, decltype(&::ncclGroupStart)>);
 static_assert(std::is_same_v<NcclLibrary::GroupFn, decltype(&::ncclGroupEnd)>);
 static_assert(std::is_same_v<NcclLibrary::AllReduceFn, decltype(&::ncclAllReduce)>);
@@ -88,6 +90,8 @@ Loaded load() {
   resolve(handle, "ncclGetVersion", lib.get_version, missing);
   resolve(handle, "ncclCommInitAll", lib.comm_init_all, missing);
   resolve(handle, "ncclCommDestroy", lib.comm_destroy, missing);
+  resolve(handle, "ncclGetUniqueId", lib.get_unique_id, missing);
+  resolve(handle, "ncclCommInitRank", lib.comm_init_rank, missing);
   resolve(handle, "ncclGroupStart", lib.group_start, missing);
   resolve(handle, "ncclGroupEnd", lib.group_end, missing);
   resolve(handle, "ncclAllReduce", lib.all_reduce, missing);

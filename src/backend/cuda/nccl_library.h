@@ -7,12 +7,17 @@
 #include <cstddef>
 #include <string>
 
+#include "backend/cuda/cuda_check.h"
+
 #if __has_include(<nccl.h>)
 #include <nccl.h>
 #define TESSERA_HAVE_NCCL_H 1
 #else
 extern "C" {
 typedef struct ncclComm* ncclComm_t;
+typedef struct {
+  char internal[128];  // NCCL_UNIQUE_ID_BYTES
+} ncclUniqueId;
 typedef enum {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
@@ -41,6 +46,8 @@ struct NcclLibrary {
   using GetVersionFn = ncclResult_t (*)(int*);
   using CommInitAllFn = ncclResult_t (*)(ncclComm_t*, int, const int*);
   using CommDestroyFn = ncclResult_t (*)(ncclComm_t);
+  using GetUniqueIdFn = ncclResult_t (*)(ncclUniqueId*);
+  using CommInitRankFn = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int);
   using GroupFn = ncclResult_t (*)();
   using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
                                        ncclComm_t, cudaStream_t);
@@ -56,6 +63,9 @@ struct NcclLibrary {
   GetVersionFn get_version = nullptr;
   CommInitAllFn comm_init_all = nullptr;
   CommDestroyFn comm_destroy = nullptr;  // unused while communicators live for the process
+  // Process groups: rank 0 makes the id, every rank joins with it.
+  GetUniqueIdFn get_unique_id = nullptr;
+  CommInitRankFn comm_init_rank = nullptr;
   GroupFn group_start = nullptr;
   GroupFn group_end = nullptr;
   AllReduceFn all_reduce = nullptr;
@@ -78,6 +88,22 @@ struct NcclLibrary {
 // process). Throws DeviceError, naming what was tried and how to install NCCL, when no
 // libnccl can be opened, a symbol is missing or the version is older than 2.0.
 const NcclLibrary& nccl_library();
+
+// Makes the device that was current at construction current again. NCCL switches devices
+// inside its calls, and CudaBackend::activate assumes the device it set last is current.
+class DeviceRestore {
+ public:
+  DeviceRestore() { TESSERA_CUDA_CHECK(cudaGetDevice(&device_)); }
+  ~DeviceRestore() {
+    // A destructor must not throw; making a device current that just was cannot fail.
+    if (cudaSetDevice(device_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  DeviceRestore(const DeviceRestore&) = delete;
+  DeviceRestore& operator=(const DeviceRestore&) = delete;
+
+ private:
+  int device_ = 0;
+};
 
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file,
                                    int line);

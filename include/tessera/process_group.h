@@ -1,0 +1,70 @@
+#pragma once
+/// Process groups: collectives across processes (ranks), one tensor per process, as
+/// multi-process data-parallel training uses them. Launch the ranks with mpirun
+/// (`mpirun -np 2 ./app`); a program started without a launcher is a world of one.
+///
+///   ProcessGroup& pg = ProcessGroup::init();       // MPI: CPU tensors
+///   Tensor g = ...;                                // on cpu (or cpu:i)
+///   pg.all_reduce(g, ReduceKind::kMean);           // every rank now holds the mean
+///
+/// Backends: kMpi moves CPU tensors (the plain CPU or logical CPU devices, where the
+/// collective is queued on the device's work queue like any kernel); kNccl moves GPU tensors,
+/// one process per GPU, and uses MPI only to start. Every rank must make the same calls in
+/// the same order with tensors of the same dtype and shape: the group compares them across
+/// ranks first (a short exchange on the host) and throws the same error on every rank when
+/// they differ. The bytes a rank receives are counted in the transfer ledger (d2d, on the
+/// tensor's device). MPI is finalized when the process exits, after this process's queued
+/// collectives have run.
+#include <cstdint>
+
+#include "tessera/collectives.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+/// What moves the bytes between processes.
+enum class ProcessBackend : std::uint8_t { kMpi, kNccl };
+
+class ProcessGroup {
+ public:
+  /// Joins the world of processes (initialising MPI when nothing has yet) and returns its
+  /// group for `backend`; later calls return the same group. Throws Error when tessera was
+  /// built without MPI, when MPI's thread level cannot serve logical CPU devices' queues,
+  /// or when the ranks disagree on TESSERA_CPU_DEVICES. Waits for every rank to arrive.
+  static ProcessGroup& init(ProcessBackend backend = ProcessBackend::kMpi);
+  /// The group init() made for `backend`. Throws Error when init() has not been called.
+  static ProcessGroup& world(ProcessBackend backend = ProcessBackend::kMpi);
+
+  /// This process's index in the world, 0 .. size() - 1.
+  int rank() const { return rank_; }
+  /// How many processes the world has (1 without a launcher).
+  int size() const { return size_; }
+  ProcessBackend backend() const { return backend_; }
+
+  /// Replaces `tensor`, in place, with its sum (or mean) over the ranks. Contiguous, not
+  /// bool. Queued on the tensor's device (no wait for the device; the host meets the other
+  /// ranks for the check). Throws DeviceError for a tensor the backend cannot move, DtypeError
+  /// or ShapeError when the ranks' tensors differ.
+  void all_reduce(const Tensor& tensor, ReduceKind op = ReduceKind::kSum) const;
+  /// Copies rank `root`'s tensor into every other rank's, in place. Same errors; Error for a
+  /// root outside [0, size()) or roots that differ across ranks.
+  void broadcast(const Tensor& tensor, int root = 0) const;
+  /// Every rank's tensor concatenated along dim 0, in rank order (size() times the rows), on
+  /// the tensor's device. ShapeError for a 0-dim tensor; otherwise as all_reduce.
+  Tensor all_gather(const Tensor& tensor) const;
+  /// Blocks the host until every rank has called barrier(). Does not wait for queued device
+  /// work: synchronize() first when the barrier must also order it.
+  void barrier() const;
+
+ private:
+  ProcessGroup(ProcessBackend backend, int rank, int size)
+      : backend_(backend), rank_(rank), size_(size) {}
+  ProcessBackend backend_;
+  int rank_;
+  int size_;
+};
+
+/// "mpi" or "nccl".
+const char* process_backend_name(ProcessBackend backend);
+
+}  // namespace tessera

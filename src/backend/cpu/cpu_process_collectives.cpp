@@ -1,0 +1,35 @@
+// Collectives across processes for CPU tensors: the MPI transport, run on the device's queue
+// like any kernel (on the caller's thread for the plain CPU). Device i's collectives use MPI
+// lane i, so each queue keeps its own order across ranks (Note [MPI communicators]).
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "core/tensor_impl.h"
+#include "distributed/mpi.h"
+
+namespace tessera::detail {
+
+void CpuBackend::process_collective(const ProcessCollectiveCall& call) {
+  const int lane = call.input.device().index();
+  // The call holds the tensors, so their storage lives until the transport is done.
+  launch(lane, [call, lane] {
+    const Dtype dtype = call.input.dtype();
+    const std::int64_t n = call.input.numel();
+    void* in = impl_of(call.input).data();
+    void* out = impl_of(call.output).data();
+    switch (call.kind) {
+      case CollectiveKind::kAllReduce:
+        distributed::mpi_all_reduce(in, out, n, dtype, call.mean, lane);
+        break;
+      case CollectiveKind::kBroadcast:
+        distributed::mpi_broadcast(out, n, dtype, call.root, lane);
+        break;
+      case CollectiveKind::kAllGather:
+        distributed::mpi_all_gather(in, out, n, dtype, lane);
+        break;
+      case CollectiveKind::kReduceScatter:
+        TESSERA_INTERNAL_ASSERT(false, "no reduce_scatter across processes");
+    }
+  });
+}
+
+}  // namespace tessera::detail

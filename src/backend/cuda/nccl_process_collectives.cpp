@@ -1,0 +1,118 @@
+// CudaBackend::process_collective: a collective across processes over NCCL, one process per
+// GPU, on the device's current stream; nothing here waits for the GPU. See Note [NCCL across
+// processes]. Compiled in every CUDA build; it has never run on a GPU.
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/nccl_library.h"
+#include "core/check.h"
+#include "core/tensor_impl.h"
+#include "distributed/mpi.h"
+
+// Note [NCCL across processes]
+// A process group's first collective on a GPU makes this process's communicator for that
+// device, as NCCL's docs do it: rank 0 calls ncclGetUniqueId, MPI broadcasts the id (with
+// whether rank 0 got one, so a failure there is an error on every rank, not a hang), and
+// every rank joins with ncclCommInitRank on that device. Communicators live for the process
+// (Note [NCCL at run time]). A collective is one ncclXxx on the stream this thread uses for
+// the device, like any kernel; mean uses ncclAvg where NCCL has it, else sum then divide.
+
+namespace tessera::detail {
+namespace {
+
+using cuda::DeviceRestore;
+using cuda::NcclLibrary;
+
+struct ProcessComm {
+  ncclComm_t comm = nullptr;
+  std::mutex launch;  // a communicator is not thread-safe
+};
+
+// What rank 0 broadcasts: its id, or why it has none.
+struct IdMessage {
+  int ok = 0;
+  ncclUniqueId id{};
+  char error[256] = {};
+};
+
+ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size) {
+  static std::mutex mutex;
+  static auto* comms = new std::map<int, ProcessComm>();  // never destroyed: see the Note
+  std::lock_guard lock(mutex);
+  ProcessComm& pc = (*comms)[device];
+  if (pc.comm != nullptr) return pc;
+  IdMessage message;
+  if (rank == 0) {
+    try {
+      TESSERA_NCCL_CHECK(nccl.get_unique_id(&message.id));
+      message.ok = 1;
+    } catch (const Error& e) {
+      std::strncpy(message.error, e.what(), sizeof message.error - 1);
+    }
+  }
+  distributed::mpi_broadcast_bytes(&message, sizeof message, 0);
+  TESSERA_CHECK(message.ok == 1, Error, "[ProcessGroup] rank 0 could not make NCCL's id: {}",
+                message.error);
+  DeviceRestore restore;
+  TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  TESSERA_NCCL_CHECK(nccl.comm_init_rank(&pc.comm, size, message.id, rank));
+  return pc;
+}
+
+ncclDataType_t nccl_type(Dtype dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return ncclFloat32;
+    case kFloat64:
+      return ncclFloat64;
+    case kInt32:
+      return ncclInt32;
+    case kInt64:
+      return ncclInt64;
+    case kUInt8:
+    case kBool:  // moved as bytes; the front end refuses to reduce bools
+      return ncclUint8;
+  }
+  TESSERA_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
+  return ncclUint8;
+}
+
+}  // namespace
+
+void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
+  if (call.input.numel() == 0) return;
+  const NcclLibrary& nccl = cuda::nccl_library();
+  const int device = call.input.device().index();
+  cudaStream_t stream = activate(device);
+  ProcessComm& pc = comm_for(nccl, device, call.rank, call.size);
+  const ncclDataType_t type = nccl_type(call.input.dtype());
+  const bool avg = call.mean && is_floating(call.input.dtype()) && nccl.has_avg();
+  const void* in = impl_of(call.input).data();
+  void* out = impl_of(call.output).data();
+  const auto count = static_cast<std::size_t>(call.input.numel());
+  {
+    std::lock_guard lock(pc.launch);
+    DeviceRestore restore;
+    switch (call.kind) {
+      case CollectiveKind::kAllReduce:
+        TESSERA_NCCL_CHECK(
+            nccl.all_reduce(in, out, count, type, avg ? ncclAvg : ncclSum, pc.comm, stream));
+        break;
+      case CollectiveKind::kBroadcast:
+        TESSERA_NCCL_CHECK(nccl.broadcast(in, out, count, type, call.root, pc.comm, stream));
+        break;
+      case CollectiveKind::kAllGather:
+        TESSERA_NCCL_CHECK(nccl.all_gather(in, out, count, type, pc.comm, stream));
+        break;
+      case CollectiveKind::kReduceScatter:
+        TESSERA_INTERNAL_ASSERT(false, "no reduce_scatter across processes");
+    }
+  }
+  if (call.mean && !avg) {
+    binary_scalar(BinaryOp::kDiv, call.output, static_cast<double>(call.size), false, call.output);
+  }
+}
+
+}  // namespace tessera::detail

@@ -1,0 +1,92 @@
+// Collectives on host memory over MPI (mpi.h): what the CPU backend's kernels call.
+#include <climits>
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/dispatch.h"
+#include "distributed/mpi.h"
+#include "distributed/mpi_internal.h"
+
+namespace tessera::distributed {
+namespace {
+
+MPI_Datatype mpi_type(Dtype dtype) {
+  switch (dtype) {
+    case kBool:  // moved as bytes; the front end refuses to reduce bools
+    case kUInt8:
+      return MPI_UINT8_T;
+    case kInt32:
+      return MPI_INT32_T;
+    case kInt64:
+      return MPI_INT64_T;
+    case kFloat32:
+      return MPI_FLOAT;
+    case kFloat64:
+      return MPI_DOUBLE;
+  }
+  TESSERA_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
+  return MPI_BYTE;
+}
+
+// MPI counts are int: larger tensors would need derived datatypes, which nothing needs yet.
+int mpi_count(std::int64_t count, const char* op) {
+  TESSERA_CHECK(count <= INT_MAX, Error,
+                "[ProcessGroup::{}] {} elements is more than MPI's int count allows ({}); "
+                "split the tensor into parts of at most {} elements",
+                op, count, INT_MAX, INT_MAX);
+  return static_cast<int>(count);
+}
+
+// Division, as the in-process collectives do (integers round like the CPU's division).
+void divide(void* data, std::int64_t count, Dtype dtype, int by) {
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<T, bool>) {
+      T* p = static_cast<T*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(by));
+    }
+  });
+}
+
+}  // namespace
+
+void mpi_all_reduce(const void* in, void* out, std::int64_t count, Dtype dtype, bool mean,
+                    int lane) {
+  MPI_Comm comm = lane_comm(lane);
+  const void* send = in == out ? MPI_IN_PLACE : in;
+  TESSERA_MPI_CHECK(
+      MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype), MPI_SUM, comm));
+  int size = 1;
+  TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (mean && size > 1) divide(out, count, dtype, size);
+}
+
+void mpi_broadcast(void* buffer, std::int64_t count, Dtype dtype, int root, int lane) {
+  TESSERA_MPI_CHECK(
+      MPI_Bcast(buffer, mpi_count(count, "broadcast"), mpi_type(dtype), root, lane_comm(lane)));
+}
+
+void mpi_all_gather(const void* in, void* out, std::int64_t count, Dtype dtype, int lane) {
+  const int n = mpi_count(count, "all_gather");
+  TESSERA_MPI_CHECK(
+      MPI_Allgather(in, n, mpi_type(dtype), out, n, mpi_type(dtype), lane_comm(lane)));
+}
+
+void mpi_barrier() { TESSERA_MPI_CHECK(MPI_Barrier(host_comm())); }
+
+std::vector<std::int64_t> mpi_exchange(const std::vector<std::int64_t>& mine) {
+  MPI_Comm comm = host_comm();
+  int size = 1;
+  TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size));
+  const int n = static_cast<int>(mine.size());
+  TESSERA_MPI_CHECK(MPI_Allgather(mine.data(), n, MPI_INT64_T, all.data(), n, MPI_INT64_T, comm));
+  return all;
+}
+
+void mpi_broadcast_bytes(void* buffer, std::size_t bytes, int root) {
+  TESSERA_MPI_CHECK(MPI_Bcast(buffer, mpi_count(static_cast<std::int64_t>(bytes), "init"), MPI_BYTE,
+                              root, host_comm()));
+}
+
+}  // namespace tessera::distributed

@@ -1,0 +1,216 @@
+// Front end of process groups: joining the world, the checks on this rank's tensor and
+// across ranks, the ledger, then the backend's process collective. See process_group.h.
+#include "tessera/process_group.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "autograd/record.h"
+#include "backend/backend.h"
+#include "core/check.h"
+#include "core/device_registry.h"
+#include "core/device_rules.h"
+#include "core/tensor_impl.h"
+#include "distributed/mpi.h"
+
+namespace tessera {
+namespace {
+
+using detail::CollectiveKind;
+
+struct Groups {
+  std::mutex mutex;
+  std::array<ProcessGroup*, 2> by_backend{};  // never destroyed: used until exit
+  // Devices that got a process collective: exit waits for their queues before MPI goes.
+  std::array<std::array<std::atomic<bool>, detail::kMaxDevicesPerKind>, 2> used{};
+};
+
+Groups& groups() {
+  static Groups* const g = new Groups();
+  return *g;
+}
+
+// At exit, after main: queued collectives run before MPI is finalized (a queue thread still
+// inside MPI_Allreduce when MPI_Finalize runs would crash). Their errors have no one to go to.
+void finish() {
+  Groups& g = groups();
+  for (int kind = 0; kind < 2; ++kind) {
+    for (int i = 0; i < detail::kMaxDevicesPerKind; ++i) {
+      if (!g.used[kind][i].load()) continue;
+      const Device d(static_cast<DeviceKind>(kind), i);
+      try {
+        detail::backend_of(d).synchronize(i);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): nothing can report it now
+      }
+    }
+  }
+  distributed::mpi_leave();
+}
+
+const char* kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    default:
+      return "all_gather";
+  }
+}
+
+// This rank's tensor, on its own: defined, on the backend's device kind, contiguous.
+void check_tensor(const char* op, ProcessBackend backend, const Tensor& t) {
+  detail::check_defined(t, op);
+  const bool gpu = t.device().kind() == DeviceKind::kCuda;
+  TESSERA_CHECK(backend != ProcessBackend::kMpi || !gpu, DeviceError,
+                "[{}] the tensor is on {}, but this process group's backend is MPI, which "
+                "moves CPU tensors only. For GPU tensors use "
+                "ProcessGroup::init(ProcessBackend::kNccl) (one process per GPU), or move the "
+                "tensor with .to(cpu()) first",
+                op, t.device().str());
+  TESSERA_CHECK(backend != ProcessBackend::kNccl || gpu, DeviceError,
+                "[{}] the tensor is on {}, but this process group's backend is NCCL, which "
+                "moves GPU tensors only. For CPU tensors use ProcessGroup::init() (MPI), or "
+                "move the tensor to this process's GPU with .to(gpu(i)) first",
+                op, t.device().str());
+  TESSERA_CHECK(t.is_contiguous(), Error,
+                "[{}] the tensor is not contiguous (a transposed or sliced view); pass "
+                ".contiguous() and use the result",
+                op);
+}
+
+// Every rank's call must match rank 0's: the kind, root, dtype and shape. One short exchange
+// on the host; every rank sees the same table, so every rank throws the same error.
+void check_across_ranks(const char* op, const ProcessGroup& pg, CollectiveKind kind,
+                        const Tensor& t, int root) {
+  if (pg.size() == 1) return;
+  constexpr std::size_t kFields = 4 + kMaxDims;
+  std::vector<std::int64_t> mine(kFields, 0);
+  mine[0] = static_cast<std::int64_t>(kind);
+  mine[1] = root;
+  mine[2] = static_cast<std::int64_t>(t.dtype());
+  mine[3] = t.dim();
+  std::copy(t.shape().begin(), t.shape().end(), mine.begin() + 4);
+  const std::vector<std::int64_t> all = distributed::mpi_exchange(mine);
+  const auto field = [&](int r, std::size_t f) { return all[r * kFields + f]; };
+  const auto shape = [&](int r) {
+    return Shape(all.begin() + r * kFields + 4, all.begin() + r * kFields + 4 + field(r, 3));
+  };
+  for (int r = 1; r < pg.size(); ++r) {
+    TESSERA_CHECK(field(r, 0) == field(0, 0), Error,
+                  "[{}] rank {} called {} while rank 0 called {}; every rank must make the "
+                  "same collectives in the same order",
+                  op, r, kind_name(CollectiveKind(field(r, 0))),
+                  kind_name(CollectiveKind(field(0, 0))));
+    TESSERA_CHECK(field(r, 1) == field(0, 1), Error,
+                  "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
+                  "must name the same root",
+                  op, r, field(r, 1), field(0, 1));
+    const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 2))); };
+    TESSERA_CHECK(field(r, 2) == field(0, 2), DtypeError,
+                  "[{}] rank {} passed a {} tensor but rank 0 passed {}; every rank must pass "
+                  "the same dtype (convert with .to(k...) first)",
+                  op, r, dtype(r), dtype(0));
+    TESSERA_CHECK(shape(r) == shape(0), ShapeError,
+                  "[{}] rank {} passed shape {} but rank 0 passed {}; every rank must pass the "
+                  "same shape",
+                  op, r, shape(r).str(), shape(0).str());
+  }
+}
+
+void run(const ProcessGroup& pg, CollectiveKind kind, const Tensor& in, const Tensor& out,
+         bool mean, int root) {
+  const Device d = in.device();
+  groups().used[static_cast<int>(d.kind())][d.index()].store(true);
+  detail::backend_of(d).process_collective({kind, in, out, mean, root, pg.rank(), pg.size()});
+}
+
+}  // namespace
+
+const char* process_backend_name(ProcessBackend backend) {
+  return backend == ProcessBackend::kMpi ? "mpi" : "nccl";
+}
+
+ProcessGroup& ProcessGroup::init(ProcessBackend backend) {
+  Groups& g = groups();
+  std::lock_guard lock(g.mutex);
+  ProcessGroup*& slot = g.by_backend[static_cast<int>(backend)];
+  if (slot != nullptr) return *slot;
+  // Lanes and queues follow the CPU configuration, which is fixed from here on.
+  detail::mark_devices_in_use();
+  const CpuDeviceOptions& cpu = detail::cpu_options();
+  const bool queues = backend == ProcessBackend::kMpi && cpu.count > 0 && cpu.async_queues;
+  // Before joining: a join that throws after MPI_Init must still finalize at exit.
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(finish); });
+  const distributed::World w = distributed::mpi_join(std::max(1, cpu.count), queues);
+  slot = new ProcessGroup(backend, w.rank, w.size);
+  return *slot;
+}
+
+ProcessGroup& ProcessGroup::world(ProcessBackend backend) {
+  Groups& g = groups();
+  std::lock_guard lock(g.mutex);
+  ProcessGroup* pg = g.by_backend[static_cast<int>(backend)];
+  TESSERA_CHECK(pg != nullptr, Error,
+                "[ProcessGroup::world] there is no {} process group yet; call "
+                "ProcessGroup::init({}) first, once, early in main",
+                process_backend_name(backend),
+                backend == ProcessBackend::kMpi ? "" : "ProcessBackend::kNccl");
+  return *pg;
+}
+
+void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
+  constexpr const char* kOp = "ProcessGroup::all_reduce";
+  check_tensor(kOp, backend_, tensor);
+  TESSERA_CHECK(tensor.dtype() != kBool, DtypeError,
+                "[{}] bool tensors cannot be summed; convert them with .to(kInt64) first", kOp);
+  detail::check_inplace(kOp, {&tensor});
+  check_across_ranks(kOp, *this, CollectiveKind::kAllReduce, tensor, 0);
+  // In ring terms a rank receives the other ranks' parts of its chunk, then the other
+  // reduced chunks: (k - 1) * c + (n - c) elements (as collectives.cpp counts).
+  const std::int64_t n = tensor.numel(), k = size_;
+  const std::int64_t c = n / k + (rank_ < n % k ? 1 : 0);
+  detail::count_collective(
+      tensor.device(), static_cast<std::size_t>((k - 1) * c + (n - c)) * itemsize(tensor.dtype()));
+  run(*this, CollectiveKind::kAllReduce, tensor, tensor, op == ReduceKind::kMean, 0);
+}
+
+void ProcessGroup::broadcast(const Tensor& tensor, int root) const {
+  constexpr const char* kOp = "ProcessGroup::broadcast";
+  check_tensor(kOp, backend_, tensor);
+  TESSERA_CHECK(root >= 0 && root < size_, Error,
+                "[{}] root {} is not a rank of this world of {} (ranks 0 to {})", kOp, root, size_,
+                size_ - 1);
+  if (rank_ != root) detail::check_inplace(kOp, {&tensor});
+  check_across_ranks(kOp, *this, CollectiveKind::kBroadcast, tensor, root);
+  if (rank_ != root) detail::count_collective(tensor.device(), tensor.nbytes());
+  run(*this, CollectiveKind::kBroadcast, tensor, tensor, false, root);
+}
+
+Tensor ProcessGroup::all_gather(const Tensor& tensor) const {
+  constexpr const char* kOp = "ProcessGroup::all_gather";
+  check_tensor(kOp, backend_, tensor);
+  TESSERA_CHECK(tensor.dim() >= 1, ShapeError,
+                "[{}] needs a tensor with at least one dim (it stacks rows), got a 0-dim "
+                "tensor; reshape it with .reshape({{1}})",
+                kOp);
+  check_across_ranks(kOp, *this, CollectiveKind::kAllGather, tensor, 0);
+  Shape shape = tensor.shape();
+  shape[0] *= size_;
+  Tensor out = detail::make_tensor(shape, tensor.dtype(), tensor.device(), kOp);
+  detail::count_collective(tensor.device(), tensor.nbytes() * static_cast<std::size_t>(size_ - 1));
+  run(*this, CollectiveKind::kAllGather, tensor, out, false, 0);
+  return out;
+}
+
+void ProcessGroup::barrier() const { distributed::mpi_barrier(); }
+
+}  // namespace tessera

@@ -1,0 +1,212 @@
+// Process groups over MPI, on every CPU device of this process (the plain CPU, or cpu:0 and
+// cpu:1 with TESSERA_CPU_DEVICES=2). CTest runs this binary alone (a world of one) and under
+// `mpirun -np 2`: values against a float64 reference built from every rank's seeded inputs,
+// the ledger, and every error. Each rank must run the same tests in the same order.
+#include <chrono>
+#include <thread>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+
+// First in this file, so it runs before any test makes the group.
+TEST(ProcessGroupBeforeInit, WorldSaysToCallInit) {
+  expect_throw_with<Error>([] { ProcessGroup::world(); },
+                           {"[ProcessGroup::world] there is no mpi process group yet; call "
+                            "ProcessGroup::init() first"});
+}
+
+class ProcessGroupTest : public DeviceTest {
+ protected:
+  void SetUp() override {
+    if (device().is_cuda()) GTEST_SKIP() << "MPI moves CPU tensors; NCCL needs a GPU per rank";
+    pg_ = &ProcessGroup::init();
+  }
+  const ProcessGroup& pg() const { return *pg_; }
+  // Rank r's values for a test: seeded by the test's seed and r, so every rank knows all.
+  std::vector<double> values_of(int r, std::size_t n, std::uint64_t seed, Dtype dtype) const {
+    std::vector<double> v = testing::random_values(n, seed * 100 + r, -50, 50);
+    return from_vector(v, {static_cast<std::int64_t>(n)}, {dtype}).to_vector<double>();
+  }
+  const ProcessGroup* pg_ = nullptr;
+};
+
+TEST_P(ProcessGroupTest, RankAndSizeMatchTheLauncher) {
+  const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(pg().size(), launched != nullptr ? std::atoi(launched) : 1);
+  EXPECT_GE(pg().rank(), 0);
+  EXPECT_LT(pg().rank(), pg().size());
+  EXPECT_EQ(&ProcessGroup::world(), &pg());
+  EXPECT_EQ(&ProcessGroup::init(), &pg());
+}
+
+TEST_P(ProcessGroupTest, AllReduceSumAndMeanMatchAFloat64Reference) {
+  const std::size_t n = 1001;  // odd: uneven chunks
+  for (Dtype dtype : {kFloat32, kFloat64, kInt64, kInt32}) {
+    for (ReduceKind op : {ReduceKind::kSum, ReduceKind::kMean}) {
+      const std::uint64_t seed = 1 + static_cast<int>(dtype) * 2 + static_cast<int>(op);
+      std::vector<double> expected(n, 0.0);
+      for (int r = 0; r < pg().size(); ++r) {
+        const std::vector<double> v = values_of(r, n, seed, dtype);
+        for (std::size_t i = 0; i < n; ++i) expected[i] += v[i];
+      }
+      if (op == ReduceKind::kMean) {
+        for (double& e : expected) {
+          e = is_floating(dtype) ? e / pg().size() : std::trunc(e / pg().size());
+        }
+      }
+      Tensor t =
+          from_vector(values_of(pg().rank(), n, seed, dtype), {7, 11, 13}, {dtype, device()});
+      const TransferStats before = transfer_stats(device());
+      pg().all_reduce(t, op);
+      const TransferStats after = transfer_stats(device());
+      EXPECT_EQ(after.host_waits, before.host_waits) << "queued, not waited for";
+      // In ring terms: the other ranks' parts of this rank's chunk, then the other chunks.
+      const std::size_t k = pg().size(), r = pg().rank(), c = n / k + (r < n % k ? 1 : 0);
+      EXPECT_EQ(after.d2d_bytes - before.d2d_bytes, ((k - 1) * c + (n - c)) * itemsize(dtype));
+      const double rtol = dtype == kFloat32 ? 1e-6 : 1e-12;
+      expect_close(t.reshape({static_cast<std::int64_t>(n)}), expected, rtol, 0,
+                   std::string(dtype_name(dtype)));
+    }
+  }
+}
+
+TEST_P(ProcessGroupTest, BroadcastCopiesTheRootsTensorFromEveryRoot) {
+  for (int root = 0; root < pg().size(); ++root) {
+    Tensor t = from_vector(values_of(pg().rank(), 300, 20 + root, kFloat32), {30, 10},
+                           {kFloat32, device()});
+    pg().broadcast(t, root);
+    expect_close(t.reshape({300}), values_of(root, 300, 20 + root, kFloat32), 0, 0);
+  }
+}
+
+TEST_P(ProcessGroupTest, AllGatherStacksEveryRanksRowsInRankOrder) {
+  for (Dtype dtype : {kFloat64, kUInt8, kBool}) {
+    Tensor t = from_vector(values_of(pg().rank(), 12, 30, kFloat64), {4, 3}, {dtype, device()});
+    Tensor all = pg().all_gather(t);
+    EXPECT_EQ(all.shape(), Shape({4 * pg().size(), 3}));
+    EXPECT_EQ(all.device(), device());
+    std::vector<double> expected;
+    for (int r = 0; r < pg().size(); ++r) {
+      const std::vector<double> v =
+          from_vector(values_of(r, 12, 30, kFloat64), {dtype}).to_vector<double>();
+      expected.insert(expected.end(), v.begin(), v.end());
+    }
+    expect_close(all.reshape({12 * pg().size()}), expected, 0, 0, std::string(dtype_name(dtype)));
+  }
+}
+
+TEST_P(ProcessGroupTest, BarrierHoldsEveryRankUntilTheLastArrives) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  if (pg().rank() == pg().size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pg().barrier();
+  const auto waited = Clock::now() - start;
+  if (pg().size() > 1) EXPECT_GE(waited, std::chrono::milliseconds(250)) << "rank " << pg().rank();
+  pg().barrier();  // again, with nobody late
+}
+
+TEST_P(ProcessGroupTest, RefusesWhatItCannotMoveWithTheFix) {
+  expect_throw_with<DtypeError>(
+      [&] {
+        pg().all_reduce(ones({3}, {kBool, device()}));
+      },
+      {"[ProcessGroup::all_reduce] bool tensors cannot be summed"});
+  expect_throw_with<ShapeError>([&] { pg().all_gather(ones({}, {device()})); },
+                                {"[ProcessGroup::all_gather] needs a tensor with at least one "
+                                 "dim",
+                                 ".reshape({1})"});
+  expect_throw_with<Error>([&] { pg().broadcast(ones({3}, {device()}), pg().size()); },
+                           {"[ProcessGroup::broadcast] root", "is not a rank of this world"});
+  expect_throw_with<Error>(
+      [&] {
+        pg().all_reduce(ones({3, 4}, {device()}).transpose(0, 1));
+      },
+      {"[ProcessGroup::all_reduce] the tensor is not contiguous"});
+  expect_throw_with<Error>([&] { pg().all_reduce(Tensor()); }, {"[ProcessGroup::all_reduce]"});
+  // Nothing above reached the other ranks: the group still works.
+  Tensor t = ones({5}, {device()});
+  pg().all_reduce(t);
+  expect_close(t, std::vector<double>(5, pg().size()), 0, 0);
+}
+
+TEST_P(ProcessGroupTest, AGpuTensorIsRefusedNamingNccl) {
+  if (num_gpus() == 0) GTEST_SKIP() << "needs a GPU tensor";
+  expect_throw_with<DeviceError>([&] { pg().all_reduce(ones({3}, {gpu()})); },
+                                 {"[ProcessGroup::all_reduce] the tensor is on cuda:0, but this "
+                                  "process group's backend is MPI, which moves CPU tensors only",
+                                  "ProcessBackend::kNccl"});
+}
+
+TEST_P(ProcessGroupTest, ACpuTensorIsRefusedByTheNcclGroup) {
+  const ProcessGroup& nccl = ProcessGroup::init(ProcessBackend::kNccl);
+  EXPECT_EQ(nccl.rank(), pg().rank());
+  expect_throw_with<DeviceError>(
+      [&] { nccl.all_reduce(ones({3}, {device()})); },
+      {"backend is NCCL, which moves GPU tensors only", "ProcessGroup::init() (MPI)"});
+}
+
+TEST_P(ProcessGroupTest, RanksThatDisagreeAllGetTheSameError) {
+  if (pg().size() == 1) GTEST_SKIP() << "needs two ranks (CTest runs this under mpirun -np 2)";
+  const std::int64_t rows = 2 + (pg().rank() == 1 ? 1 : 0);
+  expect_throw_with<ShapeError>(
+      [&] {
+        pg().all_reduce(ones({rows, 3}, {device()}));
+      },
+      {"[ProcessGroup::all_reduce] rank 1 passed shape [3, 3] but rank "
+       "0 passed [2, 3]; every rank must pass the same shape"});
+  const Dtype dtype = pg().rank() == 1 ? kFloat64 : kFloat32;
+  expect_throw_with<DtypeError>(
+      [&] {
+        pg().all_gather(ones({2}, {dtype, device()}));
+      },
+      {"rank 1 passed a float64 tensor but rank 0 passed float32"});
+  expect_throw_with<Error>([&] { pg().broadcast(ones({2}, {device()}), pg().rank() == 1); },
+                           {"rank 1 broadcasts from root 1 but rank 0 from root 0"});
+  expect_throw_with<Error>(
+      [&] {
+        Tensor t = ones({2}, {device()});
+        if (pg().rank() == 0)
+          pg().all_reduce(t);
+        else
+          pg().broadcast(t, 0);
+      },
+      {"rank 1 called broadcast while rank 0 called all_reduce"});
+  Tensor t = full({4}, pg().rank() + 1.0, {device()});
+  pg().all_reduce(t);  // and the group goes on
+  expect_close(t, std::vector<double>(4, 3), 0, 0);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(ProcessGroupTest);
+
+// Collectives queued on two devices' queues, interleaved, each device in program order: they
+// must pair up across ranks device by device (Note [MPI communicators]).
+TEST(ProcessGroupDevices, InterleavedCollectivesOnTwoDevicesPairUpPerDevice) {
+  std::vector<Device> cpus;
+  for (Device d : available_devices()) {
+    if (d.is_cpu()) cpus.push_back(d);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPU devices; CTest sets TESSERA_CPU_DEVICES=2";
+  const ProcessGroup& pg = ProcessGroup::init();
+  const Device a = cpus[0], b = cpus[1];
+  std::vector<Tensor> ta, tb;
+  for (int i = 0; i < 8; ++i) {
+    ta.push_back(full({1000}, (pg.rank() + 1) * (i + 1), {a}));
+    tb.push_back(full({10 + i}, (pg.rank() + 1) * -(i + 1), {b}));
+    pg.all_reduce(ta.back());
+    pg.all_reduce(tb.back(), ReduceKind::kMean);
+  }
+  const double ranks_sum = pg.size() * (pg.size() + 1) / 2.0;
+  for (int i = 0; i < 8; ++i) {
+    expect_close(ta[i], std::vector<double>(1000, ranks_sum * (i + 1)), 0, 0);
+    expect_close(tb[i], std::vector<double>(10 + i, -ranks_sum * (i + 1) / pg.size()), 1e-6, 0);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
