@@ -29,7 +29,13 @@ void run_parallel(Context& ctx) {
                     "(TESSERA_CPU_DEVICES=2 tessera bench parallel)");
     return;
   }
-  std::cout << fmt::format("measured: {} ({} and {})\n", mode, first.str(), second.str())
+  std::cout << fmt::format("measured: {} ({} and {})\n", mode, first.str(), second.str());
+  if (first.is_cpu()) {  // each owns half the cores (Note [Devices own their cores])
+    std::cout << fmt::format("  {}: {}\n  {}: {}\n", first.str(),
+                             device_properties(first).details, second.str(),
+                             device_properties(second).details);
+  }
+  std::cout
             << fmt::format("{:>5} {:>12} {:>12} {:>8}\n", "n", "sequential", "parallel",
                            "scaling");
   std::optional<Stream> s1, s2;
