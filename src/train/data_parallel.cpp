@@ -146,6 +146,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     std::vector<const loop::DeviceSums*> parts;
     for (const auto& s : sums) parts.push_back(&s);
     std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts);
+    m.train_seconds = loop::seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {
       const EpochMetrics v = evaluate(task, *val);

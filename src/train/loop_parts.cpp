@@ -18,8 +18,9 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt::format("{:.6g}", v); };
     metrics_file << fmt::format(
         "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
-        "\"val_acc\": {}, \"seconds\": {:.3f}}}\n",
-        m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc), m.seconds);
+        "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}\n",
+        m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc), m.seconds,
+        m.train_seconds);
     metrics_file.flush();
   }
 }

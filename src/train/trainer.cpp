@@ -185,6 +185,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     EpochMetrics m;
     m.epoch = epoch;
     std::tie(m.train_loss, m.train_acc) = sums.read();
+    m.train_seconds = seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {
       const EpochMetrics v = evaluate(task, *val);

@@ -44,6 +44,10 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   ASSERT_EQ(history.size(), 3u);
   EXPECT_LT(history.back().train_loss, history.front().train_loss);
   EXPECT_GT(history.back().val_acc, 0.9);
+  for (const EpochMetrics& m : history) {
+    EXPECT_GT(m.train_seconds, 0.0);
+    EXPECT_LE(m.train_seconds, m.seconds);  // the validation pass comes after
+  }
   EXPECT_EQ(trainer.step_losses().numel(), 3 * train_data.batches());
   EXPECT_EQ(trainer.step_losses().device(), cpu());
   EXPECT_NEAR(trainer.step_losses().to_vector<double>().back(), history.back().train_loss, 0.5);

@@ -27,8 +27,8 @@ struct TrainerOptions {
   double gradient_clip_val = 0;  ///< clip the global gradient norm to this when > 0
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
   bool progress = true;
-  /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds);
-  /// empty: none.
+  /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds,
+  /// train_seconds); empty: none.
   std::filesystem::path metrics_path;
   /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
   /// the first GPU chosen by num_gpus, else the CPU.
@@ -91,7 +91,8 @@ struct EpochMetrics {
   int epoch = 0;  ///< 1-based
   double train_loss = 0, train_acc = 0;
   double val_loss = 0, val_acc = 0;  ///< NaN without validation data
-  double seconds = 0;
+  double seconds = 0;        ///< the whole epoch, validation included
+  double train_seconds = 0;  ///< the pass over the training data alone (throughput)
 };
 
 class Trainer {

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Issue 12's targets for data-parallel training on logical CPU devices, in one run.
+
+Each configuration trains on Fashion-MNIST for --epochs epochs; the first is warm-up and the
+rest give the time of the training pass alone (metrics' train_seconds). Configurations run
+in turn, --reps times, and the table shows medians, so a noisy moment hits all of them:
+
+  one    1 logical device that owns 1 core        TESSERA_CPU_DEVICES=1 TESSERA_CPU_THREADS=1
+  two    2 logical devices that own 1 core each   TESSERA_CPU_DEVICES=2 TESSERA_CPU_THREADS=1
+  ddp    PyTorch DDP, gloo, 2 processes of 1 thread (bench/peers/pytorch_ddp.py), when
+         .bench-venv exists (bench/peers/torch-env)
+  queue  cpu:1 of 2 with its work queue, against the same without (TESSERA_CPU_ASYNC=0):
+         the cost of the queues (target: within 10%)
+
+  python3 bench/data_parallel.py [--reps 5] [--epochs 3] [--models mlp lenet]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "build", "tools", "tessera")
+PEER_PY = os.path.join(ROOT, ".bench-venv", "bin", "python")
+
+
+def tessera_epochs(model, epochs, env, devices):
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
+        cmd = [TOOL, "train", "--model", model, "--epochs", str(epochs), "--quiet",
+               "--metrics", metrics.name] + devices
+        subprocess.run(cmd, env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(line) for line in open(metrics.name)]
+    return [r["train_seconds"] for r in rows[1:]]
+
+
+def ddp_epochs(model, epochs):
+    out = subprocess.run([PEER_PY, os.path.join(ROOT, "bench", "peers", "pytorch_ddp.py"),
+                          "--model", model, "--epochs", str(epochs), "--world", "2"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [r["train_seconds"] for r in rows[1:]]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--models", nargs="+", default=["mlp", "lenet"])
+    args = p.parse_args()
+    have_peer = os.path.exists(PEER_PY)
+    configs = {
+        "one": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "1",
+                                                         "TESSERA_CPU_THREADS": "1"},
+                                        ["--device", "cpu:0"]),
+        "two": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "2",
+                                                         "TESSERA_CPU_THREADS": "1"},
+                                        ["--devices", "cpu:0,cpu:1"]),
+        "queue": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "2"},
+                                          ["--device", "cpu:1"]),
+        "inline": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "2",
+                                                            "TESSERA_CPU_ASYNC": "0"},
+                                           ["--device", "cpu:1"]),
+    }
+    if have_peer:
+        configs["ddp"] = lambda m: ddp_epochs(m, args.epochs)
+    times = {(m, c): [] for m in args.models for c in configs}
+    for rep in range(args.reps):
+        for m in args.models:
+            for c, run in configs.items():
+                epoch_times = run(m)
+                times[(m, c)].append(statistics.median(epoch_times))
+                print(f"rep {rep + 1} {m:5} {c:6} {times[(m, c)][-1]:.3f} s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print("| model | 1 device, 1 core (s) | 2 devices, 1 core each (s) | throughput x "
+          "(target >= 1.8) | PyTorch DDP 2x1 (s) | tessera/DDP time (target <= 0.5) | "
+          "cpu:1 queued (s) | inline (s) | queued/inline (target <= 1.10) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m in args.models:
+        one, two, ddp = med[(m, "one")], med[(m, "two")], med.get((m, "ddp"))
+        queued, inline = med[(m, "queue")], med[(m, "inline")]
+        peer = ["", ""] if ddp is None else [f"{ddp:.3f}", f"{two / ddp:.2f}"]
+        cells = [m, f"{one:.3f}", f"{two:.3f}", f"{one / two:.2f}", *peer,
+                 f"{queued:.3f}", f"{inline:.3f}", f"{queued / inline:.2f}"]
+        print("| " + " | ".join(cells) + " |")
+    print(f"\nmedians of {args.reps} runs, each the median of epochs 2..{args.epochs}'s "
+          "training pass", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
