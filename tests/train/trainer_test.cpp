@@ -44,7 +44,7 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   ASSERT_EQ(history.size(), 3u);
   EXPECT_LT(history.back().train_loss, history.front().train_loss);
   EXPECT_GT(history.back().val_acc, 0.9);
-  for (const EpochMetrics& m : history) {
+  for (const train::EpochMetrics& m : history) {
     EXPECT_GT(m.train_seconds, 0.0);
     EXPECT_LE(m.train_seconds, m.seconds);  // the validation pass comes after
   }
