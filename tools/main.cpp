@@ -7,6 +7,7 @@
 #include "info_command.h"
 #include "train_command.h"
 #include "tessera/error.h"
+#include "tessera/process_group.h"
 #include "tessera/version.h"
 
 int main(int argc, char** argv) {
@@ -21,8 +22,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const tessera::Error& e) {
+  } catch (const std::exception& e) {
     std::cerr << "tessera: " << e.what() << "\n";
+    // Under mpirun, the other ranks would wait for this one forever: end them all now.
+    tessera::ProcessGroup::abort_world(1);
     return 1;
   }
   if (app.get_subcommands().empty()) {  // bare `tessera`: say what it can do

@@ -1,5 +1,6 @@
 #include "train_command.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -41,14 +42,16 @@ std::vector<Device> parse_devices(const std::string& list) {
 }
 
 // "cpu" or "cpu:0, cpu:1 data-parallel, 128 images per device per step".
-std::string describe_devices(const std::vector<Device>& devices, std::int64_t batch) {
-  if (devices.size() == 1) return devices.front().str();
+std::string describe_devices(const std::vector<Device>& devices, int ranks, std::int64_t batch) {
   std::string names;
   for (Device d : devices) names += (names.empty() ? "" : ", ") + d.str();
-  const auto k = static_cast<std::int64_t>(devices.size());
+  const auto k = static_cast<std::int64_t>(devices.size()) * ranks;
+  if (k == 1) return names;
   const std::string share = batch % k == 0 ? std::to_string(batch / k)
                                            : fmt::format("{}-{}", batch / k, batch / k + 1);
-  return fmt::format("{} data-parallel, {} images per device per step", names, share);
+  if (ranks == 1) return fmt::format("{} data-parallel, {} images per device per step", names, share);
+  return fmt::format("{} on each of {} ranks (mpirun), data-parallel, {} images per device per step",
+                     names, ranks, share);
 }
 
 // Built on the training device directly: no initialization on the host first.
@@ -74,14 +77,27 @@ void run_train(const TrainArgs& a) {
                                 .progress = !a.quiet,
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt};
+  // Under mpirun with several ranks, one model trains across them (Note [Data-parallel
+  // steps]); each rank takes its own GPU by default (one process per GPU).
+  const bool ranks = ProcessGroup::launched_size() > 1;
   if (!a.devices.empty()) {
     options.devices = parse_devices(a.devices);
   } else if (!a.device.empty()) {
     options.device = Device::parse(a.device);
   } else if (a.num_gpus < 0) {
-    options.device = try_gpu();  // the default: the first GPU, else the CPU
+    options.device = ranks ? try_gpu(ProcessGroup::local_rank() % std::max(num_gpus(), 1))
+                           : try_gpu();  // the default: the first GPU, else the CPU
+  }
+  const ProcessGroup* group = nullptr;
+  if (ranks) {
+    const bool on_gpus = !options.devices.empty() ? options.devices.front().is_cuda()
+                         : options.device         ? options.device->is_cuda()
+                                                  : options.num_gpus > 0 && num_gpus() > 0;
+    group = &ProcessGroup::init(on_gpus ? ProcessBackend::kNccl : ProcessBackend::kMpi);
+    options.process_group = group;
   }
   train::Trainer trainer(options);
+  const bool lead = group == nullptr || group->rank() == 0;  // prints and writes files
 
   // Built by factories, so data-parallel training can make a replica per device.
   const std::string model_name = a.model;
@@ -98,11 +114,16 @@ void run_train(const TrainArgs& a) {
     nn::load_checkpoint(net, a.load);
     std::cout << "loaded " << a.load << "\n";
   }
-  std::cout << fmt::format("training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {})\n",
-                           a.model, describe_devices(trainer.devices(), a.batch_size), a.epochs,
-                           a.batch_size, a.lr, a.momentum, a.seed);
+  const int world = group != nullptr ? group->size() : 1;
+  if (lead) {
+    std::cout << fmt::format(
+        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {})\n", a.model,
+        describe_devices(trainer.devices(), world, a.batch_size), a.epochs, a.batch_size, a.lr,
+        a.momentum, a.seed);
+  }
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
+  if (!lead) return;  // rank 0 reports and writes the files
   for (const auto& m : history) {
     std::cout << fmt::format(
         "epoch {:>2}: train loss {:.4f}, train acc {:.4f}, test loss {:.4f}, test acc {:.4f} "

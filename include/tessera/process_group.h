@@ -35,6 +35,18 @@ class ProcessGroup {
   /// The group init() made for `backend`. Throws Error when init() has not been called.
   static ProcessGroup& world(ProcessBackend backend = ProcessBackend::kMpi);
 
+  /// How many ranks a launcher (mpirun) started this program with, read from the
+  /// environment without starting MPI: 1 without a launcher, 0 when it does not say.
+  static int launched_size();
+  /// This process's index among the ranks on its machine (0 without a launcher): the GPU a
+  /// one-process-per-GPU program takes.
+  static int local_rank();
+
+  /// After an error on this rank: ends every rank of the world at once (MPI_Abort, which
+  /// mpirun reports with this rank's number) so that none waits for this one forever.
+  /// Returns when no world of two or more processes was joined.
+  static void abort_world(int code);
+
   /// This process's index in the world, 0 .. size() - 1.
   int rank() const { return rank_; }
   /// How many processes the world has (1 without a launcher).

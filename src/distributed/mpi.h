@@ -28,6 +28,9 @@ World mpi_join(int lanes, bool queue_threads);
 // Finalizes MPI when mpi_join initialised it and nothing has finalized it yet; every
 // collective must have returned. Never throws.
 void mpi_leave();
+// After an error on this rank, ends every rank of the world (MPI_Abort) so that none waits
+// for this one forever; returns when no world of two or more was joined.
+void mpi_abort(int code);
 // "Open MPI v4.1.4, ..." (MPI_Get_library_version's first line).
 std::string mpi_library_version();
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "distributed/launcher.h"
 #include "distributed/mpi.h"
 #include "distributed/mpi_internal.h"
 
@@ -53,14 +54,6 @@ const char* thread_level_name(int level) {
     default:
       return "MPI_THREAD_MULTIPLE";
   }
-}
-
-// The world size a launcher put in the environment (mpirun, MPICH's hydra), 0 without one.
-int launcher_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (const char* v = std::getenv(name); v != nullptr) return std::atoi(v);
-  }
-  return std::getenv("PMIX_RANK") != nullptr ? -1 : 0;  // PMIx: launched, size unknown
 }
 
 MPI_Comm duplicate_world() {
@@ -143,6 +136,14 @@ void mpi_leave() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (s.initialised_here && finalized == 0) MPI_Finalize();
+}
+
+void mpi_abort(int code) {
+  State& s = state();
+  // No lock: another thread may hold it, blocked in a collective with a rank that is gone.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (s.joined && s.world.size > 1 && finalized == 0) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 std::string mpi_library_version() {

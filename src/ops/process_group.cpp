@@ -18,6 +18,7 @@
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
+#include "distributed/launcher.h"
 #include "distributed/mpi.h"
 
 namespace tessera {
@@ -137,6 +138,15 @@ void run(const ProcessGroup& pg, CollectiveKind kind, const Tensor& in, const Te
 const char* process_backend_name(ProcessBackend backend) {
   return backend == ProcessBackend::kMpi ? "mpi" : "nccl";
 }
+
+int ProcessGroup::launched_size() {
+  const int size = distributed::launcher_size();
+  return size == 0 ? 1 : std::max(size, 0);
+}
+
+int ProcessGroup::local_rank() { return distributed::launcher_local_rank(); }
+
+void ProcessGroup::abort_world(int code) { distributed::mpi_abort(code); }
 
 ProcessGroup& ProcessGroup::init(ProcessBackend backend) {
   Groups& g = groups();

@@ -10,6 +10,7 @@
 #include "tessera/optim/clip.h"
 #include "train/gradient_reducer.h"
 #include "train/loop_parts.h"
+#include "train/rank_checks.h"
 
 // Note [Data-parallel steps]
 // Replica r gets rows [o_r, o_r + s_r) of each batch of B (s_r = B / k, the first B % k
@@ -62,6 +63,14 @@ void check_same_parameters(const std::vector<std::pair<std::string, Tensor>>& fi
 std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& train,
                                                 data::DataLoader* val) {
   const std::size_t k = devices_.size();
+  // Across processes: this rank's replicas are global replicas rank*k .. rank*k + k - 1.
+  const ProcessGroup* group =
+      options_.process_group != nullptr && options_.process_group->size() > 1
+          ? options_.process_group
+          : nullptr;
+  const std::size_t ranks = group != nullptr ? static_cast<std::size_t>(group->size()) : 1;
+  const std::size_t rank = group != nullptr ? static_cast<std::size_t>(group->rank()) : 0;
+  const bool lead = rank == 0;  // prints and writes files
   std::vector<std::unique_ptr<Task>> owned;
   std::vector<Task*> tasks{&task};
   for (std::size_t r = 1; r < k; ++r) {
@@ -78,26 +87,44 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     check_same_parameters(named, tasks[r]->model().named_parameters(), r);
     params.push_back(tasks[r]->model().parameters());
   }
-  // Every replica starts from replica 0's values (parameters and buffers).
-  for (std::size_t i = 0; i < params[0].size(); ++i) {
-    std::vector<Tensor> group;
-    for (std::size_t r = 0; r < k; ++r) group.push_back(params[r][i]);
+  if (group != nullptr) {
+    check_ranks_agree(*group,
+                      {.batch_size = train.options().batch_size,
+                       .batches = train.batches(),
+                       .max_epochs = options_.max_epochs,
+                       .gradient_clip_val = options_.gradient_clip_val},
+                      named);
+  }
+  // Every replica starts from rank 0's replica 0's values (parameters and buffers).
+  const auto start_from_first = [&](const std::vector<Tensor>& one_per_replica) {
     NoGradGuard no_grad;
-    broadcast(group);
+    if (group != nullptr) group->broadcast(one_per_replica[0], 0);
+    if (k > 1) broadcast(one_per_replica);
+  };
+  for (std::size_t i = 0; i < params[0].size(); ++i) {
+    std::vector<Tensor> same;
+    for (std::size_t r = 0; r < k; ++r) same.push_back(params[r][i]);
+    start_from_first(same);
   }
   const auto buffers = task.model().buffers();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    std::vector<Tensor> group;
-    for (std::size_t r = 0; r < k; ++r) group.push_back(tasks[r]->model().buffers()[i]);
-    broadcast(group);
+    std::vector<Tensor> same;
+    for (std::size_t r = 0; r < k; ++r) same.push_back(tasks[r]->model().buffers()[i]);
+    start_from_first(same);
   }
-  GradientReducer reducer(params, [](const std::vector<Tensor>& flat) { all_reduce(flat); });
+  // Sums over this process's devices, then over the ranks, then back to every device.
+  GradientReducer reducer(params, [group, k](const std::vector<Tensor>& flat) {
+    if (k > 1) all_reduce(flat);
+    if (group == nullptr) return;
+    group->all_reduce(flat[0]);
+    if (k > 1) broadcast(flat);
+  });
 
   const std::int64_t steps = static_cast<std::int64_t>(options_.max_epochs) * train.batches();
   std::vector<Tensor> logs;  // each replica's share of each step's loss
   for (std::size_t r = 0; r < k; ++r) logs.push_back(zeros({steps}, devices_[r]));
   std::ofstream metrics_file;
-  if (!options_.metrics_path.empty()) {
+  if (!options_.metrics_path.empty() && lead) {
     metrics_file.open(options_.metrics_path);
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
@@ -111,13 +138,16 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       tasks[r]->model().train();
       sums.emplace_back(devices_[r]);
     }
-    loop::Progress progress(options_.progress, epoch, options_.max_epochs, train.batches());
+    loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     for (const data::Batch& b : train) {
       const std::int64_t batch = b.y.size(0);
-      const std::vector<std::int64_t> sizes = shard_sizes(batch, k);
-      std::vector<StepResult> results;
+      const std::vector<std::int64_t> all_sizes = shard_sizes(batch, ranks * k);
       std::int64_t offset = 0;
+      for (std::size_t g = 0; g < rank * k; ++g) offset += all_sizes[g];
+      const std::vector<std::int64_t> sizes(all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
+                                            all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
+      std::vector<StepResult> results;
       for (std::size_t r = 0; r < k; ++r) {
         const data::Batch shard{b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])};
         offset += sizes[r];
@@ -145,7 +175,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     m.epoch = epoch;
     std::vector<const loop::DeviceSums*> parts;
     for (const auto& s : sums) parts.push_back(&s);
-    std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts);
+    std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts, group);
     m.train_seconds = loop::seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {
@@ -155,11 +185,13 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     }
     m.seconds = loop::seconds_since(start);
     history.push_back(m);
-    loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
+    loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
+                       metrics_file);
   }
   AllowSync deliberate;  // each replica's log, moved in one piece
   Tensor total = logs[0].narrow(0, 0, step).cpu();
   for (std::size_t r = 1; r < k; ++r) total = total + logs[r].narrow(0, 0, step).cpu();
+  if (group != nullptr) group->all_reduce(total);  // each rank logged its shards' share
   step_losses_ = total;
   return history;
 }

@@ -2,6 +2,7 @@
 // Parts of the training loop shared by the one-device and the data-parallel fit: the
 // progress bar, the metric sums kept on the device (Note [Metrics on the device] in
 // trainer.cpp), and the per-epoch report.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -70,21 +71,28 @@ struct DeviceSums {
   }
   // The one read of a pass: mean loss and accuracy.
   std::pair<double, double> read() const { return average({this}); }
-  // The same over several devices' sums (data-parallel replicas): one read per device.
-  static std::pair<double, double> average(const std::vector<const DeviceSums*>& parts) {
+  // The same over several devices' sums (data-parallel replicas): one read per device; and
+  // over every rank of `group` when given (one small all-reduce).
+  static std::pair<double, double> average(const std::vector<const DeviceSums*>& parts,
+                                           const ProcessGroup* group = nullptr) {
     AllowSync deliberate;
-    double loss_sum = 0, correct_sum = 0;
-    std::int64_t n = 0;
-    bool any_correct = false;
+    double loss_sum = 0, correct_sum = 0, n = 0, any_correct = 0;
     for (const DeviceSums* p : parts) {
       loss_sum += p->loss.item<double>();
       if (p->has_correct) correct_sum += static_cast<double>(p->correct.item<std::int64_t>());
-      any_correct = any_correct || p->has_correct;
-      n += p->examples;
+      any_correct = any_correct + (p->has_correct ? 1 : 0);
+      n += static_cast<double>(p->examples);
     }
-    const double count = static_cast<double>(std::max<std::int64_t>(n, 1));
+    if (group != nullptr) {
+      const Tensor all = from_vector(std::vector<double>{loss_sum, correct_sum, n, any_correct},
+                                     {4}, {kFloat64, cpu()});
+      group->all_reduce(all);
+      const std::vector<double> v = all.to_vector<double>();
+      loss_sum = v[0], correct_sum = v[1], n = v[2], any_correct = v[3];
+    }
+    const double count = std::max(n, 1.0);
     return {loss_sum / count,
-            any_correct ? correct_sum / count : std::numeric_limits<double>::quiet_NaN()};
+            any_correct > 0 ? correct_sum / count : std::numeric_limits<double>::quiet_NaN()};
   }
 };
 

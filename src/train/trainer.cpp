@@ -145,7 +145,8 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 }
 
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
-  if (devices_.size() > 1) return fit_replicas(task, train, val);
+  const bool ranks = options_.process_group != nullptr && options_.process_group->size() > 1;
+  if (devices_.size() > 1 || ranks) return fit_replicas(task, train, val);
   nn::Module& model = task.model();
   optim::Optimizer& opt = task.optimizer();
   prepare_model(model);

@@ -15,6 +15,7 @@
 #include "tessera/device.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
+#include "tessera/process_group.h"
 
 namespace tessera::train {
 
@@ -33,6 +34,12 @@ struct TrainerOptions {
   /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
   /// the first GPU chosen by num_gpus, else the CPU.
   std::optional<Device> device;
+  /// Also train across the processes of this group (ranks started by mpirun; see
+  /// process_group.h), when it has more than one: every rank calls fit with the same options,
+  /// model and data, and each global batch of batch_size examples is split over all ranks'
+  /// devices (Note [Data-parallel steps]). Only rank 0 prints and writes the metrics file.
+  /// nullptr: this process alone.
+  const ProcessGroup* process_group = nullptr;
   /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
   /// model is replicated on each (Task::replicate, values broadcast from the first), each
   /// batch is split across them, the gradients are summed with collectives, and every
@@ -111,7 +118,8 @@ class Trainer {
   /// Trains task.model() for max_epochs on `train`, validating on `val` after each epoch
   /// when given; returns each epoch's metrics (also printed and written per options). With
   /// several devices, throws Error for a batch smaller than the number of devices and for
-  /// replicas whose parameters differ in names or shapes.
+  /// replicas whose parameters differ in names or shapes; across processes, also for ranks
+  /// whose models or options differ (naming the difference, on every rank).
   std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train, data::DataLoader* val = nullptr);
 
   /// Every training step's loss of the last fit(), float32 on the CPU.

@@ -1,0 +1,69 @@
+#include "train/rank_checks.h"
+
+#include <bit>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "tessera/factories.h"
+#include "tessera/sync_guard.h"
+
+namespace tessera::train {
+namespace {
+
+// Every rank's `mine`, all of one length, rank after rank (read on the host: a start-up
+// exchange, not a training step).
+std::vector<std::int64_t> gather(const ProcessGroup& group, const std::vector<std::int64_t>& mine) {
+  const Tensor t = from_vector(mine, {static_cast<std::int64_t>(mine.size())}, {kInt64, cpu()});
+  const Tensor all = group.all_gather(t);
+  AllowSync deliberate;
+  return all.to_vector<std::int64_t>();
+}
+
+std::int64_t fingerprint(const std::string& name, const Tensor& t) {
+  const std::string text = fmt::format("{}|{}|{}", name, dtype_name(t.dtype()), t.shape().str());
+  return static_cast<std::int64_t>(std::hash<std::string>{}(text));
+}
+
+}  // namespace
+
+void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
+                       const std::vector<std::pair<std::string, Tensor>>& params) {
+  const std::vector<std::int64_t> mine = {
+      facts.batch_size, facts.batches, facts.max_epochs,
+      std::bit_cast<std::int64_t>(facts.gradient_clip_val),
+      static_cast<std::int64_t>(params.size())};
+  const char* names[] = {"batch size", "batches per epoch", "epochs", "gradient clip value",
+                         "parameter count"};
+  const std::vector<std::int64_t> all = gather(group, mine);
+  const std::size_t n = mine.size();
+  for (std::size_t r = 1; r < all.size() / n; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t first = all[i], other = all[r * n + i];
+      if (first == other) continue;
+      const bool clip = i == 3;
+      throw Error(fmt::format(
+          "[Trainer] rank {}'s {} is {} but rank 0's is {}; every rank must run the same "
+          "training (same command-line options and data)",
+          r, names[i], clip ? fmt::format("{}", std::bit_cast<double>(other)) : std::to_string(other),
+          clip ? fmt::format("{}", std::bit_cast<double>(first)) : std::to_string(first)));
+    }
+  }
+  std::vector<std::int64_t> prints;
+  for (const auto& [name, t] : params) prints.push_back(fingerprint(name, t));
+  if (prints.empty()) return;
+  const std::vector<std::int64_t> every = gather(group, prints);
+  for (std::size_t r = 1; r < every.size() / prints.size(); ++r) {
+    for (std::size_t i = 0; i < prints.size(); ++i) {
+      if (every[r * prints.size() + i] == every[i]) continue;
+      const auto& [name, t] = params[i];
+      throw Error(fmt::format(
+          "[Trainer] rank {}'s parameter {} differs in name, dtype or shape from rank 0's "
+          "(on rank {} it is '{}' {} {}); every rank must build the same model",
+          r, i, group.rank(), name, dtype_name(t.dtype()), t.shape().str()));
+    }
+  }
+}
+
+}  // namespace tessera::train

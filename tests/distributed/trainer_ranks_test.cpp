@@ -1,0 +1,128 @@
+// The Trainer across ranks (run under mpirun -np 2, see tests/CMakeLists.txt): 2 ranks each
+// with a share of batch B end with the parameters of one process with batch B, for SGD with
+// momentum and Adam, with and without clipping, on the plain CPU or on both logical CPU
+// devices of each rank; only rank 0 writes the metrics file; ranks that would train
+// different things are refused on every rank.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::expect_throw_with;
+
+std::pair<Tensor, Tensor> random_images(std::int64_t n) {
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 8 * 8));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  std::uint32_t s = 12345;
+  for (auto& p : pixels) p = static_cast<std::uint8_t>((s = s * 1103515245u + 12345u) >> 24);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 4);
+  return {from_vector(pixels, {n, 8, 8}), from_vector(labels, {n})};
+}
+
+struct TrainRun {
+  bool conv = false, adam = false;
+  double clip = 0;
+  std::int64_t batch = 7;
+  int hidden = 16;
+  std::vector<Device> devices;  // empty: cpu()
+  const ProcessGroup* group = nullptr;
+  std::filesystem::path metrics;
+};
+
+std::vector<std::vector<double>> train(const TrainRun& run) {
+  const auto [images, labels] = random_images(25);  // batches of 7, 7, 7, 4: uneven over 2 or 4 devices
+  data::DataLoader loader(images, labels, {.batch_size = run.batch, .seed = 5});
+  manual_seed(0);
+  train::Classifier task(
+      [&run]() -> std::shared_ptr<nn::Module> {
+        if (run.conv) {
+          return std::make_shared<nn::Sequential>(nn::Conv2d(1, 3, 3, {.padding = {1, 1}}),
+                                                  nn::Sigmoid(), nn::AvgPool2d(2), nn::Flatten(),
+                                                  nn::Linear(48, 4));
+        }
+        return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, run.hidden),
+                                                nn::ReLU(), nn::Linear(run.hidden, 4));
+      },
+      [&run](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+        if (run.adam) return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01});
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+      });
+  train::TrainerOptions o{.max_epochs = 3, .gradient_clip_val = run.clip, .progress = false,
+                          .metrics_path = run.metrics};
+  o.devices = run.devices;
+  o.process_group = run.group;
+  train::Trainer(o).fit(task, loader);
+  AllowSync deliberate;  // the test's own read
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+  return out;
+}
+
+void expect_same(const std::vector<std::vector<double>>& got,
+                 const std::vector<std::vector<double>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t p = 0; p < got.size(); ++p) {
+    ASSERT_EQ(got[p].size(), want[p].size());
+    for (std::size_t i = 0; i < got[p].size(); ++i) {
+      EXPECT_NEAR(got[p][i], want[p][i], 2e-4 * (1 + std::abs(want[p][i]))) << "param " << p;
+    }
+  }
+}
+
+class TrainerRanks : public ::testing::Test {
+ protected:
+  static const ProcessGroup& group() { return ProcessGroup::init(); }
+  // Both logical CPU devices of this rank when there are two, else the plain CPU.
+  static std::vector<Device> local_devices() {
+    if (num_cpu_devices() >= 2) return {cpu(0), cpu(1)};
+    return {};
+  }
+};
+
+TEST_F(TrainerRanks, RanksEndWhereOneProcessEnds) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  for (const bool conv : {false, true}) {
+    for (const bool adam : {false, true}) {
+      for (const double clip : {0.0, 0.05}) {
+        SCOPED_TRACE(fmt::format("conv {} adam {} clip {}", conv, adam, clip));
+        const TrainRun alone{.conv = conv, .adam = adam, .clip = clip};
+        TrainRun ranks = alone;
+        ranks.group = &group();
+        ranks.devices = local_devices();
+        expect_same(train(ranks), train(alone));
+      }
+    }
+  }
+}
+
+TEST_F(TrainerRanks, OnlyRankZeroWritesTheMetricsFile) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("tessera_ranks_{}", getppid());  // mpirun's pid: shared
+  std::filesystem::create_directories(dir);
+  const auto mine = dir / fmt::format("metrics_rank{}.jsonl", group().rank());
+  std::filesystem::remove(mine);
+  train({.group = &group(), .metrics = mine});
+  EXPECT_EQ(std::filesystem::exists(mine), group().rank() == 0);
+}
+
+TEST_F(TrainerRanks, RanksThatWouldTrainDifferentThingsAreRefusedOnEveryRank) {
+  const int rank = group().rank();
+  expect_throw_with<Error>(
+      [&] { train({.batch = rank == 0 ? 7 : 8, .group = &group()}); },
+      {"[Trainer] rank 1's batch size is 8 but rank 0's is 7", "same training"});
+  expect_throw_with<Error>(
+      [&] { train({.hidden = rank == 0 ? 16 : 12, .group = &group()}); },
+      {"[Trainer] rank 1's parameter 0 differs in name, dtype or shape from rank 0's",
+       rank == 0 ? "(on rank 0 it is '1.weight' float32 [16, 64])"
+                 : "(on rank 1 it is '1.weight' float32 [12, 64])",
+       "same model"});
+}
+
+}  // namespace
+}  // namespace tessera
