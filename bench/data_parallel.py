@@ -11,6 +11,8 @@ in turn, --reps times, and the table shows medians, so a noisy moment hits all o
          .bench-venv exists (bench/peers/torch-env)
   queue  cpu:1 of 2 with its work queue, against the same without (TESSERA_CPU_ASYNC=0):
          the cost of the queues (target: within 10%)
+  rank1  mpirun -np 1, 1 thread (OMP_NUM_THREADS=1), the plain CPU
+  rank2  mpirun -np 2, 1 thread each, bound to a core each (issue 13's target)
 
   python3 bench/data_parallel.py [--reps 5] [--epochs 3] [--models mlp lenet]
 """
@@ -32,6 +34,18 @@ def tessera_epochs(model, epochs, env, devices):
         cmd = [TOOL, "train", "--model", model, "--epochs", str(epochs), "--quiet",
                "--metrics", metrics.name] + devices
         subprocess.run(cmd, env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(line) for line in open(metrics.name)]
+    return [r["train_seconds"] for r in rows[1:]]
+
+
+def ranks_epochs(model, epochs, np):
+    """`np` ranks of 1 thread each on the plain CPU, launched by mpirun."""
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
+        cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "core",
+               "-x", "OMP_NUM_THREADS=1", TOOL, "train", "--model", model, "--epochs",
+               str(epochs), "--quiet", "--metrics", metrics.name, "--device", "cpu"]
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(line) for line in open(metrics.name)]
     return [r["train_seconds"] for r in rows[1:]]
 
@@ -63,6 +77,8 @@ def main():
         "inline": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "2",
                                                             "TESSERA_CPU_ASYNC": "0"},
                                            ["--device", "cpu:1"]),
+        "rank1": lambda m: ranks_epochs(m, args.epochs, 1),
+        "rank2": lambda m: ranks_epochs(m, args.epochs, 2),
     }
     if have_peer:
         configs["ddp"] = lambda m: ddp_epochs(m, args.epochs)
@@ -85,6 +101,13 @@ def main():
         cells = [m, f"{one:.3f}", f"{two:.3f}", f"{one / two:.2f}", *peer,
                  f"{queued:.3f}", f"{inline:.3f}", f"{queued / inline:.2f}"]
         print("| " + " | ".join(cells) + " |")
+    print("\n| model | 1 rank of 1 core (s) | 2 ranks of 1 core (s) | throughput x (target >= 1.8) "
+          "| PyTorch DDP 2x1 (s) | tessera 2 ranks / DDP time (target <= 0.5) |")
+    print("|---|---|---|---|---|---|")
+    for m in args.models:
+        one, two, ddp = med[(m, "rank1")], med[(m, "rank2")], med.get((m, "ddp"))
+        peer = ["", ""] if ddp is None else [f"{ddp:.3f}", f"{two / ddp:.2f}"]
+        print("| " + " | ".join([m, f"{one:.3f}", f"{two:.3f}", f"{one / two:.2f}", *peer]) + " |")
     print(f"\nmedians of {args.reps} runs, each the median of epochs 2..{args.epochs}'s "
           "training pass", file=sys.stderr)
 

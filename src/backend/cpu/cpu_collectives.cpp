@@ -1,8 +1,10 @@
 // Collectives across logical CPU devices, run on the devices' own queues. See
 // Note [CPU collectives].
+#include <algorithm>
 #include <barrier>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/dispatch.h"
@@ -38,18 +40,40 @@ T* data_of(const Tensor& t) {
   return reinterpret_cast<T*>(impl_of(t).data());
 }
 
+// out[e] = sum (or mean) over i of in[i][e], for e in [begin, end), where any out may be an
+// in: block by block through a buffer, so every element is read before any is written, and
+// the loops over a block vectorize (the pointers are loaded once, not per element).
+template <typename T>
+void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, std::int64_t begin,
+                  std::int64_t end, bool mean) {
+  constexpr std::int64_t kBlock = 2048;
+  const auto k = static_cast<int>(in.size());
+  T acc[kBlock];
+  for (std::int64_t b = begin; b < end; b += kBlock) {
+    const std::int64_t len = std::min(kBlock, end - b);
+    std::copy(in[0] + b, in[0] + b + len, acc);
+    for (int i = 1; i < k; ++i) {
+      const T* src = in[i] + b;
+      for (std::int64_t e = 0; e < len; ++e) acc[e] += src[e];
+    }
+    if (mean) {
+      for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<T>(acc[e] / static_cast<T>(k));
+    }
+    for (T* dst : out) std::copy(acc, acc + len, dst + b);
+  }
+}
+
 template <typename T>
 void run_chunk(const CollectiveCall& call, int j) {
   const int k = static_cast<int>(call.inputs.size());
+  std::vector<const T*> in;
+  for (const Tensor& t : call.inputs) in.push_back(data_of<T>(t));
   switch (call.kind) {
     case CollectiveKind::kAllReduce: {
       const Chunk c = chunk_of(call.inputs[0].numel(), k, j);
-      for (std::int64_t e = c.begin; e < c.end; ++e) {
-        T acc = T(0);
-        for (int i = 0; i < k; ++i) acc += data_of<T>(call.inputs[i])[e];
-        if (call.mean) acc = static_cast<T>(acc / static_cast<T>(k));
-        for (int i = 0; i < k; ++i) data_of<T>(call.outputs[i])[e] = acc;
-      }
+      std::vector<T*> out;
+      for (const Tensor& t : call.outputs) out.push_back(data_of<T>(t));
+      reduce_range(in, out, c.begin, c.end, call.mean);
       break;
     }
     case CollectiveKind::kBroadcast: {
@@ -69,13 +93,10 @@ void run_chunk(const CollectiveCall& call, int j) {
     }
     case CollectiveKind::kReduceScatter: {
       const std::int64_t n = call.outputs[j].numel();
-      T* out = data_of<T>(call.outputs[j]);
-      for (std::int64_t e = 0; e < n; ++e) {
-        T acc = T(0);
-        for (int i = 0; i < k; ++i) acc += data_of<T>(call.inputs[i])[j * n + e];
-        if (call.mean) acc = static_cast<T>(acc / static_cast<T>(k));
-        out[e] = acc;
-      }
+      // Rows [j*n, (j+1)*n) of the sum land at the start of output j.
+      std::vector<const T*> rows;
+      for (const T* p : in) rows.push_back(p + j * n);
+      reduce_range(rows, {data_of<T>(call.outputs[j])}, 0, n, call.mean);
       break;
     }
   }
