@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include "support/device_test.h"
+#include "support/random_images.h"
 
 namespace tessera {
 namespace {
 
 using testing::DeviceTest;
 using testing::expect_throw_with;
+using testing::random_images;
 
 class DataParallel : public DeviceTest {
  protected:
@@ -22,15 +24,6 @@ class DataParallel : public DeviceTest {
     return g;
   }
 };
-
-std::pair<Tensor, Tensor> random_images(std::int64_t n) {
-  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 8 * 8));
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  std::uint32_t s = 12345;
-  for (auto& p : pixels) p = static_cast<std::uint8_t>((s = s * 1103515245u + 12345u) >> 24);
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 4);
-  return {from_vector(pixels, {n, 8, 8}), from_vector(labels, {n})};
-}
 
 std::shared_ptr<nn::Module> make_net(bool conv) {
   if (conv) {

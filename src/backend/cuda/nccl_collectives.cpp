@@ -100,27 +100,12 @@ bool reduces(CollectiveKind kind) {
 }
 
 ncclDataType_t nccl_dtype(Dtype dtype, CollectiveKind kind) {
-  switch (dtype) {
-    case kFloat32:
-      return ncclFloat32;
-    case kFloat64:
-      return ncclFloat64;
-    case kInt32:
-      return ncclInt32;
-    case kInt64:
-      return ncclInt64;
-    case kUInt8:
-      return ncclUint8;
-    case kBool:
-      // Bytes of 0 and 1 copy exactly, but their sum is not a bool.
-      TESSERA_CHECK(!reduces(kind), DtypeError,
-                    "[{}] cannot sum bool tensors across devices: the sum of bools is not a bool. "
-                    "Convert them first (.to(kInt32)), or use broadcast or all_gather",
-                    op_name(kind));
-      return ncclUint8;
-  }
-  TESSERA_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
-  return ncclUint8;
+  // Bytes of 0 and 1 copy exactly, but their sum is not a bool.
+  TESSERA_CHECK(dtype != kBool || !reduces(kind), DtypeError,
+                "[{}] cannot sum bool tensors across devices: the sum of bools is not a bool. "
+                "Convert them first (.to(kInt32)), or use broadcast or all_gather",
+                op_name(kind));
+  return cuda::nccl_data_type(dtype);
 }
 
 // A communicator with an asynchronous error hangs in its next collective: say so instead.

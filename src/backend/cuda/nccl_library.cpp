@@ -153,4 +153,21 @@ void throw_nccl_error(ncclResult_t status, const char* call, const char* file, i
                           lib.version_string(), hint));
 }
 
+ncclDataType_t nccl_data_type(Dtype dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return ncclFloat32;
+    case kFloat64:
+      return ncclFloat64;
+    case kInt32:
+      return ncclInt32;
+    case kInt64:
+      return ncclInt64;
+    case kUInt8:
+    case kBool:
+      return ncclUint8;
+  }
+  throw Error(fmt::format("[nccl] internal error: unknown dtype {}", static_cast<int>(dtype)));
+}
+
 }  // namespace tessera::detail::cuda

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "tessera/dtype.h"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -88,6 +89,9 @@ struct NcclLibrary {
 // process). Throws DeviceError, naming what was tried and how to install NCCL, when no
 // libnccl can be opened, a symbol is missing or the version is older than 2.0.
 const NcclLibrary& nccl_library();
+
+// NCCL's type for a tessera dtype; bool moves as bytes (callers refuse to reduce bools).
+ncclDataType_t nccl_data_type(Dtype dtype);
 
 // Makes the device that was current at construction current again. NCCL switches devices
 // inside its calls, and CudaBackend::activate assumes the device it set last is current.

@@ -61,24 +61,6 @@ ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size) {
   return pc;
 }
 
-ncclDataType_t nccl_type(Dtype dtype) {
-  switch (dtype) {
-    case kFloat32:
-      return ncclFloat32;
-    case kFloat64:
-      return ncclFloat64;
-    case kInt32:
-      return ncclInt32;
-    case kInt64:
-      return ncclInt64;
-    case kUInt8:
-    case kBool:  // moved as bytes; the front end refuses to reduce bools
-      return ncclUint8;
-  }
-  TESSERA_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
-  return ncclUint8;
-}
-
 }  // namespace
 
 void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
@@ -87,7 +69,7 @@ void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
   const int device = call.input.device().index();
   cudaStream_t stream = activate(device);
   ProcessComm& pc = comm_for(nccl, device, call.rank, call.size);
-  const ncclDataType_t type = nccl_type(call.input.dtype());
+  const ncclDataType_t type = cuda::nccl_data_type(call.input.dtype());
   const bool avg = call.mean && is_floating(call.input.dtype()) && nccl.has_avg();
   const void* in = impl_of(call.input).data();
   void* out = impl_of(call.output).data();
