@@ -69,6 +69,10 @@ Tensor from_vector(const std::vector<T>& data, TensorOptions options = {}) {
   return from_vector(data, Shape{static_cast<std::int64_t>(data.size())}, options);
 }
 
+/// The n x m identity (ones on the main diagonal; m = n when negative), float32 unless told,
+/// made on the device (no copy from the host). Error for a negative n.
+Tensor eye(std::int64_t n, std::int64_t m = -1, TensorOptions options = {});
+
 /// Uninitialized values.
 Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});

@@ -85,6 +85,14 @@ Tensor norm(const Tensor& a);
 /// shapes when the inner sizes differ.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
+// ---- diagonals ----
+/// For a 1-D tensor of n values, the n x n matrix with them on its diagonal; for a 2-D
+/// tensor, its main diagonal (min(rows, cols) values). Differentiable. ShapeError for
+/// another rank.
+Tensor diag(const Tensor& a);
+/// The sum of a 2-D tensor's main diagonal, as a 0-dim tensor. ShapeError for another rank.
+Tensor trace(const Tensor& a);
+
 // ---- normalization ----
 /// softmax and log_softmax along `dim`, numerically stable (max subtracted first).
 Tensor softmax(const Tensor& a, int dim);

@@ -110,6 +110,36 @@ class Tensor {
   Tensor expand(const Shape& shape) const;
   Tensor flatten(int start_dim = 0, int end_dim = -1) const;
 
+  // ---- method forms of the ops in ops.h, as LibTorch writes them: x.sum() is sum(x),
+  //      x.matmul(y) is matmul(x, y); same checks, errors and devices ----
+  Tensor sum() const;
+  Tensor sum(const std::vector<int>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int>& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor max(const std::vector<int>& dims, bool keepdim = false) const;
+  Tensor min() const;
+  Tensor min(const std::vector<int>& dims, bool keepdim = false) const;
+  Tensor argmax() const;
+  Tensor argmax(int dim, bool keepdim = false) const;
+  Tensor argmin() const;
+  Tensor argmin(int dim, bool keepdim = false) const;
+  Tensor norm() const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor pow(double exponent) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor softmax(int dim) const;
+  Tensor log_softmax(int dim) const;
+  Tensor diag() const;
+  Tensor trace() const;
+
   // ---- reading on the host (waits for the device; counted as a host wait and a
   //      device-to-host copy when the device is not the host) ----
   /// The single element, converted to T. Throws ShapeError unless numel() == 1.
