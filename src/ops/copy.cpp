@@ -12,10 +12,33 @@ namespace tessera {
 using detail::check_defined;
 using detail::make_tensor;
 
+namespace {
+
+// A copy of t on `device`, named in errors and the graph after the call the user made
+// (`to`, `cpu`, `cuda`, `copy_to`, `clone`).
+Tensor copy_named(const Tensor& t, Device device, const std::source_location& where,
+                  const char* op) {
+  check_defined(t, op);
+  Tensor out = make_tensor(t.shape(), t.dtype(), device, op);
+  const bool grad = detail::needs_grad(t);
+  detail::copy_data(t, out, where);
+  if (grad) detail::record_copy(op, t, out);
+  return out;
+}
+
+// to(device) under the caller's name: the tensor itself when it is already there (no copy,
+// no allocation: the book's `is Z`).
+Tensor move_named(const Tensor& t, Device device, const std::source_location& where,
+                  const char* op) {
+  check_defined(t, op);
+  if (device == t.device()) return t;
+  return copy_named(t, device, where, op);
+}
+
+}  // namespace
+
 Tensor Tensor::to(Device device, std::source_location where) const {
-  check_defined(*this, "to");
-  if (device == this->device()) return *this;  // no copy, no allocation: the book's `is Z`
-  return copy_to(device, where);
+  return move_named(*this, device, where, "to");
 }
 
 Tensor Tensor::to(Dtype dtype) const {
@@ -32,18 +55,19 @@ Tensor Tensor::to(Device device, Dtype dtype, std::source_location where) const 
 }
 
 Tensor Tensor::copy_to(Device device, std::source_location where) const {
-  check_defined(*this, "copy_to");
-  Tensor out = make_tensor(shape(), dtype(), device, "copy_to");
-  const bool grad = detail::needs_grad(*this);
-  detail::copy_data(*this, out, where);
-  if (grad) detail::record_copy("copy_to", *this, out);
-  return out;
+  return copy_named(*this, device, where, "copy_to");
 }
 
-Tensor Tensor::cpu(std::source_location where) const { return to(tessera::cpu(), where); }
-Tensor Tensor::cuda(int index) const { return to(gpu(index)); }
+Tensor Tensor::cpu(std::source_location where) const {
+  return move_named(*this, tessera::cpu(), where, "cpu");
+}
+Tensor Tensor::cuda(int index) const {
+  return move_named(*this, gpu(index), std::source_location::current(), "cuda");
+}
 
-Tensor Tensor::clone() const { return copy_to(device()); }
+Tensor Tensor::clone() const {
+  return copy_named(*this, device(), std::source_location::current(), "clone");
+}
 
 Tensor Tensor::contiguous() const {
   check_defined(*this, "contiguous");

@@ -75,6 +75,18 @@ TEST(Device, MissingGpuErrorSaysWhy) {
 #endif
 }
 
+// A copy to a device that is not there is blamed on the call the user made.
+TEST(Device, CopyErrorsNameTheCallTheUserMade) {
+  const Tensor t = ones({2});
+  const Device missing = cpu(num_cpu_devices());
+  expect_throw_with<DeviceError>([&] { (void)t.to(missing); }, {"[to] device cpu:"});
+  expect_throw_with<DeviceError>([&] { (void)t.copy_to(missing); }, {"[copy_to] device cpu:"});
+  if (num_gpus() == 0) {
+    expect_throw_with<DeviceError>([&] { (void)t.cuda(0); }, {"[cuda] device cuda:0"});
+    expect_throw_with<DeviceError>([&] { (void)t.to(gpu(0)); }, {"[to] device cuda:0"});
+  }
+}
+
 TEST(Device, MissingCpuDeviceErrorSaysHowToSplit) {
   const int n = num_cpu_devices();
   if (has_logical_cpu_devices()) {
