@@ -100,7 +100,7 @@ class TempFile {
     struct stat st {};
     const bool replaces = ::stat(target.c_str(), &st) == 0;
     if (replaces && !S_ISREG(st.st_mode)) {
-      fail("save_safetensors", target, io::file_kind(st.st_mode) + ", not a regular file; "
+      fail("save_safetensors", target, "it is " + io::file_kind(st.st_mode) + ", not a regular file; "
            "choose the path of a file to write");
     }
 #ifdef O_TMPFILE

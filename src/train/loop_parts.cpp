@@ -39,7 +39,7 @@ void check_finite(const EpochMetrics& m, bool has_val) {
                 "NaN or infinite). Stopped; the model's parameters are probably not finite. Try a "
                 "lower learning rate (--lr), gradient clipping (--clip), or a smaller batch",
                 m.epoch, train_bad ? "mean training" : "validation",
-                train_bad ? m.train_loss : m.val_loss);
+                std::isnan(train_bad ? m.train_loss : m.val_loss) ? "NaN" : "infinite");
 }
 
 }  // namespace tessera::train::loop
