@@ -1,10 +1,16 @@
 #include "train_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -54,6 +60,51 @@ std::string describe_devices(const std::vector<Device>& devices, int ranks, std:
                      names, ranks, share);
 }
 
+// Refuses an output path that cannot be written, before any training: `flag` names the
+// option. Checks the directory exists and is writable and that the path is not a directory.
+void check_output_path(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  const fs::file_status dir_status = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    throw IOError(fmt::format("[train] {} '{}': cannot look up its directory '{}': {}. Choose "
+                              "another path", flag, path, dir.string(), ec.message()));
+  }
+  if (!fs::is_directory(dir_status)) {
+    throw IOError(fmt::format("[train] {} '{}': the directory '{}' does not exist; create it "
+                              "(mkdir -p {}) or choose another path. Nothing was trained",
+                              flag, path, dir.string(), dir.string()));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw IOError(fmt::format("[train] {} '{}': cannot write in the directory '{}': {}. Choose "
+                              "another path. Nothing was trained",
+                              flag, path, dir.string(), std::strerror(errno)));
+  }
+  if (fs::is_directory(fs::status(p, ec))) {
+    throw IOError(fmt::format("[train] {} '{}' is a directory; give a file name inside it. "
+                              "Nothing was trained", flag, path));
+  }
+}
+
+// Every output file is checked before the first epoch, so a typo never throws a trained
+// model away.
+void check_outputs(const TrainArgs& a) {
+  if (!a.plot.empty()) {
+    const std::string ext = std::filesystem::path(a.plot).extension().string();
+    if (ext != ".svg" && ext != ".png") {
+      throw Error(fmt::format("[train] --plot '{}': charts are written as .svg or .png, got "
+                              "'{}'; name the file .svg or .png. Nothing was trained",
+                              a.plot, ext));
+    }
+  }
+  check_output_path("--save", a.save);
+  check_output_path("--plot", a.plot);
+  check_output_path("--metrics", a.metrics);
+}
+
 // Built on the training device directly: no initialization on the host first.
 nn::Sequential make_model(const std::string& name, Device device) {
   if (name == "softmax") return nn::models::softmax_regression(device);
@@ -98,6 +149,7 @@ void run_train(const TrainArgs& a) {
   }
   train::Trainer trainer(options);
   const bool lead = group == nullptr || group->rank() == 0;  // prints and writes files
+  if (lead) check_outputs(a);  // before the first epoch; the other ranks write nothing
 
   // Built by factories, so data-parallel training can make a replica per device.
   const std::string model_name = a.model;
@@ -130,18 +182,35 @@ void run_train(const TrainArgs& a) {
         "({:.2f} s)\n",
         m.epoch, m.train_loss, m.train_acc, m.val_loss, m.val_acc, m.seconds);
   }
-  if (!a.plot.empty()) {
+  // Each output is written even when another fails; then the failures end the run.
+  std::vector<std::string> failed;
+  auto write_output = [&](const std::string& flag, const std::string& path,
+                          const std::function<void()>& write) {
+    if (path.empty()) return;
+    try {
+      write();
+    } catch (const std::exception& e) {
+      failed.push_back(fmt::format("{} {}: {}", flag, path, e.what()));
+    }
+  };
+  write_output("--plot", a.plot, [&] {
     train::plot_history(history, a.plot, trainer.step_losses(),
                         fmt::format("{} on Fashion-MNIST ({})", a.model, trainer.device().str()));
     std::cout << "plotted " << a.plot << "\n";
-  }
+  });
   const train::EpochMetrics test = trainer.evaluate(task, test_data);
   std::cout << fmt::format("test loss {:.4f}, test accuracy {:.4f}\n", test.val_loss, test.val_acc);
-  if (!a.save.empty()) {
+  write_output("--save", a.save, [&] {
     nn::save_checkpoint(net, a.save,
                         {{"model", a.model}, {"epochs", std::to_string(a.epochs)},
                          {"test_accuracy", fmt::format("{:.4f}", test.val_acc)}});
     std::cout << "saved " << a.save << "\n";
+  });
+  if (!failed.empty()) {
+    std::string list;
+    for (const std::string& f : failed) list += "\n  " + f;
+    throw IOError(fmt::format("[train] {} of the outputs could not be written (the others "
+                              "were):{}", failed.size(), list));
   }
 }
 

@@ -48,6 +48,13 @@ class IOError : public Error {
   using Error::Error;
 };
 
+/// A value that must be finite is NaN or infinite: a training run whose loss diverged, or
+/// parameters holding such values where a checkpoint would be written.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A broken invariant inside tessera: a bug in tessera, never in the caller's code.
 /// Deliberately not a tessera::Error, so user-error handlers do not swallow it.
 class InternalError : public std::logic_error {

@@ -14,13 +14,26 @@
 
 namespace tessera {
 
+struct SafetensorsSaveOptions {
+  /// false: refuse float tensors holding NaN or infinity (NonFiniteError naming the tensor;
+  /// the file is left as it was). save_safetensors allows them by default, as the format
+  /// does; nn::save_checkpoint refuses them by default.
+  bool allow_non_finite = true;
+};
+
 /// Writes `tensors` (any devices; each is read to the host once, a deliberate transfer the
-/// ledger counts) and string `metadata`. Atomic: the file is written beside `path` under a
-/// temporary name, flushed to disk and renamed over `path`, so a crash never leaves a
-/// truncated checkpoint where a good one was. Throws IOError naming the path and the
-/// system's reason when it cannot write, Error for an empty or "__metadata__" name.
+/// ledger counts) and string `metadata`. Atomic (Note [Saving atomically] in safetensors.cpp):
+/// on Linux the data is written to an unnamed file beside `path`, flushed to disk and only
+/// then named and renamed over `path`, so a crash or a kill never leaves a truncated
+/// checkpoint where a good one was, nor a temporary file behind. A new file gets mode
+/// 0666 & ~umask; a file replaced keeps its mode. A symbolic link is followed: the file it
+/// points to is replaced atomically and the link stays a link. Throws IOError naming the path
+/// and the system's reason when it cannot write (or `path` is a directory, a FIFO...), Error
+/// for an empty or "__metadata__" name and for a tensor name or metadata key or value that is
+/// not valid UTF-8 (the message escapes its bytes), NonFiniteError as `options` say.
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const SafetensorsSaveOptions& options = {});
 
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
@@ -30,7 +43,8 @@ struct SafetensorsFile {
 /// Reads every tensor of a safetensors file onto `device`. The whole header is checked
 /// before any data is read: a truncated or corrupt file, overlapping or out-of-range byte
 /// ranges, sizes that disagree with shapes, or a dtype tessera does not hold (it holds
-/// BOOL, U8, I32, I64, F32, F64) throw IOError naming the file and the problem.
+/// BOOL, U8, I32, I64, F32, F64) throw IOError naming the file and the problem; so does a
+/// path that is not a regular file (a FIFO, a directory), refused before it is opened.
 SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device = cpu());
 
 }  // namespace tessera

@@ -5,16 +5,18 @@
 
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "io/files.h"
 #include "tessera/data/idx.h"
 #include "tessera/ops.h"
 
 namespace tessera::data {
 namespace {
 
-// The IDX file `stem`, gzipped (as Debian ships it) or not.
+// The IDX file `stem`, gzipped (as Debian ships it) or not. Looked up with stat, so an
+// unreadable, looping or too-long path is an IOError with the system's reason.
 std::filesystem::path find_file(const std::filesystem::path& dir, const std::string& stem) {
   for (const std::string& name : {stem + ".gz", stem}) {
-    if (std::filesystem::exists(dir / name)) return dir / name;
+    if (io::exists(dir / name, "load_fashion_mnist")) return dir / name;
   }
   throw IOError(fmt::format(
       "[load_fashion_mnist] '{}' has no {}.gz (or {}); install Debian's dataset-fashion-mnist "

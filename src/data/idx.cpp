@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "io/files.h"
 
 namespace tessera::data {
 namespace {
@@ -42,6 +43,7 @@ void read_exactly(gzFile f, void* dst, std::size_t bytes, const std::filesystem:
 }  // namespace
 
 Tensor read_idx(const std::filesystem::path& path) {
+  io::require_regular_file(path, "read_idx");  // a FIFO would block gzread for ever
   std::unique_ptr<gzFile_s, GzCloser> file(gzopen(path.c_str(), "rb"));
   if (!file) fail(path, std::string("cannot open it: ") + std::strerror(errno));
   gzFile f = file.get();

@@ -3,10 +3,14 @@
 #include "tessera/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
+#include <chrono>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +23,7 @@
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
+#include "io/files.h"
 
 namespace tessera {
 namespace {
@@ -53,46 +58,102 @@ std::string system_reason() { return std::strerror(errno); }
 
 // ---- writing ----
 
-// A file descriptor closed on every path, and a temporary file removed unless released.
+// Note [Saving atomically]
+// The data goes to a file with no name (O_TMPFILE) in the target's directory: a process
+// killed while writing leaves nothing behind. Once written and fsynced, the file is linked
+// in under a temporary name (linkat through /proc/self/fd, as linkat cannot replace a file)
+// and renamed over the target (rename is atomic), then the directory is fsynced. Only a kill
+// in the microseconds between linkat and rename can leave a "*.tmp-XXXXXX" file. Where
+// O_TMPFILE is unsupported (some file systems, kernels before 3.11) or /proc is absent, the
+// file is written under a temporary name from the start (mkstemp) and removed on any error.
+// A new file gets the mode of any created file (0666 & ~umask); a file replaced keeps its
+// mode. A symbolic link is followed: the file it points to is replaced, the link stays.
+
+// The file that `path` names after following symbolic links (the link itself is kept);
+// `path` itself when it is no link or does not exist.
+std::filesystem::path follow_links(const std::filesystem::path& path) {
+  std::filesystem::path p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::error_code ec;
+    const std::filesystem::path next = std::filesystem::read_symlink(p, ec);
+    if (ec) fail("save_safetensors", path, "cannot read the symbolic link '" + p.string() + "': " + ec.message());
+    p = next.is_absolute() ? next : p.parent_path() / next;
+  }
+  fail("save_safetensors", path, "too many levels of symbolic links; point it at a file");
+}
+
+mode_t current_umask() {
+  const mode_t mask = ::umask(0);  // the only portable way to read it: set it back at once
+  ::umask(mask);
+  return mask;
+}
+
+// A file descriptor closed on every path, and a named temporary file removed unless
+// committed (Note [Saving atomically]).
 class TempFile {
  public:
-  explicit TempFile(const std::filesystem::path& target) {
-    std::string pattern = target.string() + ".tmp-XXXXXX";
-    name_.assign(pattern.begin(), pattern.end());
-    name_.push_back('\0');
-    fd_ = ::mkstemp(name_.data());
-    if (fd_ < 0) fail("save_safetensors", target, "cannot create a temporary file beside it: " + system_reason());
+  // `target` has its links followed already.
+  explicit TempFile(const std::filesystem::path& target) : target_(target) {
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    struct stat st {};
+    const bool replaces = ::stat(target.c_str(), &st) == 0;
+    if (replaces && !S_ISREG(st.st_mode)) {
+      fail("save_safetensors", target, "it is " + io::file_kind(st.st_mode) + ", not a regular file; "
+           "choose the path of a file to write");
+    }
+#ifdef O_TMPFILE
+    fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);  // 0666 & ~umask
+    if (fd_ >= 0 && ::access("/proc/self/fd", X_OK) != 0) {  // no way to link it in
+      ::close(fd_);
+      fd_ = -1;
+    }
+#endif
+    if (fd_ < 0) {
+      std::string pattern = target.string() + ".tmp-XXXXXX";
+      name_.assign(pattern.begin(), pattern.end());
+      name_.push_back('\0');
+      fd_ = ::mkstemp(name_.data());  // mode 0600: set below
+      if (fd_ < 0) fail("save_safetensors", target, "cannot create a temporary file beside it: " + system_reason());
+      named_ = true;
+    }
+    const mode_t mode = replaces ? (st.st_mode & 07777) : (0666 & ~current_umask());
+    if ((replaces || named_) && ::fchmod(fd_, mode) != 0) {
+      fail("save_safetensors", target, "cannot set the file's mode: " + system_reason());
+    }
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(name_.data());
+    if (named_ && !committed_) ::unlink(name_.data());
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
 
-  void write(const void* data, std::size_t bytes, const std::filesystem::path& target) {
+  void write(const void* data, std::size_t bytes) {
     const char* p = static_cast<const char*>(data);
     while (bytes > 0) {
       const ssize_t n = ::write(fd_, p, bytes);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("save_safetensors", target, "write failed: " + system_reason());
+      if (n <= 0) fail("save_safetensors", target_, "write failed: " + system_reason());
       p += n;
       bytes -= static_cast<std::size_t>(n);
     }
   }
-  // fsync, close, rename over `target`, fsync the directory: the new file is durable and
-  // replaces the old one in one step.
-  void commit(const std::filesystem::path& target) {
-    if (::fsync(fd_) != 0) fail("save_safetensors", target, "fsync failed: " + system_reason());
+  // fsync, name it, close, rename over the target, fsync the directory: the new file is
+  // durable and replaces the old one in one step.
+  void commit() {
+    if (::fsync(fd_) != 0) fail("save_safetensors", target_, "fsync failed: " + system_reason());
+    if (!named_) link_in();
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) fail("save_safetensors", target, "close failed: " + system_reason());
-    if (std::rename(name_.data(), target.c_str()) != 0) {
-      fail("save_safetensors", target, "cannot rename the temporary file over it: " + system_reason());
+    if (::close(fd) != 0) fail("save_safetensors", target_, "close failed: " + system_reason());
+    if (std::rename(name_.data(), target_.c_str()) != 0) {
+      fail("save_safetensors", target_, "cannot rename the temporary file over it: " + system_reason());
     }
     committed_ = true;
-    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
       ::fsync(dfd);  // best effort: some file systems refuse fsync on directories
       ::close(dfd);
@@ -100,10 +161,85 @@ class TempFile {
   }
 
  private:
-  std::vector<char> name_;
+  // Gives the unnamed file a fresh temporary name beside the target.
+  void link_in() {
+    const std::string proc = fmt::format("/proc/self/fd/{}", fd_);
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const unsigned salt = static_cast<unsigned>(::getpid()) * 2654435761u ^
+                            counter.fetch_add(1) * 40503u ^
+                            static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+      const std::string name = fmt::format("{}.tmp-{:06x}", target_.string(), salt & 0xffffff);
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        name_.assign(name.begin(), name.end());
+        name_.push_back('\0');
+        named_ = true;
+        return;
+      }
+      if (errno != EEXIST) break;
+    }
+    fail("save_safetensors", target_, "cannot link the written file in beside it: " + system_reason());
+  }
+
+  std::filesystem::path target_;
+  std::vector<char> name_;  // the temporary name, NUL-terminated, once it has one
   int fd_ = -1;
-  bool committed_ = false;
+  bool named_ = false, committed_ = false;
 };
+
+// Where `s` stops being UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
+// U+10FFFF), or npos when all of it is.
+std::size_t invalid_utf8_at(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (b < 0x80) len = 1;
+    else if (b >= 0xc2 && b <= 0xdf) len = 2;
+    else if (b >= 0xe0 && b <= 0xef) len = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
+    else if (b >= 0xf0 && b <= 0xf4) len = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
+    else return i;
+    if (i + len > s.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xbf)) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+// `s` for a message: printable ASCII as it is, every other byte as \xNN.
+std::string escaped(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0x20 && b < 0x7f && b != '\\') out += ch;
+    else out += fmt::format("\\x{:02x}", b);
+  }
+  return out;
+}
+
+// JSON text is UTF-8: a name or metadata string that is not is refused, naming it.
+void check_utf8(std::string_view s, const std::string& what, const std::filesystem::path& path) {
+  const std::size_t at = invalid_utf8_at(s);
+  TESSERA_CHECK(at == std::string_view::npos, Error,
+                "[save_safetensors] '{}': {} '{}' is not valid UTF-8 (byte {} is 0x{:02x}); a "
+                "safetensors header is JSON text, so names and metadata must be UTF-8: convert "
+                "or rename it", path.string(), what, escaped(s), at, static_cast<unsigned char>(s[at]));
+}
+
+// The first NaN or infinity in `n` floats, or -1.
+template <typename T>
+std::int64_t first_non_finite(const char* bytes, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+    if (!std::isfinite(v)) return static_cast<std::int64_t>(i);
+  }
+  return -1;
+}
 
 // ---- reading ----
 
@@ -240,13 +376,19 @@ void check_bool_bytes(const Tensor& host, const std::string& name,
 }  // namespace
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata,
+                      const SafetensorsSaveOptions& options) {
+  for (const auto& [key, value] : metadata) {
+    check_utf8(key, "metadata key", path);
+    check_utf8(value, "the value of metadata key '" + escaped(key) + "'", path);
+  }
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     TESSERA_CHECK(!name.empty() && name != "__metadata__", Error,
                   "[save_safetensors] '{}' cannot name a tensor", name);
+    check_utf8(name, "tensor name", path);
     detail::check_defined(t, "save_safetensors", name.c_str());
     std::vector<std::int64_t> shape(t.shape().begin(), t.shape().end());
     header[name] = {{"dtype", safetensors_name(t.dtype())},
@@ -259,20 +401,32 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
 
-  TempFile file(path);
-  file.write(len_bytes, 8, path);
-  file.write(text.data(), text.size(), path);
+  TempFile file(follow_links(path));
+  file.write(len_bytes, 8);
+  file.write(text.data(), text.size());
   std::vector<char> host;
   for (const auto& [name, t] : tensors) {
     host.resize(t.nbytes());
     detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors", std::source_location::current());
-    file.write(host.data(), host.size(), path);
+    if (!options.allow_non_finite && (t.dtype() == kFloat32 || t.dtype() == kFloat64)) {
+      const auto n = static_cast<std::size_t>(t.numel());
+      const std::int64_t bad = t.dtype() == kFloat32 ? first_non_finite<float>(host.data(), n)
+                                                     : first_non_finite<double>(host.data(), n);
+      TESSERA_CHECK(bad < 0, NonFiniteError,
+                    "[save_safetensors] '{}': tensor '{}' holds a non-finite value (NaN or "
+                    "infinity) at element {} of {}; nothing was written and the file is as it "
+                    "was. A diverged training run? Lower the learning rate or clip the "
+                    "gradients, or pass allow_non_finite to save such values anyway",
+                    path.string(), escaped(name), bad, n);
+    }
+    file.write(host.data(), host.size());
   }
-  file.commit(path);
+  file.commit();
 }
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device) {
   detail::check_device(device, "load_safetensors");
+  io::require_regular_file(path, "load_safetensors");  // a FIFO would block the read for ever
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("load_safetensors", path, "cannot open it: " + system_reason());
   const Header h = read_header(in, path);

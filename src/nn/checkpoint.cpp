@@ -6,8 +6,9 @@
 namespace tessera::nn {
 
 void save_checkpoint(const Module& module, const std::filesystem::path& path,
-                     const std::map<std::string, std::string>& metadata) {
-  save_safetensors(path, module.state_dict(), metadata);
+                     const std::map<std::string, std::string>& metadata,
+                     bool allow_non_finite) {
+  save_safetensors(path, module.state_dict(), metadata, {.allow_non_finite = allow_non_finite});
 }
 
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path) {

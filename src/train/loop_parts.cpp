@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/check.h"
+
 namespace tessera::train::loop {
 
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
@@ -15,7 +17,7 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
     std::fprintf(stderr, " (%.2f s)\n", m.seconds);
   }
   if (metrics_file.is_open()) {
-    auto num = [](double v) { return std::isnan(v) ? std::string("null") : fmt::format("{:.6g}", v); };
+    auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null"); };
     metrics_file << fmt::format(
         "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
         "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}\n",
@@ -23,6 +25,21 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
         m.train_seconds);
     metrics_file.flush();
   }
+  check_finite(m, has_val);
+}
+
+// Note [Divergence on the device]: the step losses are summed on the device and read once
+// per epoch (Note [Metrics on the device]); a NaN or infinity in any step's loss makes that
+// sum non-finite, so one check here sees every step's loss without a host wait per step. On
+// several ranks the sum was reduced over all of them first, so every rank throws the same.
+void check_finite(const EpochMetrics& m, bool has_val) {
+  const bool train_bad = !std::isfinite(m.train_loss);
+  TESSERA_CHECK(!train_bad && !(has_val && std::isnan(m.val_loss)), NonFiniteError,
+                "[Trainer] training diverged in epoch {}: the {} loss is {} (a step's loss became "
+                "NaN or infinite). Stopped; the model's parameters are probably not finite. Try a "
+                "lower learning rate (--lr), gradient clipping (--clip), or a smaller batch",
+                m.epoch, train_bad ? "mean training" : "validation",
+                std::isnan(train_bad ? m.train_loss : m.val_loss) ? "NaN" : "infinite");
 }
 
 }  // namespace tessera::train::loop

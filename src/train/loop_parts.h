@@ -97,7 +97,9 @@ struct DeviceSums {
 };
 
 // Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
-// file (when open).
+// file (when open), then throws NonFiniteError naming the epoch when its training loss (or
+// its validation loss, with validation) is NaN or infinite (check_finite).
+void check_finite(const EpochMetrics& m, bool has_val);
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
                   std::ofstream& metrics_file);
 

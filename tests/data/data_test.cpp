@@ -9,6 +9,7 @@
 #include <set>
 
 #include "support/device_test.h"
+#include "support/fifo.h"
 
 namespace tessera {
 namespace {
@@ -93,6 +94,43 @@ TEST_F(DataFiles, FashionMnistChecksItsFiles) {
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"3 labels for the 2 images"});
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "nowhere"); },
                              {"dataset-fashion-mnist", "TESSERA_DATA_DIR"});
+}
+
+// Every file-system failure is an IOError with the path and the system's reason, never a
+// std::filesystem::filesystem_error escaping to abort the program.
+TEST_F(DataFiles, BadDataDirectoriesAreIOErrors) {
+  fs::create_symlink("loop_b", dir_ / "loop_a");
+  fs::create_symlink("loop_a", dir_ / "loop_b");
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "loop_a"); },
+                             {"[load_fashion_mnist]", "loop_a/train-images-idx3-ubyte.gz",
+                              "Too many levels of symbolic links"});
+  const fs::path too_long = dir_ / std::string(300, 'x');
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(too_long); },
+                             {"[load_fashion_mnist]", "File name too long"});
+  write("plain-file", "not a directory");
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "plain-file"); },
+                             {"[load_fashion_mnist]", "Not a directory"});
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any directory: the unreadable case needs a user";
+  fs::create_directory(dir_ / "locked");
+  fs::permissions(dir_ / "locked", fs::perms::none);
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "locked"); },
+                             {"[load_fashion_mnist]", "Permission denied"});
+  fs::permissions(dir_ / "locked", fs::perms::owner_all);
+}
+
+// A FIFO would block gzread for ever: refused before it is opened, naming what it is.
+TEST_F(DataFiles, FifosAreRefusedNotRead) {
+  ASSERT_TRUE(testing::make_fifo(dir_ / "pipe-idx"));
+  testing::FifoUnblocker unblock(dir_ / "pipe-idx");
+  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "pipe-idx"); },
+                             {"[read_idx]", "pipe-idx' is a FIFO (named pipe), not a regular file"});
+  ASSERT_TRUE(testing::make_fifo(dir_ / "train-images-idx3-ubyte.gz"));
+  testing::FifoUnblocker unblock_images(dir_ / "train-images-idx3-ubyte.gz");
+  write("train-labels-idx1-ubyte.gz", idx({1}, std::string{0}), true);
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
+                             {"train-images-idx3-ubyte.gz' is a FIFO (named pipe)"});
+  fs::create_directory(dir_ / "d");
+  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "d"); }, {"is a directory, not a regular file"});
 }
 
 TEST(FashionMnist, TheInstalledDataSetHasItsSizes) {

@@ -1,13 +1,21 @@
 // safetensors files: round trips on every device, the Python package's fixture, atomic
-// saves, every kind of corrupt file, and module checkpoints.
+// saves (killed ones too), modes and links, every kind of corrupt file or name, FIFOs, and
+// module checkpoints (never of NaN weights unless asked).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <thread>
 
 #include "io/interop_tensors.h"
 #include "support/device_test.h"
+#include "support/fifo.h"
 
 namespace tessera {
 namespace {
@@ -105,6 +113,134 @@ TEST_P(Safetensors, SavingIsAtomic) {
                            {"[save_safetensors] '__metadata__' cannot name a tensor"});
 }
 
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+mode_t mode_of(const fs::path& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// Note [Saving atomically]: a save killed with SIGKILL (by a helper process saving 128 MiB
+// over and over) leaves no temporary file, and the checkpoint whole: the old one or a new one.
+TEST(SafetensorsFiles, AKilledSaveLeavesNothingBehind) {
+  TempDir dir;
+  const fs::path path = dir / "model.safetensors";
+  save_safetensors(path, {{"w", ones({3})}});
+  const std::string good = read_bytes(path);
+  for (const int delay_ms : {150, 400}) {
+    int out[2];
+    ASSERT_EQ(::pipe(out), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // only async-signal-safe calls before exec
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::execl(TESSERA_TEST_SAVE_UNTIL_KILLED, TESSERA_TEST_SAVE_UNTIL_KILLED, path.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    char line[16] = {};
+    ASSERT_GT(::read(out[0], line, sizeof line - 1), 0) << "the helper never started saving";
+    ::close(out[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the helper ended by itself, status " << status;
+    EXPECT_EQ(names_in(dir.path()), std::set<std::string>{"model.safetensors"})
+        << "killed after " << delay_ms << " ms";
+    const SafetensorsFile file = load_safetensors(path);  // whole: it loads
+    const std::int64_t n = file.tensors.at("w").numel();
+    EXPECT_TRUE((n == 3 && read_bytes(path) == good) || n == 32 * 1024 * 1024) << n;
+  }
+}
+
+TEST(SafetensorsFiles, NewFilesFollowTheUmaskAndReplacedFilesKeepTheirMode) {
+  TempDir dir;
+  const mode_t saved_mask = ::umask(022);
+  save_safetensors(dir / "a.safetensors", {{"w", ones({2})}});
+  EXPECT_EQ(mode_of(dir / "a.safetensors"), 0644u);
+  ::umask(027);
+  save_safetensors(dir / "b.safetensors", {{"w", ones({2})}});
+  EXPECT_EQ(mode_of(dir / "b.safetensors"), 0640u);
+  ::umask(077);
+  save_safetensors(dir / "a.safetensors", {{"w", ones({3})}});  // replaces a 0644 file
+  EXPECT_EQ(mode_of(dir / "a.safetensors"), 0644u) << "an existing file keeps its mode";
+  ASSERT_EQ(::chmod((dir / "b.safetensors").c_str(), 0604), 0);
+  save_safetensors(dir / "b.safetensors", {{"w", ones({3})}});
+  EXPECT_EQ(mode_of(dir / "b.safetensors"), 0604u);
+  ::umask(saved_mask);
+  EXPECT_EQ(load_safetensors(dir / "b.safetensors").tensors.at("w").numel(), 3);
+}
+
+// A symbolic link is followed: its target is replaced (atomically) and the link stays.
+TEST(SafetensorsFiles, SavingThroughASymbolicLinkReplacesItsTarget) {
+  TempDir dir;
+  fs::create_directory(dir / "runs");
+  save_safetensors(dir / "runs" / "real.safetensors", {{"w", ones({3})}});
+  fs::create_symlink("runs/real.safetensors", dir / "latest.safetensors");  // relative
+  fs::create_symlink("latest.safetensors", dir / "chain.safetensors");      // link to a link
+  save_safetensors(dir / "chain.safetensors", {{"w", ones({5})}});
+  EXPECT_TRUE(fs::is_symlink(dir / "chain.safetensors"));
+  EXPECT_TRUE(fs::is_symlink(dir / "latest.safetensors"));
+  EXPECT_EQ(load_safetensors(dir / "runs" / "real.safetensors").tensors.at("w").numel(), 5);
+  // A dangling link makes the file it names.
+  fs::create_symlink("runs/new.safetensors", dir / "dangling.safetensors");
+  save_safetensors(dir / "dangling.safetensors", {{"w", ones({2})}});
+  EXPECT_TRUE(fs::is_symlink(dir / "dangling.safetensors"));
+  EXPECT_EQ(load_safetensors(dir / "runs" / "new.safetensors").tensors.at("w").numel(), 2);
+  EXPECT_EQ(names_in(dir / "runs"), (std::set<std::string>{"real.safetensors", "new.safetensors"}));
+  // A loop of links is an IOError, not a hang.
+  fs::create_symlink("loop2", dir / "loop1");
+  fs::create_symlink("loop1", dir / "loop2");
+  expect_throw_with<IOError>([&] { save_safetensors(dir / "loop1", {{"w", ones({2})}}); },
+                             {"[save_safetensors]", "too many levels of symbolic links"});
+}
+
+// A FIFO would block the reader for ever: refused before it is opened.
+TEST(SafetensorsFiles, LoadRefusesAFifoAndADirectory) {
+  TempDir dir;
+  ASSERT_TRUE(testing::make_fifo(dir / "pipe.safetensors"));
+  {
+    testing::FifoUnblocker unblock(dir / "pipe.safetensors");
+    expect_throw_with<IOError>([&] { load_safetensors(dir / "pipe.safetensors"); },
+                               {"[load_safetensors]", "pipe.safetensors' is a FIFO (named pipe), "
+                                                      "not a regular file"});
+  }
+  expect_throw_with<IOError>([&] { load_safetensors(dir.path()); }, {"is a directory, not a regular file"});
+  expect_throw_with<IOError>([&] { save_safetensors(dir / "pipe.safetensors", {{"w", ones({1})}}); },
+                             {"[save_safetensors]", "is a FIFO (named pipe), not a regular file"});
+}
+
+// JSON holds UTF-8 text: other bytes in a name or metadata are a tessera::Error naming the
+// entry, its bytes escaped, and nothing is written.
+TEST(SafetensorsFiles, NamesAndMetadataMustBeUtf8) {
+  TempDir dir;
+  const fs::path path = dir / "t.safetensors";
+  expect_throw_with<Error>(
+      [&] { save_safetensors(path, {{"bad\xff\x01name", ones({1})}}); },
+      {"[save_safetensors]", "tensor name 'bad\\xff\\x01name' is not valid UTF-8 (byte 3 is 0xff)",
+       "must be UTF-8"});
+  expect_throw_with<Error>([&] { save_safetensors(path, {{"w", ones({1})}}, {{"k\xc3", "v"}}); },
+                           {"metadata key 'k\\xc3' is not valid UTF-8 (byte 1 is 0xc3)"});
+  expect_throw_with<Error>(
+      [&] { save_safetensors(path, {{"w", ones({1})}}, {{"note", "\xed\xa0\x80"}}); },  // a surrogate
+      {"the value of metadata key 'note' '\\xed\\xa0\\x80' is not valid UTF-8 (byte 0 is 0xed)"});
+  expect_throw_with<Error>([&] { save_safetensors(path, {{"\xc0\xaf", ones({1})}}); },  // overlong '/'
+                           {"tensor name '\\xc0\\xaf' is not valid UTF-8"});
+  EXPECT_FALSE(fs::exists(path));
+  const std::string name = "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80";  // "café ✓ 😀"
+  save_safetensors(path, {{name, ones({1})}}, {{name, name}});
+  const SafetensorsFile file = load_safetensors(path);
+  EXPECT_TRUE(file.tensors.contains(name));
+  EXPECT_EQ(file.metadata.at(name), name);
+}
+
 TEST_P(Safetensors, CorruptFilesGiveClearErrors) {
   TempDir dir;
   const fs::path p = dir / "bad.safetensors";
@@ -160,6 +296,28 @@ TEST_P(Safetensors, ModuleCheckpointsMoveBetweenDevicesAndRefuseOtherModels) {
   expect_throw_with<ShapeError>([&] { nn::load_checkpoint(wider, path); },
                                 {"0.weight has shape [9, 4] in the module but [8, 4]"});
   EXPECT_EQ(wider.tensor("2.bias").to_vector<double>(), before) << "a failed load changes nothing";
+}
+
+// A diverged run's weights never replace a good checkpoint, unless the caller asks.
+TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
+  TempDir dir;
+  const fs::path path = dir / "net.safetensors";
+  nn::Sequential net(nn::Linear(3, 2, true, device()));
+  nn::save_checkpoint(net, path);
+  const std::string good = read_bytes(path);
+  NoGradGuard no_grad;  // writes into parameters, as an optimizer does
+  net.tensor("0.bias").fill_(std::nan(""));
+  expect_throw_with<NonFiniteError>(
+      [&] { nn::save_checkpoint(net, path); },
+      {"[save_safetensors]", "tensor '0.bias' holds a non-finite value (NaN or infinity) at "
+                             "element 0 of 2; nothing was written and the file is as it was",
+       "allow_non_finite"});
+  EXPECT_EQ(read_bytes(path), good);
+  EXPECT_EQ(names_in(dir.path()), std::set<std::string>{"net.safetensors"});
+  net.tensor("0.bias").fill_(0).narrow(0, 1, 1).fill_(INFINITY);
+  EXPECT_THROW(nn::save_checkpoint(net, path), NonFiniteError);
+  nn::save_checkpoint(net, path, {}, /*allow_non_finite=*/true);
+  EXPECT_TRUE(std::isinf(load_safetensors(path).tensors.at("0.bias").to_vector<double>()[1]));
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Safetensors);

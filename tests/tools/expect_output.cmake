@@ -1,7 +1,7 @@
-# Runs a command and passes only when it exits 0 and its output (stdout and stderr) matches
-# EXPECT and, when given, does not match REJECT. CTest's PASS_REGULAR_EXPRESSION alone would
-# ignore the exit status.
-#   cmake -DEXPECT=<regex> [-DREJECT=<regex>] -P expect_output.cmake -- <command> [args...]
+# Runs a command and passes only when it exits 0 (1 with -DEXIT=1) and its output (stdout and
+# stderr) matches EXPECT and, when given, does not match REJECT. CTest's
+# PASS_REGULAR_EXPRESSION alone would ignore the exit status.
+#   cmake -DEXPECT=<regex> [-DREJECT=<regex>] [-DEXIT=1] -P expect_output.cmake -- <command> [args...]
 set(command "")
 set(after_separator FALSE)
 math(EXPR last "${CMAKE_ARGC} - 1")
@@ -19,8 +19,11 @@ endif()
 execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 message("${out}")
 list(JOIN command " " command)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "'${command}' exited with ${rc}")
+if(NOT DEFINED EXIT OR EXIT STREQUAL "")
+  set(EXIT 0)
+endif()
+if(NOT rc STREQUAL "${EXIT}")
+  message(FATAL_ERROR "'${command}' exited with ${rc}, expected ${EXIT}")
 endif()
 if(NOT out MATCHES "${EXPECT}")
   message(FATAL_ERROR "'${command}' printed nothing matching '${EXPECT}'")

@@ -53,6 +53,23 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   EXPECT_NEAR(trainer.step_losses().to_vector<double>().back(), history.back().train_loss, 0.5);
 }
 
+// Note [Divergence on the device]: a run whose loss becomes NaN stops at the end of that
+// epoch with NonFiniteError, still without a host wait per step.
+TEST_P(TrainerOnDevice, StopsWhenTheLossDiverges) {
+  const auto [images, labels] = quadrant_images(128);
+  data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+  manual_seed(0);
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
+  optim::SGD opt(net.parameters(), {.lr = 1e300});  // infinite in float32: NaN in one step
+  train::Classifier task(net, opt);
+  train::Trainer trainer({.max_epochs = 3, .progress = false, .device = device()});
+  SyncGuard strict(SyncMode::kError);
+  testing::expect_throw_with<NonFiniteError>(
+      [&] { trainer.fit(task, train_data); },
+      {"[Trainer] training diverged in epoch 1: the mean training loss is NaN",
+       "lower learning rate (--lr), gradient clipping (--clip)"});
+}
+
 TEST_P(TrainerOnDevice, AStepCostsItsBatchCopiesAndNothingElse) {
   const auto [images, labels] = quadrant_images(128);
   auto stats_for = [&, images = images, labels = labels](std::int64_t batch) {

@@ -10,9 +10,13 @@
 
 namespace tessera::nn {
 
-/// Saves module.state_dict() atomically, with optional string metadata.
+/// Saves module.state_dict() atomically, with optional string metadata (see
+/// save_safetensors: modes, symbolic links, UTF-8). Refuses parameters or buffers holding NaN
+/// or infinity unless `allow_non_finite`: NonFiniteError naming the tensor, and the file at
+/// `path` is left as it was, so a diverged run never overwrites a good checkpoint.
 void save_checkpoint(const Module& module, const std::filesystem::path& path,
-                     const std::map<std::string, std::string>& metadata = {});
+                     const std::map<std::string, std::string>& metadata = {},
+                     bool allow_non_finite = false);
 
 /// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file is
 /// checked (IOError for a bad file) and then matched against the module (names, shapes and

@@ -119,7 +119,10 @@ class Trainer {
   /// when given; returns each epoch's metrics (also printed and written per options). With
   /// several devices, throws Error for a batch smaller than the number of devices and for
   /// replicas whose parameters differ in names or shapes; across processes, also for ranks
-  /// whose models or options differ (naming the difference, on every rank).
+  /// whose models or options differ (naming the difference, on every rank). Throws
+  /// NonFiniteError naming the epoch when its mean training loss (or validation loss) is NaN
+  /// or infinite: checked once per epoch on the sums already read, so no step waits; every
+  /// rank throws the same. The model is left as the diverged run made it.
   std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train, data::DataLoader* val = nullptr);
 
   /// Every training step's loss of the last fit(), float32 on the CPU.
