@@ -85,7 +85,7 @@ void WorkQueue::wait(std::uint64_t ticket) {
   for (;;) {
     if (ticket < wake_at_.load()) wake_at_.store(ticket);
     if (completed_.load() >= ticket) return;  // after publishing wake_at_: Note [Quiet queues]
-    sleeps_.fetch_add(1, std::memory_order_relaxed);
+    waiter_sleeps_.fetch_add(1, std::memory_order_relaxed);
     work_done_.wait(lock);
   }
 }
@@ -109,7 +109,6 @@ bool WorkQueue::next_task(std::function<void()>& task) {
     lock.lock();
     if (tasks_.empty() && !stopping_) {
       worker_sleeping_ = true;
-      sleeps_.fetch_add(1, std::memory_order_relaxed);
       work_ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
       worker_sleeping_ = false;
     }

@@ -36,9 +36,10 @@ class WorkQueue {
   // since the last synchronize (like a sticky CUDA error, but cleared once reported).
   void synchronize();
 
-  // How often the queue's thread or a waiter went to sleep in the kernel (futex waits),
-  // for tests and benchmarks of Note [Quiet queues].
-  std::uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+  // How often a waiter (wait, synchronize, or a submit held back) went to sleep in the
+  // kernel, for tests of Note [Quiet queues]. The queue's own thread sleeps whenever it
+  // runs dry, which depends on the scheduler, so it is not counted.
+  std::uint64_t waiter_sleeps() const { return waiter_sleeps_.load(std::memory_order_relaxed); }
 
  private:
   void run(const std::function<void()>& on_start);
@@ -58,7 +59,7 @@ class WorkQueue {
   std::atomic<std::uint64_t> completed_{0};
   // The lowest ticket a sleeping waiter waits for (UINT64_MAX: none).
   std::atomic<std::uint64_t> wake_at_{UINT64_MAX};
-  std::atomic<std::uint64_t> sleeps_{0};
+  std::atomic<std::uint64_t> waiter_sleeps_{0};
   std::thread thread_;
 };
 
