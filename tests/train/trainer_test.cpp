@@ -1,5 +1,7 @@
 // The trainer on every device: it learns, keeps its metrics on the device (no host wait
 // and no transfer per step besides the batch), and says when it gets fewer GPUs than asked.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -108,7 +110,9 @@ TEST(Trainer, WritesMetricsAsJsonLines) {
   nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
   optim::SGD opt(net.parameters(), {.lr = 0.1});
   train::Classifier task(net, opt);
-  const auto path = std::filesystem::temp_directory_path() / "tessera_metrics_test.jsonl";
+  // Per process: CTest runs this binary in several configurations at once.
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tessera_metrics_test_" + std::to_string(getpid()) + ".jsonl");
   train::Trainer trainer({.max_epochs = 2, .progress = false, .metrics_path = path});
   trainer.fit(task, loader);
   std::ifstream in(path);
@@ -124,7 +128,10 @@ TEST(Trainer, WritesMetricsAsJsonLines) {
 }
 
 TEST(Trainer, PlotsHistoryAsSvgAndPng) {
-  const auto dir = std::filesystem::temp_directory_path();
+  // Per process: CTest runs this binary in several configurations at once.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tessera_plot_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
   std::vector<train::EpochMetrics> h;
   for (int e = 1; e <= 4; ++e) {
     h.push_back({.epoch = e, .train_loss = 1.0 / e, .train_acc = 0.5, .val_loss = 1.2 / e,
@@ -141,8 +148,7 @@ TEST(Trainer, PlotsHistoryAsSvgAndPng) {
   char sig[8] = {};
   png.read(sig, 8);
   EXPECT_EQ(std::string(sig + 1, 3), "PNG");
-  std::filesystem::remove(dir / "tessera_plot_test.svg");
-  std::filesystem::remove(dir / "tessera_plot_test.png");
+  std::filesystem::remove_all(dir);
   testing::expect_throw_with<Error>([&] { train::plot_history(h, dir / "chart.pdf"); },
                                     {".svg or .png"});
   testing::expect_throw_with<IOError>(
