@@ -176,7 +176,8 @@ void run_train(const TrainArgs& a) {
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
   if (!lead) return;  // rank 0 reports and writes the files
-  for (const auto& m : history) {
+  // Without --quiet the Trainer has already printed each epoch's line (on stderr).
+  for (const auto& m : a.quiet ? history : std::vector<train::EpochMetrics>{}) {
     std::cout << fmt::format(
         "epoch {:>2}: train loss {:.4f}, train acc {:.4f}, test loss {:.4f}, test acc {:.4f} "
         "({:.2f} s)\n",

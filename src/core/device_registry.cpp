@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -22,30 +23,41 @@ CpuDeviceOptions g_options;
 
 constexpr int kMaxThreadsPerDevice = 1024;
 
+// Digits only: " 2", "+2" and "2x" are refused rather than read as 2.
 int parse_count_env(const char* name, const char* text, const char* what, int max) {
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  TESSERA_CHECK(end != text && *end == '\0' && value >= 0 && value <= max, Error,
+  const std::string_view digits(text);
+  const bool plain = !digits.empty() && digits.size() <= 9 &&
+                     digits.find_first_not_of("0123456789") == std::string_view::npos;
+  const long value = plain ? std::strtol(text, nullptr, 10) : -1;
+  TESSERA_CHECK(plain && value <= max, Error,
                 "[configure_cpu_devices] {}='{}' is not a {}; expected an integer from 0 to {}",
                 name, text, what, max);
   return static_cast<int>(value);
 }
 
-// Caller holds g_config_mutex.
+// Caller holds g_config_mutex. Marks the configuration read only once all of it parsed, so
+// a malformed variable throws at every use instead of once and then silently not at all.
 void configure_from_env_locked() {
   if (g_configured) return;
-  g_configured = true;
+  CpuDeviceOptions options;
   if (const char* n = std::getenv("TESSERA_CPU_DEVICES"); n != nullptr && *n != '\0') {
-    g_options.count = parse_count_env("TESSERA_CPU_DEVICES", n, "device count",
-                                      kMaxDevicesPerKind);
+    options.count = parse_count_env("TESSERA_CPU_DEVICES", n, "device count", kMaxDevicesPerKind);
   }
   if (const char* t = std::getenv("TESSERA_CPU_THREADS"); t != nullptr && *t != '\0') {
-    g_options.threads_per_device =
+    options.threads_per_device =
         parse_count_env("TESSERA_CPU_THREADS", t, "thread count", kMaxThreadsPerDevice);
   }
   if (const char* a = std::getenv("TESSERA_CPU_ASYNC"); a != nullptr && *a != '\0') {
-    g_options.async_queues = std::string(a) != "0";
+    const std::string value(a);
+    TESSERA_CHECK(value == "0" || value == "1", Error,
+                  "[configure_cpu_devices] TESSERA_CPU_ASYNC='{}' is not 0 or 1; 1 (the default) "
+                  "gives each logical CPU device its own work queue, 0 runs its ops on the "
+                  "calling thread",
+                  value);
+    options.async_queues = value == "1";
   }
+  g_options = options;
+  g_configured = true;
 }
 
 }  // namespace
