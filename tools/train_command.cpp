@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -217,6 +219,33 @@ void run_train(const TrainArgs& a) {
 
 }  // namespace
 
+namespace {
+
+// Validators that say what was wrong in words (CLI11's ranges print the largest double).
+const CLI::Validator kPositiveFinite(
+    [](std::string& text) -> std::string {
+      const double v = std::strtod(text.c_str(), nullptr);
+      return std::isfinite(v) && v > 0 ? "" : "must be a positive number, got " + text;
+    },
+    "POSITIVE");
+const CLI::Validator kFiniteNonNegative(
+    [](std::string& text) -> std::string {
+      const double v = std::strtod(text.c_str(), nullptr);
+      return std::isfinite(v) && v >= 0 ? "" : "must be a finite number >= 0 (0: off), got " + text;
+    },
+    "NONNEGATIVE");
+const CLI::Validator kNotEmpty(
+    [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+    "TEXT");
+const CLI::Validator kUnsigned(
+    [](std::string& text) -> std::string {
+      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      return digits ? "" : "must be a whole number >= 0, got " + text;
+    },
+    "UINT");
+
+}  // namespace
+
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -235,7 +264,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
-                        ->check(CLI::PositiveNumber)
+                        ->check(kPositiveFinite)
                         ->capture_default_str();
   CLI::Option* momentum =
       cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
@@ -245,6 +274,7 @@ void add_train_command(CLI::App& app) {
                   "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
                   "try_gpu(), the first GPU or else the CPU");
   CLI::Option* device = cmd->get_option("--device");
+  device->check(kNotEmpty);
   CLI::Option* num_gpus =
       cmd->add_option("--num-gpus", a->num_gpus,
                       "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when "
@@ -255,21 +285,28 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--devices", a->devices,
                   "Train data-parallel on these devices of one kind, comma-separated: "
                   "cpu:0,cpu:1 (logical CPU devices) or cuda:0,cuda:1")
+      ->check(kNotEmpty)
       ->excludes(device)
       ->excludes(num_gpus);
   cmd->add_option("--seed", a->seed, "Seed of initialization and shuffling: runs repeat exactly")
+      ->check(kUnsigned)
       ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir,
                   "Directory of the Fashion-MNIST IDX files (default: $TESSERA_DATA_DIR or "
-                  "/usr/share/datasets/fashion-mnist)");
-  cmd->add_option("--save", a->save, "Write the trained parameters to this safetensors file");
-  cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file");
-  cmd->add_option("--metrics", a->metrics, "Write per-epoch metrics as JSON lines to this file");
+                  "/usr/share/datasets/fashion-mnist)")
+      ->check(kNotEmpty);
+  cmd->add_option("--save", a->save, "Write the trained parameters to this safetensors file")
+      ->check(kNotEmpty);
+  cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file")
+      ->check(kNotEmpty);
+  cmd->add_option("--metrics", a->metrics, "Write per-epoch metrics as JSON lines to this file")
+      ->check(kNotEmpty);
   cmd->add_option("--plot", a->plot,
                   "Draw train/test loss and test accuracy per epoch (and every step's loss) to "
-                  "this .svg or .png file");
+                  "this .svg or .png file")
+      ->check(kNotEmpty);
   cmd->add_option("--clip", a->clip, "Clip the global gradient norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kFiniteNonNegative);
   cmd->add_flag("--quiet", a->quiet, "No progress bar or per-epoch lines on stderr");
   cmd->callback([a, lr, momentum] {
     // LeNet trains with momentum by default: plain SGD at 0.1 needs far more epochs.
