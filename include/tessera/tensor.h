@@ -168,8 +168,9 @@ class Tensor {
   T* data(std::source_location where = std::source_location::current()) const {
     return static_cast<T*>(detail::cpu_data(*this, dtype_of<T>, "data", where));
   }
-  /// The printed form, e.g. "tensor([[1., 1.], [1., 1.]], device=cpu:1)".
-  std::string str() const;
+  /// The printed form, e.g. "tensor([[1., 1.], [1., 1.]], device=cpu:1)". Waits for the
+  /// device (a host read: under SyncGuard, reported at the caller's line).
+  std::string str(std::source_location where = std::source_location::current()) const;
 
   // ---- in-place ops (same-device rule applies; return *this) ----
   Tensor& add_(const Tensor& other);

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include <string_view>
+
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 
@@ -31,9 +33,13 @@ void count_host_wait(Device device, const char* op, const std::source_location* 
     ++counters(device).host_waits;
     return;
   }
+  // `std::cout << t` cannot know its caller (an operator takes no source location); say
+  // how to find the line instead of "unknown".
+  const bool printed = std::string_view(op) == "print";
   const std::string place =
-      where == nullptr || where->line() == 0 ? std::string("(location unknown)")
-                       : fmt::format("{}:{}", where->file_name(), where->line());
+      where != nullptr && where->line() != 0 ? fmt::format("{}:{}", where->file_name(), where->line())
+      : printed ? std::string("a `std::cout << tensor` (t.str() reports its caller's line)")
+                : std::string("(location unknown)");
   const std::string message = fmt::format(
       "[{}] the host waits for {} at {}: this read copies device data to the host and stalls "
       "until the device catches up. Keep the value on the device (e.g. accumulate a log "

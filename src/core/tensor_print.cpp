@@ -94,14 +94,11 @@ void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shap
   os << ']';
 }
 
-}  // namespace
-
-std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+// Printing is a host read like any other (counted, checked by SyncGuard) at `where`.
+std::ostream& print(std::ostream& os, const Tensor& t, const std::source_location& where) {
   if (!t.defined()) return os << "tensor(undefined)";
-  // Printing is a host read like any other (counted, checked by SyncGuard); it has no
-  // caller location to report.
   std::vector<double> values(static_cast<std::size_t>(t.numel()));
-  detail::read_to_host(t, values.data(), kFloat64, "print", std::source_location());
+  detail::read_to_host(t, values.data(), kFloat64, "print", where);
   const Formatter f(t.dtype(), values);
   os << "tensor(";
   if (t.dim() == 0) {
@@ -119,9 +116,16 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   return os << ')';
 }
 
-std::string Tensor::str() const {
+}  // namespace
+
+// An operator has no caller location: SyncGuard's message says how to get one (str()).
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return print(os, t, std::source_location());
+}
+
+std::string Tensor::str(std::source_location where) const {
   std::ostringstream os;
-  os << *this;
+  print(os, *this, where);
   return os.str();
 }
 

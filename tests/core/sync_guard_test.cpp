@@ -1,6 +1,8 @@
 // The sync guard finds host waits the code did not ask for; the ledger counts every wait.
 #include <thread>
 
+#include <sstream>
+
 #include "support/device_test.h"
 
 namespace tessera {
@@ -29,7 +31,11 @@ TEST_P(SyncGuardTest, ErrorScopeRejectsImplicitReadsWithTheCallersLine) {
       {"[item] the host waits for " + device().str(), "sync_guard_test.cpp:" + std::to_string(line),
        "AllowSync"});
   expect_throw_with<SyncError>([&] { (void)loss.to_vector<float>(); }, {"[to_vector]"});
-  expect_throw_with<SyncError>([&] { (void)loss.str(); }, {"[print]", "location unknown"});
+  const int str_line = __LINE__ + 1;
+  expect_throw_with<SyncError>([&] { (void)loss.str(); },
+                               {"[print]", "sync_guard_test.cpp:" + std::to_string(str_line)});
+  expect_throw_with<SyncError>([&] { std::ostringstream os; os << loss; },
+                               {"[print]", "std::cout << tensor", "t.str() reports its caller"});
   // Nothing waited, so nothing was counted.
   EXPECT_EQ(transfer_stats(device()).host_waits, 0u);
   // Deliberate reads and explicit synchronization are allowed.
