@@ -37,6 +37,14 @@ class BlockCache {
     cached_ = 0;
   }
   std::size_t cached_bytes() const { return cached_; }
+  // The largest kept block (0 when none): what an out-of-memory report can offer.
+  std::size_t largest_block() const {
+    std::size_t largest = 0;
+    for (const auto& [size, list] : blocks_) {
+      if (!list.empty() && size > largest) largest = size;
+    }
+    return largest;
+  }
 
  private:
   std::unordered_map<std::size_t, std::vector<void*>> blocks_;

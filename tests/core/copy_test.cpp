@@ -159,7 +159,7 @@ TEST_P(Copy, MemoryLimitGivesAClearOutOfMemoryError) {
   expect_throw_with<OutOfMemoryError>(
       [&] { empty({1000}, device()); },
       {"[empty] out of memory on " + device().str(), "tried to allocate 3.91 KiB (4000 bytes)",
-       "limit", "set_memory_limit"});
+       "limit", "set_memory_limit", "reserved by tessera", "largest"});
   // Existing tensors are intact and the device keeps working after the throw.
   set_memory_limit(device(), SIZE_MAX);
   EXPECT_EQ(sum(ones({3}, device())).item<float>(), 3.0f);
@@ -171,7 +171,8 @@ TEST_P(Copy, ImpossibleAllocationThrowsInsteadOfCrashing) {
       [&] {
         empty({1ll << 40, 1ll << 20}, device());
       },
-      {"[empty]", "out of memory on " + device().str()});
+      {"[empty]", "out of memory on " + device().str(), "reserved by tessera", "largest",
+       "available of"});
   expect_throw_with<OutOfMemoryError>(
       [&] {
         empty({1ll << 62, 1ll << 62}, device());

@@ -62,6 +62,16 @@ std::size_t CpuAllocator::reserved() const {
   return reserved_bytes_;
 }
 
+std::size_t CpuAllocator::cached() const {
+  std::lock_guard lock(mutex_);
+  return cache_.cached_bytes();
+}
+
+std::size_t CpuAllocator::largest_cached_block() const {
+  std::lock_guard lock(mutex_);
+  return cache_.largest_block();
+}
+
 void CpuAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
   cache_.drain([this](void* p, std::size_t size) {

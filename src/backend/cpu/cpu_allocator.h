@@ -13,6 +13,9 @@ class CpuAllocator {
   void deallocate(void* ptr, std::size_t bytes);
   // Bytes held: blocks in use plus cached free blocks.
   std::size_t reserved() const;
+  // Bytes held in free blocks, and the largest of them.
+  std::size_t cached() const;
+  std::size_t largest_cached_block() const;
   void empty_cache();
 
   // Block size actually used for a request (exposed for tests).

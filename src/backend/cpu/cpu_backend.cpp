@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/copy_kernel.h"
+#include "tessera/memory.h"
 #include "backend/cpu/cpu_threads.h"
 #include "core/tensor_impl.h"
 
@@ -115,6 +116,24 @@ void CpuBackend::deallocate(int index, void* ptr, std::size_t bytes) {
 std::size_t CpuBackend::reserved(int index) const { return allocators_[index]->reserved(); }
 
 void CpuBackend::empty_cache(int index) { allocators_[index]->empty_cache(); }
+
+std::string CpuBackend::memory_report(int index) const {
+  const CpuAllocator& a = *allocators_[index];
+  // MemAvailable: what the kernel could hand out now without swapping.
+  std::size_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      available = static_cast<std::size_t>(std::stoull(line.substr(13))) * 1024;
+      break;
+    }
+  }
+  return fmt::format(
+      "reserved by tessera {} (of which {} in free cached blocks, the largest {}), the system "
+      "reports {} available of {}",
+      format_bytes(a.reserved()), format_bytes(a.cached()), format_bytes(a.largest_cached_block()),
+      format_bytes(available), format_bytes(info(index).total_memory));
+}
 
 void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
   const std::size_t bytes = dst.nbytes();

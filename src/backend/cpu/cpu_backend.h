@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void deallocate(int index, void* ptr, std::size_t bytes) override;
   std::size_t reserved(int index) const override;
   void empty_cache(int index) override;
+  std::string memory_report(int index) const override;
 
   void copy_from_host(const void* src, const Tensor& dst) override;
   void copy_to_host(const Tensor& src, void* dst) override;
