@@ -33,8 +33,15 @@ void Shape::resize(int n, std::int64_t value) {
 }
 
 std::int64_t Shape::numel() const {
+  for (int i = 0; i < size_; ++i) {
+    if (dims_[i] == 0) return 0;  // before any product of the others can overflow
+  }
   std::int64_t n = 1;
-  for (int i = 0; i < size_; ++i) n *= dims_[i];
+  for (int i = 0; i < size_; ++i) {
+    // Sizes whose product overflows allocate nothing (make_tensor refuses them); saturate
+    // rather than run into undefined behaviour.
+    if (__builtin_mul_overflow(n, dims_[i], &n)) return INT64_MAX;
+  }
   return n;
 }
 

@@ -9,23 +9,37 @@
 
 namespace tessera::detail {
 
+namespace {
+
+// a * b, or INT64_MAX when that overflows. Only an empty tensor (a zero beside huge sizes,
+// which allocates nothing) gets this far with such sizes: its strides address no element,
+// but computing them must not be undefined behaviour.
+std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? INT64_MAX : out;
+}
+
+}  // namespace
+
 Strides contiguous_strides(const Shape& shape) {
   Strides strides;
   strides.resize(shape.size());
   std::int64_t s = 1;
   for (int d = shape.size() - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= shape[d] > 1 ? shape[d] : 1;
+    s = saturating_mul(s, shape[d] > 1 ? shape[d] : 1);
   }
   return strides;
 }
 
 bool is_contiguous_layout(const Shape& shape, const Strides& strides) {
+  for (int d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return true;  // no element: any strides will do
+  }
   std::int64_t expected = 1;
   for (int d = shape.size() - 1; d >= 0; --d) {
-    if (shape[d] == 0) return true;
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected *= shape[d];
+    expected = saturating_mul(expected, shape[d]);
   }
   return true;
 }
@@ -41,9 +55,14 @@ namespace {
 
 // Bytes for `shape` of `dtype`, checking sizes and overflow.
 std::size_t checked_bytes(const Shape& shape, Dtype dtype, const char* op) {
-  std::size_t n = itemsize(dtype);
+  bool empty = false;
   for (std::int64_t d : shape) {
     TESSERA_CHECK(d >= 0, ShapeError, "[{}] shape {} has a negative size", op, shape.str());
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;  // whatever the other sizes: [huge, huge, 0] holds nothing
+  std::size_t n = itemsize(dtype);
+  for (std::int64_t d : shape) {
     TESSERA_CHECK(d == 0 || n <= SIZE_MAX / static_cast<std::size_t>(d), OutOfMemoryError,
                   "[{}] shape {} of {} needs more bytes than the address space holds", op,
                   shape.str(), dtype_name(dtype));

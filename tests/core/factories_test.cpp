@@ -30,6 +30,20 @@ TEST_P(Factories, ConstantsAndRanges) {
   expect_throw_with<ShapeError>([&] { zeros({2, -1}, device()); }, {"[zeros]", "negative size"});
 }
 
+// A zero beside huge sizes: nothing is allocated, and computing the strides or the element
+// count must not overflow (undefined behaviour, caught by UBSan in CI before the fix).
+TEST_P(Factories, EmptyTensorsWithHugeOtherSizes) {
+  constexpr std::int64_t kHuge = std::int64_t{1} << 40;
+  for (const Shape& shape : {Shape{0, kHuge, kHuge}, Shape{kHuge, kHuge, 0}, Shape{kHuge, 0, kHuge}}) {
+    const Tensor t = zeros(shape, device());
+    EXPECT_EQ(t.numel(), 0) << shape.str();
+    EXPECT_TRUE(t.is_contiguous()) << shape.str();
+    EXPECT_EQ(t.sum().item<float>(), 0.0F) << shape.str();
+    EXPECT_EQ(t.reshape({0}).numel(), 0) << shape.str();
+  }
+  EXPECT_EQ((Shape{kHuge, kHuge, kHuge}.numel()), INT64_MAX);  // saturates, never wraps
+}
+
 TEST_P(Factories, NestedListsInferShapeAndDtype) {
   const Tensor a = tensor({{1, 2, 3}, {4, 5, 6}}, device());
   EXPECT_EQ(a.shape(), (Shape{2, 3}));
