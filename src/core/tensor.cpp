@@ -9,25 +9,19 @@
 
 namespace tessera::detail {
 
-namespace {
-
-// a * b, or INT64_MAX when that overflows. Only an empty tensor (a zero beside huge sizes,
-// which allocates nothing) gets this far with such sizes: its strides address no element,
-// but computing them must not be undefined behaviour.
-std::int64_t saturating_mul(std::int64_t a, std::int64_t b) {
-  std::int64_t out = 0;
-  return __builtin_mul_overflow(a, b, &out) ? INT64_MAX : out;
-}
-
-}  // namespace
-
 Strides contiguous_strides(const Shape& shape) {
   Strides strides;
   strides.resize(shape.size());
   std::int64_t s = 1;
   for (int d = shape.size() - 1; d >= 0; --d) {
     strides[d] = s;
-    s = saturating_mul(s, shape[d] > 1 ? shape[d] : 1);
+    if (__builtin_mul_overflow(s, shape[d] > 1 ? shape[d] : 1, &s)) {
+      // Only an empty tensor gets here (a zero beside huge sizes; make_tensor refuses the
+      // rest). Its strides address no element; unit strides keep every later stride
+      // product (views, kernels' byte offsets) far from overflow.
+      for (std::int64_t& unit : strides) unit = 1;
+      return strides;
+    }
   }
   return strides;
 }
@@ -39,7 +33,7 @@ bool is_contiguous_layout(const Shape& shape, const Strides& strides) {
   std::int64_t expected = 1;
   for (int d = shape.size() - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected = saturating_mul(expected, shape[d]);
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return false;  // not a real layout
   }
   return true;
 }

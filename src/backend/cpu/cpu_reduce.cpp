@@ -145,9 +145,19 @@ void reduce_typed(const Tensor& in, std::uint32_t mask, const Tensor& out) {
     const bool reduced = (mask >> d) & 1u;
     slot_strides[d] = reduced ? 0 : slot;
     index_strides[d] = reduced ? index : 0;
-    (reduced ? index : slot) *= shape[d];
+    // Saturating: an empty input may have huge sizes beside its zero (then either no slot
+    // or no element per slot is visited, so the saturated value is never walked).
+    i64& product = reduced ? index : slot;
+    if (__builtin_mul_overflow(product, shape[d], &product)) product = INT64_MAX;
   }
+  if (in.numel() == 0 && index == INT64_MAX) index = 0;
   const i64 count = index, slots = out.numel();
+  const T* data = reinterpret_cast<const T*>(impl_of(in).data());
+  Out* o = reinterpret_cast<Out*>(impl_of(out).data());
+  if (in.numel() == 0) {  // nothing to walk: every slot is the reduction of no element
+    for (i64 k = 0; k < slots; ++k) o[k] = R::finish(R::identity(), count);
+    return;
+  }
   // Walk memory in order: dims by input stride, largest first (stable).
   std::array<int, kMaxDims> order;
   std::iota(order.begin(), order.begin() + r, 0);
@@ -162,15 +172,13 @@ void reduce_typed(const Tensor& in, std::uint32_t mask, const Tensor& out) {
     s_index.push_back(index_strides[order[k]]);
   }
   const Layout l = make_layout<3>(sorted_shape, {&s_in, &s_slot, &s_index}, {1, 1, 1});
-  const T* data = reinterpret_cast<const T*>(impl_of(in).data());
-  Out* o = reinterpret_cast<Out*>(impl_of(out).data());
   if constexpr (std::is_same_v<Acc, Out>) {
     std::fill(o, o + slots, R::identity());  // accumulate in the output itself
-    if (in.numel() > 0) run_parallel<R>(l, data, o, slots, in.numel());
+    run_parallel<R>(l, data, o, slots, in.numel());
     for (i64 k = 0; k < slots; ++k) o[k] = R::finish(o[k], count);
   } else {
     std::vector<Acc> acc(static_cast<std::size_t>(slots), R::identity());
-    if (in.numel() > 0) run_parallel<R>(l, data, acc.data(), slots, in.numel());
+    run_parallel<R>(l, data, acc.data(), slots, in.numel());
     for (i64 k = 0; k < slots; ++k) o[k] = R::finish(acc[k], count);
   }
 }
