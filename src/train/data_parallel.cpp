@@ -120,9 +120,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     if (k > 1) broadcast(flat);
   });
 
-  const std::int64_t steps = static_cast<std::int64_t>(options_.max_epochs) * train.batches();
-  std::vector<Tensor> logs;  // each replica's share of each step's loss
-  for (std::size_t r = 0; r < k; ++r) logs.push_back(zeros({steps}, devices_[r]));
+  std::vector<loop::StepLog> logs;  // each replica's share of each step's loss
+  for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
   std::ofstream metrics_file;
   if (!options_.metrics_path.empty() && lead) {
     metrics_file.open(options_.metrics_path);
@@ -130,13 +129,13 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                   options_.metrics_path.string());
   }
   std::vector<EpochMetrics> history;
-  std::int64_t step = 0;
   for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
     std::vector<loop::DeviceSums> sums;
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->model().train();
       sums.emplace_back(devices_[r]);
+      logs[r].begin_epoch(train.batches());
     }
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
@@ -165,9 +164,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
         sums[r].add(results[r], sizes[r]);
         NoGradGuard no_grad;
         const double share = static_cast<double>(sizes[r]) / static_cast<double>(batch);
-        logs[r].narrow(0, step, 1).copy_((results[r].loss.detach().to(kFloat32) * share).reshape({1}));
+        logs[r].next_slot().copy_((results[r].loss.detach().to(kFloat32) * share).reshape({1}));
       }
-      ++step;
       progress.update(++done);
     }
     progress.finish();
@@ -188,10 +186,12 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
                        metrics_file);
   }
-  AllowSync deliberate;  // each replica's log, moved in one piece
-  Tensor total = logs[0].narrow(0, 0, step).cpu();
-  for (std::size_t r = 1; r < k; ++r) total = total + logs[r].narrow(0, 0, step).cpu();
-  if (group != nullptr) group->all_reduce(total);  // each rank logged its shards' share
+  Tensor total = logs[0].to_host();
+  for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
+  if (group != nullptr) {
+    AllowSync deliberate;  // the fit's last exchange
+    group->all_reduce(total);  // each rank logged its shards' share
+  }
   step_losses_ = total;
   return history;
 }

@@ -96,6 +96,42 @@ struct DeviceSums {
   }
 };
 
+// One device's per-step loss log, grown an epoch at a time: a run of many epochs asks for
+// memory as it goes, never for all of it up front. Writes are queued ops; to_host() is the
+// deliberate read at the end of a fit (one copy per epoch's piece).
+class StepLog {
+ public:
+  explicit StepLog(Device device) : device_(device) {}
+  void begin_epoch(std::int64_t steps) {
+    pieces_.push_back(zeros({steps}, device_));
+    used_ = 0;
+  }
+  // The next step's slot, a 1-element view of the current epoch's piece.
+  Tensor next_slot() { return pieces_.back().narrow(0, used_++, 1); }
+  // Every logged step, in order, float32 on the CPU.
+  Tensor to_host() const {
+    AllowSync deliberate;
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < pieces_.size(); ++i) total += used_in(i);
+    Tensor out = empty({total}, cpu());
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const std::int64_t n = used_in(i);
+      if (n > 0) out.narrow(0, offset, n).copy_(pieces_[i].narrow(0, 0, n));
+      offset += n;
+    }
+    return out;
+  }
+
+ private:
+  std::int64_t used_in(std::size_t i) const {
+    return i + 1 == pieces_.size() ? used_ : pieces_[i].size(0);
+  }
+  Device device_;
+  std::vector<Tensor> pieces_;
+  std::int64_t used_ = 0;
+};
+
 // Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
 // file (when open), then throws NonFiniteError naming the epoch when its training loss (or
 // its validation loss, with validation) is NaN or infinite (check_finite).

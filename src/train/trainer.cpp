@@ -25,9 +25,10 @@
 // Note [Metrics on the device]
 // Reading a loss with item() makes the host wait for the device, which starves a GPU of
 // queued work every step. The trainer instead adds each step's loss (times its batch size)
-// and correct count into 0-dim device tensors, and copies each step's loss into slot `step`
-// of a preallocated device log. All of these are queued ops; the sums are read once per
-// epoch and the log once per fit, inside AllowSync scopes (the deliberate reads). The
+// and correct count into 0-dim device tensors, and copies each step's loss into the next
+// slot of a device log grown an epoch at a time (loop::StepLog). All of these are queued
+// ops; the sums are read once per epoch and the log at the end of the fit, inside AllowSync
+// scopes (the deliberate reads). The
 // progress bar therefore shows batches and time, not the running loss.
 
 namespace tessera::train {
@@ -151,8 +152,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   optim::Optimizer& opt = task.optimizer();
   prepare_model(model);
   const std::vector<Tensor> params = model.parameters();
-  const std::int64_t steps = static_cast<std::int64_t>(options_.max_epochs) * train.batches();
-  Tensor log = zeros({steps}, device());
+  loop::StepLog log(device());
   std::ofstream metrics_file;
   if (!options_.metrics_path.empty()) {
     metrics_file.open(options_.metrics_path);
@@ -160,10 +160,10 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
                   options_.metrics_path.string());
   }
   std::vector<EpochMetrics> history;
-  std::int64_t step = 0;
   for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = Clock::now();
     model.train();
+    log.begin_epoch(train.batches());
     DeviceSums sums(device());
     Progress progress(options_.progress, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
@@ -177,9 +177,8 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
       sums.add(r, b.y.size(0));
       {
         NoGradGuard no_grad;
-        log.narrow(0, step, 1).copy_(r.loss.detach().to(kFloat32).reshape({1}));
+        log.next_slot().copy_(r.loss.detach().to(kFloat32).reshape({1}));
       }
-      ++step;
       progress.update(++done);
     }
     progress.finish();
@@ -197,8 +196,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
   }
-  AllowSync deliberate;  // the log, moved in one piece
-  step_losses_ = log.narrow(0, 0, step).cpu();
+  step_losses_ = log.to_host();
   return history;
 }
 
