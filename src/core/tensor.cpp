@@ -45,6 +45,14 @@ void check_defined(const Tensor& t, const char* op, const char* name) {
                 op, name);
 }
 
+int wrap_dim(int dim, int rank, const char* op) {
+  const int lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
+  TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,
+                "[{}] dim {} is out of range for a tensor with {} dims (expected {} to {})", op,
+                dim, rank, lo, hi);
+  return dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
+}
+
 namespace {
 
 // Bytes for `shape` of `dtype`, checking sizes and overflow.
@@ -98,17 +106,10 @@ namespace tessera {
 using detail::check_defined;
 using detail::impl_of;
 using detail::make_view;
+using detail::wrap_dim;
 
 namespace {
 
-// Normalizes a possibly negative dim for a tensor of `rank` dims.
-int wrap_dim(int dim, int rank, const char* op) {
-  const int lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
-  TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,
-                "[{}] dim {} is out of range for a tensor with {} dims (expected {} to {})", op,
-                dim, rank, lo, hi);
-  return dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
-}
 
 }  // namespace
 

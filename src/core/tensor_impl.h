@@ -67,5 +67,8 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
                  std::int64_t offset);
 // Throws Error naming `op` when `t` is undefined.
 void check_defined(const Tensor& t, const char* op, const char* name = "tensor");
+// Normalizes a possibly negative dim for a tensor of `rank` dims (callers that insert a dim
+// pass rank + 1). Throws ShapeError naming `op` when it is out of range.
+int wrap_dim(int dim, int rank, const char* op);
 
 }  // namespace tessera::detail

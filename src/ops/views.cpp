@@ -14,17 +14,10 @@ namespace tessera {
 using detail::check_defined;
 using detail::impl_of;
 using detail::make_view;
+using detail::wrap_dim;
 
 namespace {
 
-// Normalizes a possibly negative dim for a tensor of `rank` dims (rank + 1 for insertion).
-int wrap_dim(int dim, int rank, const char* op) {
-  const int lo = rank == 0 ? -1 : -rank, hi = rank == 0 ? 0 : rank - 1;
-  TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,
-                "[{}] dim {} is out of range for a tensor with {} dims (expected {} to {})", op,
-                dim, rank, lo, hi);
-  return dim < 0 ? dim + (rank == 0 ? 1 : rank) : dim;
-}
 
 // Views join the graph like any op (see autograd/view_grad.cpp).
 Tensor with_reshape_grad(const char* name, const Tensor& self, Tensor out) {

@@ -12,14 +12,7 @@ using testing::expect_throw_with;
 
 class Collectives : public DeviceTest {
  protected:
-  // Every available device of the test device's kind, the test device first.
-  std::vector<Device> group() const {
-    std::vector<Device> g{device()};
-    for (Device d : available_devices()) {
-      if (d.kind() == device().kind() && d != device()) g.push_back(d);
-    }
-    return g;
-  }
+  std::vector<Device> group() const { return same_kind_devices(); }
   // One [rows, 3] tensor per device, device i holding values seeded by i.
   std::vector<Tensor> inputs(std::int64_t rows, Dtype dtype,
                              std::vector<std::vector<double>>& values) const {

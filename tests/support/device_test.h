@@ -16,6 +16,15 @@ namespace tessera::testing {
 class DeviceTest : public ::testing::TestWithParam<Device> {
  protected:
   Device device() const { return GetParam(); }
+  // Every available device of the test device's kind, the test device first: a group for
+  // collectives and data-parallel training.
+  std::vector<Device> same_kind_devices() const {
+    std::vector<Device> g{device()};
+    for (Device d : available_devices()) {
+      if (d.kind() == device().kind() && d != device()) g.push_back(d);
+    }
+    return g;
+  }
 };
 
 inline std::string device_test_name(const ::testing::TestParamInfo<Device>& info) {

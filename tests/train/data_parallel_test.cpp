@@ -16,13 +16,7 @@ using testing::random_images;
 
 class DataParallel : public DeviceTest {
  protected:
-  std::vector<Device> group() const {
-    std::vector<Device> g{device()};
-    for (Device d : available_devices()) {
-      if (d.kind() == device().kind() && d != device()) g.push_back(d);
-    }
-    return g;
-  }
+  std::vector<Device> group() const { return same_kind_devices(); }
 };
 
 std::shared_ptr<nn::Module> make_net(bool conv) {

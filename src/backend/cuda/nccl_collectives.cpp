@@ -24,8 +24,8 @@
 // A group is an ordered list of devices (one device is a group too). Its first collective
 // makes one communicator per device with ncclCommInitAll, rank i on the list's device i, and
 // caches them (so a group's first collective must not be inside a graph capture: making
-// communicators allocates and synchronizes). A collective is one NCCL group: one ncclXxx
-// per device, on the stream this thread currently uses for that device (activate), so it
+// communicators allocates and synchronizes). A collective is one NCCL group: one NCCL call
+// (ncclAllReduce, ncclBroadcast, ...) per device, on the stream this thread currently uses for that device (activate), so it
 // runs after the work already queued there and before work queued later, like any kernel,
 // and the host never waits. That stream order is also how its tensors stay alive, as for
 // every kernel here: a block freed on the host is reused only by work queued later on the
