@@ -1,10 +1,13 @@
 #pragma once
-/// Graphs: the GPU work of a piece of code, recorded once and replayed with one launch
-/// (CUDA graphs). Replaying skips the host's per-op cost, which dominates small ops such as
-/// the seed's 100x100 matmuls. Recording does not run the work; replay() does.
+/// Graphs: the device work of a piece of code, recorded once and replayed with one launch
+/// (a CUDA graph on a GPU; on CPU devices, the recorded kernels queued as one task). Replaying
+/// skips the host's per-op cost (checks, autograd, allocation, launches), which dominates
+/// small ops such as the seed's 100x100 matmuls and the book's small models. Recording does
+/// not run the work; replay() does.
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "tessera/device.h"
 #include "tessera/error.h"
@@ -22,7 +25,7 @@ class GraphCaptureError : public Error {
   using Error::Error;
 };
 
-/// Work recorded on a GPU, replayable. Move-only.
+/// Work recorded on one device (or on several CPU devices at once), replayable. Move-only.
 ///
 /// What a replay reads and writes is fixed at capture: the tensors the recorded ops used.
 /// Tensors created during the capture live in memory the graph keeps, so they hold the
@@ -30,17 +33,26 @@ class GraphCaptureError : public Error {
 /// must stay alive (and hold their new inputs) while the graph is replayed.
 class Graph {
  public:
-  /// Records the GPU work that `record` queues on `device` without running it. While it
-  /// records, other threads must not use the device. Throws DeviceError for a CPU device or
-  /// a missing GPU, GraphCaptureError when `record` waits for the device, copies between
-  /// the host and the device, draws random numbers or enters a StreamGuard, or when a
-  /// capture is already under way; the device is then usable as before.
+  /// Records the work that `record` queues on `device` without running it. While it
+  /// records, other threads must not use the device. Throws DeviceError for a missing
+  /// device, GraphCaptureError when `record` waits for the device (reads a value), copies
+  /// between the host and the device (or between two queued CPU devices), draws random
+  /// numbers or enters a StreamGuard, or when a capture is already under way; the device is
+  /// then usable as before.
   static Graph capture(Device device, const std::function<void()>& record);
+  /// Records the work `record` queues on several devices of one kind at once, for example
+  /// the replicas of a data-parallel step and the collectives between them; a replay runs
+  /// every device's part on its own queue. Logical CPU devices only: a graph holds one GPU
+  /// (DeviceError otherwise, as for devices of two kinds or a device listed twice).
+  static Graph capture(const std::vector<Device>& devices, const std::function<void()>& record);
 
-  /// Queues one run of the recorded work on the device's current stream. No host wait.
+  /// Queues one run of the recorded work on each device's current stream or queue. No host
+  /// wait.
   void replay() const;
-  Device device() const { return device_; }
-  /// Number of operations (kernels, copies) in the graph.
+  /// The (first) device it was recorded on.
+  Device device() const { return devices_.front(); }
+  const std::vector<Device>& devices() const { return devices_; }
+  /// Number of operations (kernels, copies, collectives' parts) in the graph.
   std::size_t node_count() const;
 
   Graph(Graph&&) noexcept;
@@ -48,8 +60,8 @@ class Graph {
   ~Graph();
 
  private:
-  Graph(Device device, std::unique_ptr<detail::CapturedWork> work);
-  Device device_;
+  Graph(std::vector<Device> devices, std::unique_ptr<detail::CapturedWork> work);
+  std::vector<Device> devices_;
   std::unique_ptr<detail::CapturedWork> work_;
 };
 

@@ -69,7 +69,8 @@ struct SgdParams {
 };
 
 // Scalars of one fused Adam/AdamW step. Bias corrections are computed on the host from the
-// step count: step_size = lr / (1 - beta1^t), bias_correction2_sqrt = sqrt(1 - beta2^t).
+// step count: step_size = lr / (1 - beta1^t), bias_correction2_sqrt = sqrt(1 - beta2^t);
+// with a device step count (Backend::adam_step's `step`), the kernel computes them from it.
 struct AdamParams {
   double lr = 0;
   double beta1 = 0;
@@ -119,11 +120,13 @@ struct DeviceInfo {
   std::string details;  // free-form extra lines for `tessera info`
 };
 
-// Work recorded once (a CUDA graph) that can be queued again and again; see graph.h.
+// Work recorded once (a CUDA graph, or a CPU device's kernels) that can be queued again and
+// again; see graph.h.
 class CapturedWork {
  public:
   virtual ~CapturedWork() = default;
-  // Queues one run on the device's current stream for this thread. No host wait.
+  // Queues one run on each recorded device's current stream (or queue) for this thread. No
+  // host wait.
   virtual void replay() = 0;
   virtual std::size_t node_count() const = 0;
 };
@@ -176,13 +179,17 @@ class Backend {
   virtual int current_stream(int /*index*/) const { return 0; }
   virtual void synchronize_stream(int index, int /*id*/) { synchronize(index); }
 
-  // Graph capture (graph.h) for backends that support it: begin_capture starts recording
-  // the work this thread queues on the device's default stream; end_capture stops and
-  // returns it (or throws if the recording broke); abort_capture drops it after an error.
-  virtual bool supports_capture() const { return false; }
-  virtual void begin_capture(int /*index*/) {}
-  virtual std::unique_ptr<CapturedWork> end_capture(int /*index*/) { return nullptr; }
-  virtual void abort_capture(int /*index*/) {}
+  // Graph capture (graph.h). begin_capture starts recording the work this thread queues on
+  // the default streams of the devices `indices` (distinct devices of this backend, at most
+  // max_capture_devices() of them); end_capture stops and returns it as one replayable piece
+  // (or throws if the recording broke); abort_capture drops it after an error.
+  // max_capture_devices() is 0 for a backend that cannot record.
+  virtual int max_capture_devices() const { return 0; }
+  virtual void begin_capture(const std::vector<int>& /*indices*/) {}
+  virtual std::unique_ptr<CapturedWork> end_capture(const std::vector<int>& /*indices*/) {
+    return nullptr;
+  }
+  virtual void abort_capture(const std::vector<int>& /*indices*/) {}
   // Whether a capture is in progress on the device (any thread).
   virtual bool capturing(int /*index*/) const { return false; }
 
@@ -246,8 +253,11 @@ class Backend {
   // momentum_buf is undefined when p.momentum == 0.
   virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                         const SgdParams& p) = 0;
+  // `step`, when defined, is the step count t (a float64 0-dim tensor on param's device,
+  // already counting this step): the kernel reads it and computes the bias corrections
+  // itself, so a recorded step replays correctly (Optimizer::set_capturable).
   virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                         const Tensor& v, const AdamParams& p) = 0;
+                         const Tensor& v, const Tensor& step, const AdamParams& p) = 0;
 
   // Collectives across devices of this backend (see CollectiveCall), queued on each device's
   // current stream or queue in group order; never a host wait. Every device's later work

@@ -59,7 +59,10 @@ void count_copy(Device src, Device dst, std::size_t bytes) {
 
 void count_host_read(Device src, std::size_t bytes, const char* op,
                       const std::source_location* where) {
-  if (is_host(src)) return;
+  if (is_host(src)) {
+    check_not_capturing(src, op, "a read of its data on the host");
+    return;
+  }
   count_host_wait(src, op, where);  // may throw under a SyncGuard: then nothing is counted
   DeviceCounters& c = counters(src);
   ++c.d2h_count;

@@ -1,5 +1,6 @@
-// Graph capture: the front end checks the device and makes sure a failed capture leaves the
-// device as it was; the backend records (backend/cuda/cuda_graph.cpp).
+// Graph capture: the front end checks the devices and makes sure a failed capture leaves
+// them as they were; the backend records (backend/cuda/cuda_graph.cpp,
+// backend/cpu/cpu_graph.cpp).
 #include "tessera/graph.h"
 
 #include <fmt/format.h>
@@ -33,35 +34,60 @@ class CaptureCount {
 
 namespace tessera {
 
-Graph::Graph(Device device, std::unique_ptr<detail::CapturedWork> work)
-    : device_(device), work_(std::move(work)) {}
+Graph::Graph(std::vector<Device> devices, std::unique_ptr<detail::CapturedWork> work)
+    : devices_(std::move(devices)), work_(std::move(work)) {}
 Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
 Graph Graph::capture(Device device, const std::function<void()>& record) {
-  detail::check_device(device, "Graph::capture");
-  detail::Backend& backend = detail::backend_of(device);
-  TESSERA_CHECK(backend.supports_capture(), DeviceError,
-                "[Graph::capture] {} runs each op as it is issued and cannot record graphs; "
-                "graphs need a GPU (try_gpu() gives one when there is one)",
-                device.str());
-  TESSERA_CHECK(!backend.capturing(device.index()), GraphCaptureError,
-                "[Graph::capture] {} is already capturing a graph; captures do not nest",
-                device.str());
-  TESSERA_CHECK(backend.current_stream(device.index()) == 0, GraphCaptureError,
-                "[Graph::capture] this thread is inside a StreamGuard for {}; capture on the "
-                "default stream (outside the guard)",
-                device.str());
-  backend.begin_capture(device.index());
+  return capture(std::vector<Device>{device}, record);
+}
+
+Graph Graph::capture(const std::vector<Device>& devices, const std::function<void()>& record) {
+  TESSERA_CHECK(!devices.empty(), DeviceError,
+                "[Graph::capture] got no devices; pass the device(s) whose work to record");
+  std::vector<int> indices;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const Device d = devices[i];
+    detail::check_device(d, "Graph::capture");
+    TESSERA_CHECK(d.kind() == devices.front().kind(), DeviceError,
+                  "[Graph::capture] devices mixes {} and {}; one graph records devices of one "
+                  "kind",
+                  devices.front().str(), d.str());
+    for (std::size_t j = 0; j < i; ++j) {
+      TESSERA_CHECK(devices[j] != d, DeviceError,
+                    "[Graph::capture] devices lists {} twice; give each device once", d.str());
+    }
+    indices.push_back(d.index());
+  }
+  detail::Backend& backend = detail::backend_of(devices.front());
+  const int most = backend.max_capture_devices();
+  TESSERA_CHECK(most > 0, DeviceError,
+                "[Graph::capture] {} runs each op as it is issued and cannot record graphs",
+                devices.front().str());
+  TESSERA_CHECK(static_cast<int>(devices.size()) <= most, DeviceError,
+                "[Graph::capture] got {} devices, and a graph on {} holds at most {}; capture "
+                "one graph per device",
+                devices.size(), devices.front().str(), most);
+  for (const Device d : devices) {
+    TESSERA_CHECK(!backend.capturing(d.index()), GraphCaptureError,
+                  "[Graph::capture] {} is already capturing a graph; captures do not nest",
+                  d.str());
+    TESSERA_CHECK(backend.current_stream(d.index()) == 0, GraphCaptureError,
+                  "[Graph::capture] this thread is inside a StreamGuard for {}; capture on the "
+                  "default stream (outside the guard)",
+                  d.str());
+  }
+  backend.begin_capture(indices);
   const detail::CaptureCount counted;  // until the recording is ended or dropped
   try {
     record();
   } catch (...) {
-    backend.abort_capture(device.index());
+    backend.abort_capture(indices);
     throw;
   }
-  return Graph(device, backend.end_capture(device.index()));
+  return Graph(devices, backend.end_capture(indices));
 }
 
 void Graph::replay() const {
@@ -78,7 +104,7 @@ namespace tessera::detail {
 
 void check_not_capturing(Device device, const char* op, const char* what) {
   if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]] return;
-  if (!device.is_cuda() || !backend_of(device).capturing(device.index())) return;
+  if (!backend_of(device).capturing(device.index())) return;
   throw GraphCaptureError(fmt::format(
       "[{}] {} is capturing a graph, and {} cannot be recorded: a replay would not repeat "
       "it. Do it before Graph::capture or after it (outside the captured code)",

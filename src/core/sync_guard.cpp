@@ -26,8 +26,10 @@ SyncMode sync_mode() { return t_allow_depth > 0 ? SyncMode::kOff : t_mode; }
 namespace tessera::detail {
 
 void count_host_wait(Device device, const char* op, const std::source_location* where) {
-  if (is_host(device)) return;
+  // The plain CPU never waits, but a read while it records would see what the recording
+  // has not run yet.
   check_not_capturing(device, op, "a host wait (a read of device data, or a synchronize)");
+  if (is_host(device)) return;
   const SyncMode mode = sync_mode();
   if (mode == SyncMode::kOff) {
     ++counters(device).host_waits;

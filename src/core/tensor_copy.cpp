@@ -148,6 +148,7 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op,
   TESSERA_CHECK(t.dtype() == expected, DtypeError,
                 "[{}] the tensor holds {}, not {}; convert it with .to({}) first", op,
                 dtype_name(t.dtype()), dtype_name(expected), dtype_name(expected));
+  check_not_capturing(t.device(), op, "handing its memory to the host");
   if (!is_host(t.device())) {
     count_host_wait(t.device(), op, &where);
     backend_of(t.device()).synchronize(t.device().index());

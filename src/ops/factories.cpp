@@ -99,6 +99,7 @@ Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const 
     }
   }
   Tensor t = make_tensor(shape, data_dtype, device_of(options), "from_vector");
+  detail::check_not_capturing(t.device(), "from_vector", "a copy from the host");
   detail::backend_of(t.device()).copy_from_host(data, t);
   detail::count_host_write(t.device(), t.nbytes());
   return t.to(dtype);

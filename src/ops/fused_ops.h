@@ -30,6 +30,7 @@ void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
               const Tensor& momentum_buf, const SgdParams& p);
 // One fused Adam/AdamW step of `param`, exp_avg and exp_avg_sq in place; checks as sgd_step.
 void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamParams& p);
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& step,
+               const AdamParams& p);
 
 }  // namespace tessera::detail

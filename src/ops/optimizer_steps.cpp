@@ -68,10 +68,11 @@ void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
 }
 
 void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const AdamParams& p) {
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& step,
+               const AdamParams& p) {
   const Tensor g = checked_grad(site, param, grad,
                                 {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
-  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, p);
+  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, step, p);
 }
 
 }  // namespace tessera::detail

@@ -8,6 +8,7 @@
 #include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
+#include "tessera/sync_guard.h"
 
 namespace tessera::optim {
 namespace {
@@ -46,6 +47,28 @@ void Adam::set_lr(double lr) {
   options_.lr = lr;
 }
 
+void Adam::set_capturable(bool on) {
+  if (on == capturable_) return;
+  NoGradGuard no_grad;
+  if (on) {
+    device_steps_.clear();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      device_steps_.push_back(
+          full({}, static_cast<double>(steps_[i]), {kFloat64, params_[i].device()}));
+    }
+  } else {
+    for (std::size_t i = 0; i < params_.size(); ++i) steps_[i] = step_count(i);
+    device_steps_.clear();
+  }
+  capturable_ = on;
+}
+
+std::int64_t Adam::step_count(std::size_t i) const {
+  if (!capturable_) return steps_.at(i);
+  AllowSync deliberate;
+  return static_cast<std::int64_t>(device_steps_.at(i).item<double>());
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
@@ -57,7 +80,16 @@ void Adam::step() {
       exp_avg_[i] = zeros_like(param);
       exp_avg_sq_[i] = zeros_like(param);
     }
-    const double t = static_cast<double>(++steps_[i]);
+    Tensor device_step;
+    if (capturable_) {
+      // A model moved after set_capturable takes its counts along (a one-time copy).
+      if (device_steps_[i].device() != param.device()) {
+        device_steps_[i] = device_steps_[i].to(param.device());
+      }
+      device_steps_[i].add_(1.0);
+      device_step = device_steps_[i];
+    }
+    const double t = static_cast<double>(capturable_ ? 1 : ++steps_[i]);
     const double bias_correction1 = 1 - std::pow(o.beta1, t);
     const double bias_correction2 = 1 - std::pow(o.beta2, t);
     const detail::AdamParams p{o.lr,
@@ -68,7 +100,8 @@ void Adam::step() {
                                decoupled_,
                                o.lr / bias_correction1,
                                std::sqrt(bias_correction2)};
-    detail::adam_step({decoupled_ ? "AdamW.step" : "Adam.step", i}, param, g, exp_avg_[i], exp_avg_sq_[i], p);
+    detail::adam_step({decoupled_ ? "AdamW.step" : "Adam.step", i}, param, g, exp_avg_[i],
+                      exp_avg_sq_[i], device_step, p);
   }
 }
 

@@ -31,13 +31,16 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
 
   /// One fused kernel per parameter with a grad (its moments are zero-filled on its first
-  /// step); bias corrections are host scalars. Never waits.
+  /// step); bias corrections are host scalars, or, when capturable, computed by the kernel
+  /// from a step count on the device. Never waits.
   void step() override;
+  void set_capturable(bool on) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const AdamOptions& options() const { return options_; }
-  /// How many steps updated parameter i (0 before its first grad).
-  std::int64_t step_count(std::size_t i) const { return steps_.at(i); }
+  /// How many steps updated parameter i (0 before its first grad); when capturable, read
+  /// from the device (a deliberate host wait), so replayed steps count.
+  std::int64_t step_count(std::size_t i) const;
 
  protected:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);
@@ -45,7 +48,8 @@ class Adam : public Optimizer {
  private:
   AdamOptions options_;
   bool decoupled_;
-  std::vector<std::int64_t> steps_;
+  std::vector<std::int64_t> steps_;  // while not capturable
+  std::vector<Tensor> device_steps_;  // while capturable: float64 0-dim, beside each param
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter
 };
 

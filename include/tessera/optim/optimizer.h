@@ -29,6 +29,15 @@ class Optimizer {
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
 
+  /// Capturable: everything that changes from one step to the next lives on the devices
+  /// (Adam's step counts), so that a step recorded in a graph (graph.h) replays as the
+  /// next step, not as the recorded one. Costs one tiny op per parameter and step. Other
+  /// host settings (lr, options) are fixed into a recording: record again after changing
+  /// them. SGD's only host state is whether its momentum buffers exist: record a step
+  /// after the first one (as Trainer does). Off by default.
+  virtual void set_capturable(bool on) { capturable_ = on; }
+  bool capturable() const { return capturable_; }
+
  protected:
   /// Checks `params`: not empty, each defined, a leaf, floating, and given once (Error,
   /// DtypeError). `name` ("SGD") prefixes messages.
@@ -36,6 +45,7 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   const char* name_;
+  bool capturable_ = false;
 };
 
 }  // namespace tessera::optim

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/copy_kernel.h"
+#include "tessera/graph.h"
 #include "tessera/memory.h"
 #include "backend/cpu/cpu_threads.h"
 #include "core/tensor_impl.h"
@@ -136,6 +137,7 @@ std::string CpuBackend::memory_report(int index) const {
 }
 
 void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
+  refuse_while_capturing(dst.device().index(), "a copy from the host");
   const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;  // memcpy's pointers must be valid even for 0 bytes
   if (WorkQueue* q = queue(dst.device().index())) {
@@ -149,6 +151,7 @@ void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
 }
 
 void CpuBackend::copy_to_host(const Tensor& src, void* dst) {
+  refuse_while_capturing(src.device().index(), "a read on the host");
   if (WorkQueue* q = queue(src.device().index())) q->synchronize();
   if (src.nbytes() > 0) std::memcpy(dst, impl_of(src).data(), src.nbytes());
 }
@@ -161,6 +164,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     launch(d, [src, dst] { copy_kernel(src, dst); });
     return;
   }
+  // Its order comes from tickets of this moment, which a replay would not repeat.
+  refuse_while_capturing(s, "a copy between two queued devices");
+  refuse_while_capturing(d, "a copy between two queued devices");
   // Two queues: run the copy on the source's queue once the destination's earlier work is
   // done (it may still read dst), and hold the destination's queue until the copy is done.
   const std::uint64_t dst_ready = qd->last_ticket();
@@ -176,6 +182,7 @@ void CpuBackend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::synchronize(int index) {
+  refuse_while_capturing(index, "a host wait");
   if (WorkQueue* q = queue(index)) q->synchronize();
 }
 

@@ -4,8 +4,11 @@
 // queues them on the device's thread; lambdas capture Tensor handles by value, which
 // keeps their storage alive until the kernel has run.
 #include <array>
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_allocator.h"
@@ -65,14 +68,29 @@ class CpuBackend final : public Backend {
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdParams& p) override;  // cpu_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const AdamParams& p) override;
+                 const Tensor& step, const AdamParams& p) override;
   void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
   // cpu_process_collectives.cpp
   void process_collective(const ProcessCollectiveCall& call) override;
 
-  // Runs `kernel` on `index`'s queue, or now when the device has none.
+  // Graph capture (cpu_graph.cpp, Note [CPU graphs]). A Recording holds recorded kernels.
+  struct Recording;
+  int max_capture_devices() const override { return kMaxDevicesPerKind; }
+  void begin_capture(const std::vector<int>& indices) override;
+  std::unique_ptr<CapturedWork> end_capture(const std::vector<int>& indices) override;
+  void abort_capture(const std::vector<int>& indices) override;
+  bool capturing(int index) const override {
+    return capturing_[index].load(std::memory_order_acquire);
+  }
+
+  // Runs `kernel` on `index`'s queue, or now when the device has none; while the device
+  // records a graph, keeps it for the graph instead.
   template <typename F>
   void launch(int index, F&& kernel) {
+    if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
+      record(index, std::function<void()>(std::forward<F>(kernel)));
+      return;
+    }
     if (WorkQueue* q = queue(index)) {
       q->submit(std::function<void()>(std::forward<F>(kernel)));
     } else {
@@ -84,6 +102,10 @@ class CpuBackend final : public Backend {
   // capturing the handles in the lambda when the device has no queue (no refcount traffic).
   template <typename F, typename... Ts>
   void launch_with(int index, F kernel, const Ts&... tensors) {
+    if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
+      record(index, [kernel, tensors...] { kernel(tensors...); });
+      return;
+    }
     if (WorkQueue* q = queue(index)) {
       q->submit([kernel, tensors...] { kernel(tensors...); });
     } else {
@@ -110,6 +132,16 @@ class CpuBackend final : public Backend {
    private:
     int before_ = 0;
   };
+
+  // Keeps a kernel for the graph `index` is recording (cpu_graph.cpp).
+  void record(int index, std::function<void()> kernel);
+  // Throws GraphCaptureError when `index` records a graph: `what` cannot be recorded.
+  void refuse_while_capturing(int index, const char* what) const;
+
+  // Graph capture: while capturing_[i], device i's kernels go to recordings_[i] (devices
+  // captured together without queues share one, so their work keeps its order).
+  std::array<std::atomic<bool>, kMaxDevicesPerKind> capturing_{};
+  std::array<std::shared_ptr<Recording>, kMaxDevicesPerKind> recordings_;
 
   // Each logical device has its own allocator so its cache is its own; the plain CPU uses
   // allocators_[0].

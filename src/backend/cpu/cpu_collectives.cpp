@@ -130,7 +130,10 @@ struct Meeting {
 void CpuBackend::collective(const CollectiveCall& call) {
   const int k = static_cast<int>(call.inputs.size());
   if (queue(call.inputs[0].device().index()) == nullptr) {
-    for (int j = 0; j < k; ++j) run_chunk_any(call, j);
+    // One kernel on the calling thread (or in the devices' shared graph recording).
+    launch(call.inputs[0].device().index(), [call, k] {
+      for (int j = 0; j < k; ++j) run_chunk_any(call, j);
+    });
     return;
   }
   auto meeting = std::make_shared<Meeting>(call);

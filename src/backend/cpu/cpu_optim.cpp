@@ -56,10 +56,11 @@ void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor&
 }
 
 void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                           const Tensor& v, const AdamParams& p) {
+                           const Tensor& v, const Tensor& step, const AdamParams& p) {
   launch_with(
       param.device().index(),
-      [p](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v) {
+      [p](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+          const Tensor& step) {
         dispatch_floating(param.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* w = data_of<T>(param);
@@ -69,8 +70,14 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
           const T b1 = static_cast<T>(p.beta1), b2 = static_cast<T>(p.beta2);
           const T wd = static_cast<T>(p.weight_decay), eps = static_cast<T>(p.eps);
           const T decay = static_cast<T>(1 - p.lr * p.weight_decay);
-          const T step_size = static_cast<T>(p.step_size);
-          const T bc2_sqrt = static_cast<T>(p.bias_correction2_sqrt);
+          double host_step_size = p.step_size, host_bc2_sqrt = p.bias_correction2_sqrt;
+          if (step.defined()) {
+            const double t = *data_of<double>(step);
+            host_step_size = p.lr / (1 - std::pow(p.beta1, t));
+            host_bc2_sqrt = std::sqrt(1 - std::pow(p.beta2, t));
+          }
+          const T step_size = static_cast<T>(host_step_size);
+          const T bc2_sqrt = static_cast<T>(host_bc2_sqrt);
           parallel_for(param.numel(), [&](std::int64_t i) {
             T gi = g[i];
             T wi = w[i];
@@ -89,7 +96,7 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
           });
         });
       },
-      param, grad, m, v);
+      param, grad, m, v, step);
 }
 
 }  // namespace tessera::detail

@@ -50,10 +50,11 @@ class CudaBackend final : public Backend {
   int current_stream(int index) const override;
   void synchronize_stream(int index, int id) override;
 
-  bool supports_capture() const override { return true; }  // cuda_graph.cpp
-  void begin_capture(int index) override;
-  std::unique_ptr<CapturedWork> end_capture(int index) override;
-  void abort_capture(int index) override;
+  // One GPU per graph (cuda_graph.cpp).
+  int max_capture_devices() const override { return 1; }
+  void begin_capture(const std::vector<int>& indices) override;
+  std::unique_ptr<CapturedWork> end_capture(const std::vector<int>& indices) override;
+  void abort_capture(const std::vector<int>& indices) override;
   bool capturing(int index) const override;
 
   void* allocate_pinned(std::size_t bytes) override;
@@ -89,7 +90,7 @@ class CudaBackend final : public Backend {
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdParams& p) override;  // cuda_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const AdamParams& p) override;
+                 const Tensor& step, const AdamParams& p) override;
   void collective(const CollectiveCall& call) override;  // nccl_collectives.cpp
   // nccl_process_collectives.cpp
   void process_collective(const ProcessCollectiveCall& call) override;

@@ -47,7 +47,8 @@ bool CudaBackend::capturing(int index) const {
   return devices_[index].capturing.load(std::memory_order_acquire);
 }
 
-void CudaBackend::begin_capture(int index) {
+void CudaBackend::begin_capture(const std::vector<int>& indices) {
+  const int index = indices.front();
   const cudaStream_t stream = activate(index);  // the default stream, joins applied
   cublas(index);  // cuBLAS's handle and workspace are made now, not inside the recording
   PerDevice& d = devices_[index];
@@ -74,7 +75,8 @@ cudaGraph_t stop_recording(cudaStream_t stream, cudaError_t& status) {
 
 }  // namespace
 
-std::unique_ptr<CapturedWork> CudaBackend::end_capture(int index) {
+std::unique_ptr<CapturedWork> CudaBackend::end_capture(const std::vector<int>& indices) {
+  const int index = indices.front();
   PerDevice& d = devices_[index];
   cudaError_t status;
   cudaGraph_t graph = stop_recording(d.streams[0].stream, status);
@@ -104,7 +106,8 @@ std::unique_ptr<CapturedWork> CudaBackend::end_capture(int index) {
   return std::make_unique<CudaGraph>(*this, index, graph, exec, std::move(pool));
 }
 
-void CudaBackend::abort_capture(int index) {
+void CudaBackend::abort_capture(const std::vector<int>& indices) {
+  const int index = indices.front();
   PerDevice& d = devices_[index];
   cudaError_t status;
   if (cudaGraph_t graph = stop_recording(d.streams[0].stream, status)) {

@@ -12,9 +12,10 @@ void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor
 }
 
 void CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, const AdamParams& p) {
+                            const Tensor& v, const Tensor& step, const AdamParams& p) {
+  const double* t = step.defined() ? static_cast<const double*>(kernel_arg(step).data) : nullptr;
   cuda::launch_adam_step(activate(param.device().index()), kernel_arg(param), kernel_arg(grad),
-                         kernel_arg(m), kernel_arg(v), p);
+                         kernel_arg(m), kernel_arg(v), t, p);
 }
 
 }  // namespace tessera::detail

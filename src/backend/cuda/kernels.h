@@ -77,7 +77,8 @@ namespace tessera::detail::cuda {
 void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
                      const KernelArg& momentum_buf, const SgdParams& p);
 void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                      const KernelArg& m, const KernelArg& v, const AdamParams& p);
+                      const KernelArg& m, const KernelArg& v, const double* step,
+                      const AdamParams& p);
 
 }  // namespace tessera::detail::cuda
 

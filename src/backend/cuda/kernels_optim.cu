@@ -41,10 +41,17 @@ struct AdamArgs {
   std::int64_t n;
   T beta1, beta2, eps, weight_decay, decay, step_size, bc2_sqrt;
   bool decoupled;
+  const double* step;  // the device's step count, or nullptr: step_size and bc2_sqrt hold
+  double lr;
 };
 
 template <typename T>
 __global__ void adam_kernel(AdamArgs<T> a) {
+  if (a.step != nullptr) {  // a recorded step: the corrections of this replay's count
+    const double t = *a.step;
+    a.step_size = static_cast<T>(a.lr / (1 - pow(static_cast<double>(a.beta1), t)));
+    a.bc2_sqrt = static_cast<T>(sqrt(1 - pow(static_cast<double>(a.beta2), t)));
+  }
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < a.n;
        i += stride) {
@@ -91,7 +98,8 @@ void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& gr
 }
 
 void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                      const KernelArg& m, const KernelArg& v, const AdamParams& p) {
+                      const KernelArg& m, const KernelArg& v, const double* step,
+                      const AdamParams& p) {
   TESSERA_CUDA_EXPECT(param.dtype == grad.dtype && param.numel == grad.numel,
                       "adam_step operands differ in dtype or size");
   if (param.numel == 0) return;
@@ -110,7 +118,9 @@ void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& g
                   static_cast<T>(1 - p.lr * p.weight_decay),
                   static_cast<T>(p.step_size),
                   static_cast<T>(p.bias_correction2_sqrt),
-                  p.decoupled};
+                  p.decoupled,
+                  step,
+                  p.lr};
     adam_kernel<T><<<grid_for<adam_kernel<T>>(param.numel), kThreads, 0, stream>>>(a);
   });
   TESSERA_CUDA_CHECK_LAUNCH(stream, "adam_step");
