@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string save, load, metrics, plot;
   double clip = 0;
   bool quiet = false;
+  bool graph = false;
 };
 
 // "cpu:0,cpu:1" -> the devices, each checked by Device::parse.
@@ -130,6 +131,7 @@ void run_train(const TrainArgs& a) {
                                 .progress = !a.quiet,
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt};
+  options.graph = a.graph;
   // Under mpirun with several ranks, one model trains across them (Note [Data-parallel
   // steps]); each rank takes its own GPU by default (one process per GPU).
   const bool ranks = ProcessGroup::launched_size() > 1;
@@ -171,9 +173,9 @@ void run_train(const TrainArgs& a) {
   const int world = group != nullptr ? group->size() : 1;
   if (lead) {
     std::cout << fmt::format(
-        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {})\n", a.model,
+        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {}{})\n", a.model,
         describe_devices(trainer.devices(), world, a.batch_size), a.epochs, a.batch_size, a.lr,
-        a.momentum, a.seed);
+        a.momentum, a.seed, a.graph ? ", recorded step replayed as a graph" : "");
   }
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
@@ -308,6 +310,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--clip", a->clip, "Clip the global gradient norm to this (0: off)")
       ->check(kFiniteNonNegative);
   cmd->add_flag("--quiet", a->quiet, "No progress bar or per-epoch lines on stderr");
+  cmd->add_flag("--graph", a->graph,
+                "Record the training step once as a graph and replay it for every full batch "
+                "(the same results, far less host work per step)");
   cmd->callback([a, lr, momentum] {
     // LeNet trains with momentum by default: plain SGD at 0.1 needs far more epochs.
     if (a->model.starts_with("lenet")) {

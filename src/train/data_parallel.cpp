@@ -11,6 +11,7 @@
 #include "train/gradient_reducer.h"
 #include "train/loop_parts.h"
 #include "train/rank_checks.h"
+#include "train/step_graph.h"
 
 // Note [Data-parallel steps]
 // Replica r gets rows [o_r, o_r + s_r) of each batch of B (s_r = B / k, the first B % k
@@ -128,6 +129,32 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
+  // One step of every replica on its shard (already on its device) of a batch of `batch`.
+  const auto replicas_step = [&](const std::vector<data::Batch>& shards, std::int64_t batch) {
+    std::vector<StepResult> results;
+    for (std::size_t r = 0; r < k; ++r) {
+      tasks[r]->optimizer().zero_grad();
+      results.push_back(tasks[r]->training_step(shards[r]));
+      const double share = static_cast<double>(shards[r].y.size(0)) / static_cast<double>(batch);
+      (results.back().loss * share).backward();
+    }
+    reducer.reduce();
+    for (std::size_t r = 0; r < k; ++r) {
+      if (options_.gradient_clip_val > 0) {
+        optim::clip_grad_norm_(params[r], options_.gradient_clip_val);
+      }
+      tasks[r]->optimizer().step();
+    }
+    return results;
+  };
+  std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
+  for (std::size_t r = 0; r < k; ++r) {
+    capturable.push_back(
+        std::make_unique<loop::CapturableFor>(tasks[r]->optimizer(), options_.graph));
+  }
+  std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
+  bool warmed_up = false;            // a full batch has run eagerly
+
   std::vector<EpochMetrics> history;
   for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
@@ -146,21 +173,29 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       for (std::size_t g = 0; g < rank * k; ++g) offset += all_sizes[g];
       const std::vector<std::int64_t> sizes(all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
                                             all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
-      std::vector<StepResult> results;
+      std::vector<data::Batch> shards;
       for (std::size_t r = 0; r < k; ++r) {
-        const data::Batch shard{b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])};
+        shards.push_back({b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])});
         offset += sizes[r];
-        tasks[r]->optimizer().zero_grad();
-        results.push_back(tasks[r]->training_step(data::to_device(shard, devices_[r])));
-        const double share = static_cast<double>(sizes[r]) / static_cast<double>(batch);
-        (results.back().loss * share).backward();
       }
-      reducer.reduce();
-      for (std::size_t r = 0; r < k; ++r) {
-        if (options_.gradient_clip_val > 0) {
-          optim::clip_grad_norm_(params[r], options_.gradient_clip_val);
+      const bool full = batch == train.options().batch_size;
+      std::vector<StepResult> results;
+      if (options_.graph && full && warmed_up) {
+        if (!graph) {
+          graph = std::make_unique<StepGraph>(
+              devices_, shards,
+              [&](const std::vector<data::Batch>& in) { return replicas_step(in, batch); });
         }
-        tasks[r]->optimizer().step();
+        results = graph->run(shards);
+      } else {
+        std::vector<data::Batch> on_devices;
+        for (std::size_t r = 0; r < k; ++r) {
+          on_devices.push_back(data::to_device(shards[r], devices_[r]));
+        }
+        results = replicas_step(on_devices, batch);
+        warmed_up = warmed_up || full;
+      }
+      for (std::size_t r = 0; r < k; ++r) {
         sums[r].add(results[r], sizes[r]);
         NoGradGuard no_grad;
         const double share = static_cast<double>(sizes[r]) / static_cast<double>(batch);

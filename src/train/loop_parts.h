@@ -132,6 +132,27 @@ class StepLog {
   std::int64_t used_ = 0;
 };
 
+// Makes an optimizer capturable for one fit when `on` (TrainerOptions::graph), and gives it
+// back as it was.
+class CapturableFor {
+ public:
+  CapturableFor(optim::Optimizer& opt, bool on) : opt_(opt), before_(opt.capturable()) {
+    if (on) opt_.set_capturable(true);
+  }
+  ~CapturableFor() {
+    try {
+      opt_.set_capturable(before_);
+    } catch (...) {  // a failed device read while unwinding: the counts stay on the device
+    }
+  }
+  CapturableFor(const CapturableFor&) = delete;
+  CapturableFor& operator=(const CapturableFor&) = delete;
+
+ private:
+  optim::Optimizer& opt_;
+  bool before_;
+};
+
 // Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
 // file (when open), then throws NonFiniteError naming the epoch when its training loss (or
 // its validation loss, with validation) is NaN or infinite (check_finite).

@@ -21,6 +21,7 @@
 #include "tessera/optim/clip.h"
 #include "tessera/sync_guard.h"
 #include "train/loop_parts.h"
+#include "train/step_graph.h"
 
 // Note [Metrics on the device]
 // Reading a loss with item() makes the host wait for the device, which starves a GPU of
@@ -159,6 +160,17 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
+  const auto one_step = [&](const data::Batch& batch) {
+    opt.zero_grad();
+    StepResult r = task.training_step(batch);
+    r.loss.backward();
+    if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
+    opt.step();
+    return r;
+  };
+  const loop::CapturableFor capturable(opt, options_.graph);
+  std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
+  bool warmed_up = false;            // a full batch has run eagerly
   std::vector<EpochMetrics> history;
   for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = Clock::now();
@@ -168,12 +180,21 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     Progress progress(options_.progress, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     for (const data::Batch& b : train) {
-      const data::Batch batch = prepare_batch(b);
-      opt.zero_grad();
-      const StepResult r = task.training_step(batch);
-      r.loss.backward();
-      if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
-      opt.step();
+      const bool full = b.y.size(0) == train.options().batch_size;
+      StepResult r;
+      if (options_.graph && full && warmed_up) {
+        if (!graph) {
+          graph = std::make_unique<StepGraph>(
+              devices_, std::vector<data::Batch>{b},
+              [&](const std::vector<data::Batch>& in) {
+                return std::vector<StepResult>{one_step(in[0])};
+              });
+        }
+        r = graph->run({b})[0];
+      } else {
+        r = one_step(prepare_batch(b));
+        warmed_up = warmed_up || full;
+      }
       sums.add(r, b.y.size(0));
       {
         NoGradGuard no_grad;

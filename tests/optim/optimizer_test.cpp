@@ -129,6 +129,58 @@ TEST_P(Optim, AdamAndAdamWMatchPyTorchFormulas) {
   }
 }
 
+TEST_P(Optim, CapturableAdamMatchesPyTorchFormulas) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const optim::AdamOptions o{.lr = 0.02, .beta1 = 0.8, .beta2 = 0.99, .weight_decay = 0.1};
+    check_against<RefAdam>(
+        dtype,
+        [&](std::vector<Tensor> p) {
+          auto adam = std::make_unique<optim::Adam>(p, o);
+          adam->set_capturable(true);
+          return adam;
+        },
+        RefAdam{o}, "capturable Adam");
+    const optim::AdamWOptions w{.lr = 0.02, .weight_decay = 0.1};
+    check_against<RefAdam>(
+        dtype,
+        [&](std::vector<Tensor> p) {
+          auto adam = std::make_unique<optim::AdamW>(p, w);
+          adam->set_capturable(true);
+          return adam;
+        },
+        RefAdam{{w.lr, w.beta1, w.beta2, w.eps, w.weight_decay}, /*decoupled=*/true},
+        "capturable AdamW");
+  }
+}
+
+// A recorded step replays as the next step: its bias corrections come from the device's
+// count, not from the step that was recorded.
+TEST_P(Optim, RecordedAdamStepsReplayAsTheNextSteps) {
+  const optim::AdamOptions o{.lr = 0.05};
+  Tensor p = testing::make_input(random_values(6, 3), {6}, kFloat32, device()).requires_grad_();
+  std::vector<double> w = p.to_vector<double>();
+  const std::vector<double> g = random_values(6, 4, -1, 1);
+  p.set_grad(testing::make_input(g, {6}, kFloat32, device()));
+  optim::Adam adam({p}, o);
+  RefAdam ref{o};
+  adam.step();  // the first step eagerly, then capturable from step 2 on
+  ref.step(w, g);
+  adam.set_capturable(true);
+  EXPECT_EQ(adam.step_count(0), 1);
+  Graph graph = Graph::capture(device(), [&] { adam.step(); });
+  for (int i = 0; i < 4; ++i) {
+    graph.replay();
+    ref.step(w, g);
+  }
+  expect_close(p, w, 2e-5, 2e-5, "after 4 replays");
+  EXPECT_EQ(adam.step_count(0), 5);
+  adam.set_capturable(false);  // back to host counts, continuing from the device's
+  EXPECT_EQ(adam.step_count(0), 5);
+  adam.step();
+  ref.step(w, g);
+  expect_close(p, w, 2e-5, 2e-5, "an eager step after the replays");
+}
+
 TEST_P(Optim, ParametersWithoutGradAreSkipped) {
   Tensor a = ones({3}, device()).requires_grad_();
   Tensor b = ones({2}, device()).requires_grad_();

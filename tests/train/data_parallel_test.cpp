@@ -1,7 +1,9 @@
 // Data-parallel training on every device of the test device's kind (two logical CPU devices
 // under TESSERA_CPU_DEVICES=2; GPUs when there are several): k replicas with batch B end
 // with the parameters of one device with batch B, stay identical, make no host wait per
-// step, move exactly the all-reduce's bytes, and refuse what cannot work.
+// step, move exactly the all-reduce's bytes, and refuse what cannot work. With
+// TrainerOptions::graph, recorded and replayed steps end where eager steps end, on one
+// device and on several.
 #include <fmt/format.h>
 
 #include "support/device_test.h"
@@ -39,7 +41,8 @@ train::OptimizerFactory make_opt(bool adam) {
 // The parameters after `epochs` epochs on `devices` (one: plain training) from seed 0.
 std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv,
                                           bool adam, double clip, int epochs,
-                                          std::vector<std::shared_ptr<nn::Module>>* made = nullptr) {
+                                          std::vector<std::shared_ptr<nn::Module>>* made = nullptr,
+                                          bool graph = false, Tensor* step_losses = nullptr) {
   const auto [images, labels] = random_images(23);
   data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});  // 7, 7, 7, 2
   manual_seed(0);
@@ -52,12 +55,15 @@ std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bo
       },
       make_opt(adam));
   train::TrainerOptions o{.max_epochs = epochs, .gradient_clip_val = clip, .progress = false};
+  o.graph = graph;
   if (devices.size() == 1) {
     o.device = devices[0];
   } else {
     o.devices = devices;
   }
-  train::Trainer(o).fit(task, loader);
+  train::Trainer trainer(o);
+  trainer.fit(task, loader);
+  if (step_losses != nullptr) *step_losses = trainer.step_losses();
   AllowSync deliberate;  // the test's own read
   std::vector<std::vector<double>> out;
   for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
@@ -156,6 +162,63 @@ TEST_P(DataParallel, RefusesWhatCannotWork) {
   expect_throw_with<Error>([&] { trainer.fit(differs, loader); },
                            {"[Trainer] replica 1's parameter 0 is '1.weight' float32 [4, 64]",
                             "[5, 64]"});
+}
+
+// Batches of 7, 7, 7, 2 per epoch: the first full batch runs eagerly, the next two replay
+// the recorded step, the short one runs eagerly; over two epochs, with both optimizers
+// (Adam's step counts then live on the device), with and without clipping.
+void expect_recorded_equals_eager(const std::vector<Device>& devices) {
+  for (bool conv : {false, true}) {
+    for (bool adam : {false, true}) {
+      for (double clip : {0.0, 0.05}) {
+        const std::string what = fmt::format("{} device(s) conv={} adam={} clip={}",
+                                             devices.size(), conv, adam, clip);
+        Tensor eager_losses, recorded_losses;
+        const auto eager = train_on(devices, conv, adam, clip, 2, nullptr, false, &eager_losses);
+        const auto recorded = train_on(devices, conv, adam, clip, 2, nullptr, true, &recorded_losses);
+        ASSERT_EQ(eager.size(), recorded.size());
+        for (std::size_t i = 0; i < eager.size(); ++i) {
+          testing::expect_close(recorded[i], eager[i], 1e-5, 1e-6,
+                                what + " parameter " + std::to_string(i));
+        }
+        testing::expect_close(recorded_losses, eager_losses.to_vector<double>(), 1e-5, 1e-6,
+                              what + " step losses");
+      }
+    }
+  }
+}
+
+TEST_P(DataParallel, RecordedStepsEndWhereEagerStepsEnd) {
+  expect_recorded_equals_eager({device()});
+}
+
+TEST_P(DataParallel, RecordedReplicaStepsEndWhereEagerStepsEnd) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  if (device().is_cuda()) GTEST_SKIP() << "a graph holds one GPU";
+  expect_recorded_equals_eager(g);
+}
+
+TEST_P(DataParallel, RecordedStepsMakeNoHostWait) {
+  const auto g = device().is_cuda() ? std::vector<Device>{device()} : group();
+  SyncGuard strict(SyncMode::kError);  // any implicit host wait in fit() throws
+  train_on(g, true, true, 1.0, 2, nullptr, /*graph=*/true);
+}
+
+TEST_P(DataParallel, AStepThatDrawsRandomNumbersIsNotRecorded) {
+  const auto [images, labels] = random_images(16);
+  data::DataLoader loader(images, labels, {.batch_size = 4, .seed = 1});
+  auto net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Dropout(0.5), nn::Linear(64, 4));
+  optim::SGD sgd(net->parameters(), {.lr = 0.1});
+  train::Classifier task(*net, sgd);
+  train::Trainer trainer({.max_epochs = 1, .progress = false, .device = device(), .graph = true});
+  expect_throw_with<GraphCaptureError>(
+      [&] { trainer.fit(task, loader); },
+      {"[Trainer] the training step cannot be recorded as a graph", "drawing random numbers",
+       "without the graph option"});
+  // Nothing is left capturing: the device trains eagerly as before.
+  train::Trainer eager({.max_epochs = 1, .progress = false, .device = device()});
+  EXPECT_EQ(eager.fit(task, loader).size(), 1u);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(DataParallel);

@@ -45,6 +45,15 @@ struct TrainerOptions {
   /// batch is split across them, the gradients are summed with collectives, and every
   /// replica's optimizer takes the same step. Empty: num_gpus or device decides.
   std::vector<Device> devices;
+  /// Record the training step once as a graph (graph.h) and replay it for every batch of
+  /// batch_size examples: forward, loss, backward, the gradient all-reduce, clipping, the
+  /// optimizer step and the step's metrics cost the host one launch per device instead of
+  /// every op's front-end cost. Results equal eager training. The first full batch of a fit
+  /// runs eagerly (it creates the optimizer's state) and a shorter batch always does; the
+  /// optimizer is made capturable for the fit (Optimizer::set_capturable). A step that
+  /// draws random numbers on the host (dropout) or reads a value throws GraphCaptureError at
+  /// the recording. On a GPU a graph holds one device: with several GPUs, DeviceError.
+  bool graph = false;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss
