@@ -26,6 +26,7 @@ struct TrainRun {
   std::vector<Device> devices;  // empty: cpu()
   const ProcessGroup* group = nullptr;
   std::filesystem::path metrics;
+  bool graph = false;  // TrainerOptions::graph
 };
 
 std::vector<std::vector<double>> train(const TrainRun& run) {
@@ -50,6 +51,7 @@ std::vector<std::vector<double>> train(const TrainRun& run) {
                           .metrics_path = run.metrics};
   o.devices = run.devices;
   o.process_group = run.group;
+  o.graph = run.graph;
   train::Trainer(o).fit(task, loader);
   AllowSync deliberate;  // the test's own read
   std::vector<std::vector<double>> out;
@@ -90,6 +92,22 @@ TEST_F(TrainerRanks, RanksEndWhereOneProcessEnds) {
         ranks.devices = local_devices();
         expect_same(train(ranks), train(alone));
       }
+    }
+  }
+}
+
+// Each rank records its step with the all-reduce across the ranks inside, and replays it.
+TEST_F(TrainerRanks, RecordedStepsEndWhereOneEagerProcessEnds) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  for (const bool conv : {false, true}) {
+    for (const bool adam : {false, true}) {
+      SCOPED_TRACE(fmt::format("conv {} adam {}", conv, adam));
+      const TrainRun alone{.conv = conv, .adam = adam, .clip = 0.05};
+      TrainRun ranks = alone;
+      ranks.group = &group();
+      ranks.devices = local_devices();
+      ranks.graph = true;
+      expect_same(train(ranks), train(alone));
     }
   }
 }
