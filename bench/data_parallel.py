@@ -13,6 +13,8 @@ in turn, --reps times, and the table shows medians, so a noisy moment hits all o
          the cost of the queues (target: within 10%)
   rank1  mpirun -np 1, 1 thread (OMP_NUM_THREADS=1), the plain CPU
   rank2  mpirun -np 2, 1 thread each, bound to a core each (issue 13's target)
+  one_g, two_g, rank1_g, rank2_g
+         the same with --graph: the training step recorded once and replayed (issue 16)
 
   python3 bench/data_parallel.py [--reps 5] [--epochs 3] [--models mlp lenet]
 """
@@ -38,12 +40,12 @@ def tessera_epochs(model, epochs, env, devices):
     return [r["train_seconds"] for r in rows[1:]]
 
 
-def ranks_epochs(model, epochs, np):
+def ranks_epochs(model, epochs, np, extra=()):
     """`np` ranks of 1 thread each on the plain CPU, launched by mpirun."""
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as metrics:
         cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "core",
                "-x", "OMP_NUM_THREADS=1", TOOL, "train", "--model", model, "--epochs",
-               str(epochs), "--quiet", "--metrics", metrics.name, "--device", "cpu"]
+               str(epochs), "--quiet", "--metrics", metrics.name, "--device", "cpu", *extra]
         env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(line) for line in open(metrics.name)]
@@ -63,6 +65,7 @@ def main():
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--models", nargs="+", default=["mlp", "lenet"])
+    p.add_argument("--only", nargs="+", help="run these configurations alone (one two ...)")
     args = p.parse_args()
     have_peer = os.path.exists(PEER_PY)
     configs = {
@@ -79,9 +82,19 @@ def main():
                                            ["--device", "cpu:1"]),
         "rank1": lambda m: ranks_epochs(m, args.epochs, 1),
         "rank2": lambda m: ranks_epochs(m, args.epochs, 2),
+        "one_g": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "1",
+                                                           "TESSERA_CPU_THREADS": "1"},
+                                          ["--device", "cpu:0", "--graph"]),
+        "two_g": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "2",
+                                                           "TESSERA_CPU_THREADS": "1"},
+                                          ["--devices", "cpu:0,cpu:1", "--graph"]),
+        "rank1_g": lambda m: ranks_epochs(m, args.epochs, 1, ["--graph"]),
+        "rank2_g": lambda m: ranks_epochs(m, args.epochs, 2, ["--graph"]),
     }
     if have_peer:
         configs["ddp"] = lambda m: ddp_epochs(m, args.epochs)
+    if args.only:
+        configs = {c: f for c, f in configs.items() if c in args.only}
     times = {(m, c): [] for m in args.models for c in configs}
     for rep in range(args.reps):
         for m in args.models:
@@ -90,6 +103,10 @@ def main():
                 times[(m, c)].append(statistics.median(epoch_times))
                 print(f"rep {rep + 1} {m:5} {c:6} {times[(m, c)][-1]:.3f} s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
+    if args.only:
+        for (m, c), t in sorted(med.items()):
+            print(f"| {m} | {c} | {t:.3f} |")
+        return
     print("| model | 1 device, 1 core (s) | 2 devices, 1 core each (s) | throughput x "
           "(target >= 1.8) | PyTorch DDP 2x1 (s) | tessera/DDP time (target <= 0.5) | "
           "cpu:1 queued (s) | inline (s) | queued/inline (target <= 1.10) |")
@@ -108,6 +125,17 @@ def main():
         one, two, ddp = med[(m, "rank1")], med[(m, "rank2")], med.get((m, "ddp"))
         peer = ["", ""] if ddp is None else [f"{ddp:.3f}", f"{two / ddp:.2f}"]
         print("| " + " | ".join([m, f"{one:.3f}", f"{two:.3f}", f"{one / two:.2f}", *peer]) + " |")
+    print("\nWith --graph (the step recorded once and replayed):\n")
+    print("| model | 1 device (s) | 2 devices (s) | throughput x (target >= 1.8) | "
+          "1 rank (s) | 2 ranks (s) | throughput x (target >= 1.8) | "
+          "1 device eager / graph time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in args.models:
+        o, t = med[(m, "one_g")], med[(m, "two_g")]
+        r1, r2 = med[(m, "rank1_g")], med[(m, "rank2_g")]
+        print("| " + " | ".join([m, f"{o:.3f}", f"{t:.3f}", f"{o / t:.2f}", f"{r1:.3f}",
+                                 f"{r2:.3f}", f"{r1 / r2:.2f}",
+                                 f"{med[(m, 'one')] / o:.2f}"]) + " |")
     print(f"\nmedians of {args.reps} runs, each the median of epochs 2..{args.epochs}'s "
           "training pass", file=sys.stderr)
 
