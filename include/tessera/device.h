@@ -40,10 +40,10 @@ class Device {
 std::ostream& operator<<(std::ostream& os, Device device);
 std::string to_string(Device device);
 
-/// The CPU (the seed's cpu()). With logical CPU devices configured, cpu(i) is the i-th of
+/// The CPU (the book's cpu()). With logical CPU devices configured, cpu(i) is the i-th of
 /// them and cpu() is cpu(0); without, cpu() is the whole CPU and cpu(i > 0) does not exist.
 Device cpu(int index = 0);
-/// The i-th GPU handle (the seed's gpu(i)); it need not exist until it is used for data.
+/// The i-th GPU handle (the book's gpu(i)); it need not exist until it is used for data.
 Device gpu(int index = 0);
 /// Number of GPUs tessera can use (0 when built without CUDA, with no driver, or when
 /// CUDA_VISIBLE_DEVICES hides them; gpu_unavailable_reason() says which).

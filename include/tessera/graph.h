@@ -2,7 +2,7 @@
 /// Graphs: the device work of a piece of code, recorded once and replayed with one launch
 /// (a CUDA graph on a GPU; on CPU devices, the recorded kernels queued as one task). Replaying
 /// skips the host's per-op cost (checks, autograd, allocation, launches), which dominates
-/// small ops such as the seed's 100x100 matmuls and the book's small models. Recording does
+/// small ops such as the book's 100x100 matmuls and the book's small models. Recording does
 /// not run the work; replay() does.
 #include <cstddef>
 #include <functional>

@@ -1,6 +1,6 @@
 #pragma once
 /// Streams: more than one in-order queue of work on one GPU, so that independent work can
-/// run at the same time (the seed's exercise 4 on a machine with one GPU). Every device has
+/// run at the same time (the book's exercise 4 on a machine with one GPU). Every device has
 /// a default stream, where all its work goes unless a StreamGuard says otherwise. CPU
 /// devices have only their default stream: for concurrent CPU work use logical CPU devices.
 #include <iosfwd>

@@ -52,7 +52,7 @@ class Tensor {
   std::size_t itemsize() const { return tessera::itemsize(dtype()); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * itemsize(); }
   bool is_contiguous() const;
-  /// Whether both handles are the same tensor (the seed's `Z.cuda(1) is Z`).
+  /// Whether both handles are the same tensor (the book's `Z.cuda(1) is Z`).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   /// Whether both view the same storage (e.g. a tensor and its transpose).
   bool shares_storage(const Tensor& other) const;

@@ -28,7 +28,7 @@ class Linear : public Module {
 };
 
 /// LazyLinear(out_features): like Linear, with in_features taken from the first input's
-/// last dim (the seed's nn.LazyLinear(1)). Its parameters are built at that first call: on
+/// last dim (the book's nn.LazyLinear(1)). Its parameters are built at that first call: on
 /// the device the module was moved to with to(), if it was (the input is then checked
 /// against it), else on the input's device (MXNet's deferred initialization); with the
 /// dtype given to to(dtype), else the input's.

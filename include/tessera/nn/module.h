@@ -8,7 +8,7 @@
 ///   nn::Sequential net(nn::Linear(2, 8), nn::ReLU(), nn::Linear(8, 1));
 ///   net.to(try_gpu());                 // parameters and buffers move in place
 ///   Tensor y = net(X);                 // X must be on net.device()
-///   net.at<nn::Linear>(0).weight.device();   // the seed's net[0].weight.data.device
+///   net.at<nn::Linear>(0).weight.device();   // the book's net[0].weight.data.device
 #include <functional>
 #include <map>
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-/// Sequential: modules applied in order, indexable like the seed's net[0].
+/// Sequential: modules applied in order, indexable like the book's net[0].
 #include <concepts>
 #include <cstddef>
 #include <memory>
