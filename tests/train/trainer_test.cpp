@@ -112,6 +112,25 @@ TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
   testing::expect_throw_with<DeviceError>([] { train::Trainer({.device = cpu(7)}); }, {"Trainer"});
 }
 
+// A loader that gives no batches would make an epoch of no steps, reported as a loss of 0.
+TEST(Trainer, RefusesDataThatGivesNoBatches) {
+  const auto [images, labels] = quadrant_images(8);
+  data::DataLoader none(images, labels, {.batch_size = 32, .drop_last = true});
+  data::DataLoader some(images, labels, {.batch_size = 4});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  train::Trainer trainer({.max_epochs = 1, .progress = false});
+  testing::expect_throw_with<Error>(
+      [&] { trainer.fit(task, none); },
+      {"[Trainer] the training data gives no batches: 8 examples, batch_size 32 and drop_last "
+       "drops them all"});
+  testing::expect_throw_with<Error>([&] { trainer.fit(task, some, &none); },
+                                    {"[Trainer] the validation data gives no batches"});
+  testing::expect_throw_with<Error>([&] { trainer.evaluate(task, none); },
+                                    {"[Trainer] the evaluation data gives no batches"});
+}
+
 TEST(Trainer, WritesMetricsAsJsonLines) {
   const auto [images, labels] = quadrant_images(64);
   data::DataLoader loader(images, labels, {.batch_size = 32});
