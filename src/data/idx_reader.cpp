@@ -39,15 +39,15 @@ void IdxReader::fail(const std::string& what) const {
 
 IdxReader::IdxReader(const std::filesystem::path& path) : path_(path), buffer_(kBufferBytes) {
   io::require_regular_file(path, "read_idx");  // a FIFO would block the read for ever
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail(std::string("cannot open it: ") + std::strerror(errno));
+  h_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (h_.fd < 0) fail(std::string("cannot open it: ") + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) fail(std::string("cannot read its size: ") + std::strerror(errno));
+  if (::fstat(h_.fd, &st) != 0) fail(std::string("cannot read its size: ") + std::strerror(errno));
   file_size_ = static_cast<std::uint64_t>(st.st_size);
   gzip_ = buffered(2) >= 2 && buffer_[pos_] == 0x1f && buffer_[pos_ + 1] == 0x8b;
   if (gzip_) {
-    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) fail("cannot start zlib's inflate");
-    z_ready_ = true;
+    if (inflateInit2(&h_.z, 16 + MAX_WBITS) != Z_OK) fail("cannot start zlib's inflate");
+    h_.z_ready = true;
   }
   unsigned char magic[4];
   read_exactly(magic, 4, "magic number");
@@ -84,9 +84,9 @@ IdxReader::IdxReader(const std::filesystem::path& path) : path_(path), buffer_(k
   }
 }
 
-IdxReader::~IdxReader() {
-  if (z_ready_) inflateEnd(&z_);
-  if (fd_ >= 0) ::close(fd_);
+IdxReader::Handles::~Handles() {
+  if (z_ready) inflateEnd(&z);
+  if (fd >= 0) ::close(fd);
 }
 
 Tensor IdxReader::read() {
@@ -106,7 +106,7 @@ std::size_t IdxReader::buffered(std::size_t want) {
   end_ -= pos_;
   pos_ = 0;
   while (end_ < want) {
-    const ssize_t n = ::read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+    const ssize_t n = ::read(h_.fd, buffer_.data() + end_, buffer_.size() - end_);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(std::string("cannot read it: ") + std::strerror(errno));
     if (n == 0) break;
@@ -128,17 +128,17 @@ std::size_t IdxReader::pull(unsigned char* dst, std::size_t n) {
   }
   while (got < n && !content_ended_) {
     if (buffered(1) == 0) fail("the file ends inside its gzip stream (truncated)");
-    z_.next_in = buffer_.data() + pos_;
-    z_.avail_in = static_cast<uInt>(end_ - pos_);
-    z_.next_out = dst + got;
-    z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n - got, UINT_MAX));
-    const int rc = inflate(&z_, Z_NO_FLUSH);
-    pos_ = end_ - z_.avail_in;
-    got = static_cast<std::size_t>(z_.next_out - dst);
+    h_.z.next_in = buffer_.data() + pos_;
+    h_.z.avail_in = static_cast<uInt>(end_ - pos_);
+    h_.z.next_out = dst + got;
+    h_.z.avail_out = static_cast<uInt>(std::min<std::size_t>(n - got, UINT_MAX));
+    const int rc = inflate(&h_.z, Z_NO_FLUSH);
+    pos_ = end_ - h_.z.avail_in;
+    got = static_cast<std::size_t>(h_.z.next_out - dst);
     if (rc == Z_STREAM_END) {
       after_member();
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      fail(fmt::format("corrupt gzip data: {}", z_.msg != nullptr ? z_.msg : zError(rc)));
+      fail(fmt::format("corrupt gzip data: {}", h_.z.msg != nullptr ? h_.z.msg : zError(rc)));
     }
   }
   return got;
@@ -151,7 +151,7 @@ void IdxReader::after_member() {
     return;
   }
   if (left >= 2 && buffer_[pos_] == 0x1f && buffer_[pos_ + 1] == 0x8b) {
-    inflateReset(&z_);  // another gzip member: the format allows several
+    inflateReset(&h_.z);  // another gzip member: the format allows several
     return;
   }
   fail("has bytes after the end of its gzip stream that are not another gzip member; the file "

@@ -17,7 +17,6 @@ class IdxReader {
   // Opens `path` (gzipped or plain) and reads its header. IOError naming the file for a
   // missing or non-regular file, a bad header, or declared dims the file cannot hold.
   explicit IdxReader(const std::filesystem::path& path);
-  ~IdxReader();
   IdxReader(const IdxReader&) = delete;
   IdxReader& operator=(const IdxReader&) = delete;
 
@@ -39,12 +38,22 @@ class IdxReader {
   // After a gzip member's end: another member follows, or the file ends; else IOError.
   void after_member();
 
+  // The descriptor and zlib's state, released by their own destructor so that a
+  // constructor that throws (a bad header) leaks neither.
+  struct Handles {
+    int fd = -1;
+    z_stream z{};
+    bool z_ready = false;
+    Handles() = default;
+    Handles(const Handles&) = delete;
+    Handles& operator=(const Handles&) = delete;
+    ~Handles();
+  };
+
   std::filesystem::path path_;
-  int fd_ = -1;
+  Handles h_;
   std::uint64_t file_size_ = 0;
   bool gzip_ = false;
-  z_stream z_{};
-  bool z_ready_ = false;
   bool content_ended_ = false;  // gzip: the last member ended and nothing follows
   std::vector<unsigned char> buffer_;
   std::size_t pos_ = 0, end_ = 0;  // unread file bytes: buffer_[pos_, end_)
