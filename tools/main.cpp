@@ -1,5 +1,9 @@
 // The `tessera` command line: `tessera train`, `tessera bench`, `tessera info`, `tessera --version`, `--help`.
 #include <iostream>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 
@@ -9,6 +13,29 @@
 #include "tessera/error.h"
 #include "tessera/process_group.h"
 #include "tessera/version.h"
+
+namespace {
+
+// An error message with its control characters escaped (all but the newlines that separate
+// its lines): a name or path from a file must not reach the terminal raw.
+std::string printable_message(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const bool c1 = b == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(s[i + 1]) <= 0x9f;
+    if ((b < 0x20 && b != '\n') || b == 0x7f) {
+      out += fmt::format("\\x{:02x}", b);
+    } else if (c1) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(s[++i]));
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera: tensors on explicit devices (CPU, logical CPU devices, CUDA GPUs)",
@@ -23,7 +50,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
-    std::cerr << "tessera: " << e.what() << "\n";
+    std::cerr << "tessera: " << printable_message(e.what()) << "\n";
     // Under mpirun, the other ranks would wait for this one forever: end them all now.
     tessera::ProcessGroup::abort_world(1);
     return 1;

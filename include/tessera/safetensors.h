@@ -5,6 +5,7 @@
 ///
 ///   save_safetensors("model.safetensors", net.state_dict());     // from any device
 ///   auto file = load_safetensors("model.safetensors", try_gpu()); // onto a chosen device
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -46,5 +47,24 @@ struct SafetensorsFile {
 /// BOOL, U8, I32, I64, F32, F64) throw IOError naming the file and the problem; so does a
 /// path that is not a regular file (a FIFO, a directory), refused before it is opened.
 SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device = cpu());
+
+/// A tensor as a safetensors header describes it.
+struct SafetensorsTensorInfo {
+  Dtype dtype = kFloat32;
+  Shape shape;
+  std::uint64_t begin = 0, end = 0;  ///< its bytes, counted from the start of the data
+};
+
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsTensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+/// Reads and checks a safetensors file's header only, no tensor data: what a file holds, at
+/// the cost of its header. Makes every check load_safetensors makes before reading data and
+/// throws the same IOErrors. The header is at most 100 MB (the reference implementation's
+/// limit); a NUL byte in it, a name given twice, an empty tensor name or one holding a control
+/// character, and anything nested where the format nests nothing are refused at once.
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
 
 }  // namespace tessera

@@ -5,8 +5,9 @@
 
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "data/idx_reader.h"
 #include "io/files.h"
-#include "tessera/data/idx.h"
+#include "io/printable.h"
 #include "tessera/ops.h"
 
 namespace tessera::data {
@@ -26,20 +27,29 @@ std::filesystem::path find_file(const std::filesystem::path& dir, const std::str
 
 void split(const std::filesystem::path& dir, const std::string& prefix, Tensor& images,
            Tensor& labels) {
-  const auto image_path = find_file(dir, prefix + "-images-idx3-ubyte");
-  const auto label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
-  images = read_idx(image_path);
-  const Tensor raw_labels = read_idx(label_path);
-  TESSERA_CHECK(images.dim() == 3 && images.size(1) == 28 && images.size(2) == 28, IOError,
-                "[load_fashion_mnist] '{}' holds shape {}, not [N, 28, 28] images",
-                image_path.string(), images.shape().str());
-  TESSERA_CHECK(raw_labels.dim() == 1 && raw_labels.size(0) == images.size(0), IOError,
-                "[load_fashion_mnist] '{}' holds {} labels for the {} images of '{}'",
-                label_path.string(), raw_labels.numel(), images.size(0), image_path.string());
+  // Both headers are checked against each other before any data is read (Note [Bounded IDX
+  // reads]): a file declaring millions of images costs nothing when the labels disagree.
+  IdxReader image_file(find_file(dir, prefix + "-images-idx3-ubyte"));
+  IdxReader label_file(find_file(dir, prefix + "-labels-idx1-ubyte"));
+  const std::string image_path = io::printable(image_file.path().string());
+  const std::string label_path = io::printable(label_file.path().string());
+  const Shape& s = image_file.shape();
+  TESSERA_CHECK(s.size() == 3 && s[1] == 28 && s[2] == 28, IOError,
+                "[load_fashion_mnist] '{}' holds shape {}, not [N, 28, 28] images", image_path,
+                s.str());
+  TESSERA_CHECK(s[0] > 0, IOError,
+                "[load_fashion_mnist] '{}' holds no images (shape {}): the data set is empty, "
+                "and there is nothing to train or test on. Check the file", image_path, s.str());
+  const Shape& ls = label_file.shape();
+  TESSERA_CHECK(ls.size() == 1 && ls[0] == s[0], IOError,
+                "[load_fashion_mnist] '{}' holds {} labels for the {} images of '{}'", label_path,
+                ls.numel(), s[0], image_path);
+  images = image_file.read();
+  const Tensor raw_labels = label_file.read();
   const std::uint8_t* l = reinterpret_cast<const std::uint8_t*>(detail::impl_of(raw_labels).data());
   for (std::int64_t i = 0; i < raw_labels.numel(); ++i) {
     TESSERA_CHECK(l[i] < 10, IOError, "[load_fashion_mnist] '{}': label {} of example {} is not a class 0-9",
-                  label_path.string(), int{l[i]}, i);
+                  label_path, int{l[i]}, i);
   }
   labels = raw_labels.to(kInt64);
 }

@@ -27,6 +27,10 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
                 "[DataLoader] images and labels stay in host memory (batches move to the device "
                 "in Trainer::prepare_batch); got {} and {}",
                 images.device().str(), labels.device().str());
+  TESSERA_CHECK(images.size(0) > 0, ShapeError,
+                "[DataLoader] the data set is empty (images {}): there is nothing to train or "
+                "evaluate on, and a loop over it would report a loss of 0. Check the data",
+                images.shape().str());
   TESSERA_CHECK(options_.batch_size > 0 && options_.std > 0, Error,
                 "[DataLoader] batch_size ({}) and std ({}) must be positive", options_.batch_size,
                 options_.std);

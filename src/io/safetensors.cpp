@@ -24,6 +24,8 @@
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
 #include "io/files.h"
+#include "io/printable.h"
+#include "io/safetensors_header.h"
 
 namespace tessera {
 namespace {
@@ -31,20 +33,10 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; tessera writes host memory as it is");
 
-// The reference implementation refuses headers over 100 MB; so do we, before allocating.
-constexpr std::uint64_t kMaxHeader = 100'000'000;
-
 using Json = nlohmann::json;
 
-struct DtypeName {
-  Dtype dtype;
-  const char* name;
-};
-constexpr DtypeName kDtypes[] = {{kBool, "BOOL"},   {kUInt8, "U8"},    {kInt32, "I32"},
-                                 {kInt64, "I64"},   {kFloat32, "F32"}, {kFloat64, "F64"}};
-
 const char* safetensors_name(Dtype dtype) {
-  for (const auto& d : kDtypes) {
+  for (const auto& d : io::kSafetensorsDtypes) {
     if (d.dtype == dtype) return d.name;
   }
   return "?";
@@ -53,7 +45,7 @@ const char* safetensors_name(Dtype dtype) {
 std::string system_reason() { return std::strerror(errno); }
 
 [[noreturn]] void fail(const char* op, const std::filesystem::path& path, const std::string& what) {
-  throw IOError(fmt::format("[{}] '{}': {}", op, path.string(), what));
+  throw IOError(fmt::format("[{}] '{}': {}", op, io::printable(path.string()), what));
 }
 
 // ---- writing ----
@@ -243,118 +235,12 @@ std::int64_t first_non_finite(const char* bytes, std::size_t n) {
 
 // ---- reading ----
 
-struct Entry {
-  std::string name;
-  Dtype dtype;
-  Shape shape;
-  std::uint64_t begin, end;
-};
-
-struct Header {
-  std::vector<Entry> entries;
-  std::map<std::string, std::string> metadata;
-  std::uint64_t data_start = 0;
-};
+// The header is read and checked in io/safetensors_header.cpp (Note [Parsing the header]).
+using Entry = io::SafetensorsEntry;
+using Header = io::SafetensorsLayout;
 
 Header read_header(std::ifstream& in, const std::filesystem::path& path) {
-  const char* op = "load_safetensors";
-  std::error_code ec;
-  const std::uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail(op, path, "cannot read its size: " + ec.message());
-  if (size < 8) {
-    fail(op, path, fmt::format("is {} bytes, too short for a safetensors file (the header "
-                               "length alone takes 8)", size));
-  }
-  unsigned char len_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) fail(op, path, "cannot read the header length");
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > kMaxHeader || n > size - 8) {
-    fail(op, path, fmt::format("declares a {}-byte header, but the file has {} bytes after the "
-                               "length (limit {}); the file is truncated or not safetensors",
-                               n, size - 8, kMaxHeader));
-  }
-  std::string text(n, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(op, path, "cannot read the header");
-  Json json;
-  try {
-    json = Json::parse(text);
-  } catch (const Json::exception& e) {
-    fail(op, path, std::string("the header is not valid JSON: ") + e.what());
-  }
-  if (!json.is_object()) fail(op, path, "the header is not a JSON object");
-  Header h;
-  h.data_start = 8 + n;
-  for (auto it = json.begin(); it != json.end(); ++it) {
-    const std::string& name = it.key();
-    const Json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) fail(op, path, "__metadata__ is not an object of strings");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) fail(op, path, "__metadata__." + m.key() + " is not a string");
-        h.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
-        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
-      fail(op, path, "tensor '" + name + "' needs a dtype string, a shape array and two data_offsets");
-    }
-    const std::string dt = v["dtype"].get<std::string>();
-    const auto d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                [&](const DtypeName& x) { return dt == x.name; });
-    if (d == std::end(kDtypes)) {
-      fail(op, path, fmt::format("tensor '{}' has dtype {}, which tessera cannot hold (it holds "
-                                 "BOOL, U8, I32, I64, F32, F64)", name, dt));
-    }
-    if (v["shape"].size() > static_cast<std::size_t>(kMaxDims)) {
-      fail(op, path, fmt::format("tensor '{}' has {} dims; tessera holds at most {}", name,
-                                 v["shape"].size(), kMaxDims));
-    }
-    Shape shape;
-    std::uint64_t numel = 1;
-    for (const Json& s : v["shape"]) {
-      if (!s.is_number_unsigned()) fail(op, path, "tensor '" + name + "' has a shape entry that is not a non-negative integer");
-      const std::uint64_t extent = s.get<std::uint64_t>();
-      if (extent > (std::uint64_t{1} << 48)) fail(op, path, "tensor '" + name + "' has an absurd shape");
-      shape.push_back(static_cast<std::int64_t>(extent));
-      numel *= extent;
-      if (numel > (std::uint64_t{1} << 48)) fail(op, path, "tensor '" + name + "' has an absurd shape");
-    }
-    const Json& off = v["data_offsets"];
-    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      fail(op, path, "tensor '" + name + "' has data_offsets that are not non-negative integers");
-    }
-    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-    const std::uint64_t bytes = numel * itemsize(d->dtype);
-    if (end < begin || end - begin != bytes) {
-      fail(op, path, fmt::format("tensor '{}' ({} {}) needs {} bytes but its data_offsets [{}, "
-                                 "{}] span {}", name, dt, shape.str(), bytes, begin, end,
-                                 end < begin ? 0 : end - begin));
-    }
-    h.entries.push_back({name, d->dtype, shape, begin, end});
-  }
-  // The byte ranges must tile the data section exactly: no gap, no overlap, nothing past it.
-  std::vector<const Entry*> by_offset;
-  for (const Entry& e : h.entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  std::uint64_t at = 0;
-  for (const Entry* e : by_offset) {
-    if (e->begin != at) {
-      fail(op, path, fmt::format("tensor '{}' starts at byte {} of the data, expected {} (the "
-                                 "byte ranges overlap or leave a gap)", e->name, e->begin, at));
-    }
-    at = e->end;
-  }
-  if (h.data_start + at != size) {
-    fail(op, path, fmt::format("the tensors cover {} bytes of data but the file holds {} after "
-                               "the header; the file is truncated or has trailing bytes",
-                               at, size - h.data_start));
-  }
-  return h;
+  return io::read_safetensors_layout(in, path);
 }
 
 // A BOOL byte other than 0 or 1 is no bool at all: kernels would read it as undefined
@@ -389,6 +275,10 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
     TESSERA_CHECK(!name.empty() && name != "__metadata__", Error,
                   "[save_safetensors] '{}' cannot name a tensor", name);
     check_utf8(name, "tensor name", path);
+    TESSERA_CHECK(!io::has_control_character(name), Error,
+                  "[save_safetensors] '{}': tensor name '{}' holds a control character, which "
+                  "load_safetensors refuses (it would reach terminals raw); rename the tensor",
+                  io::printable(path.string()), io::printable(name));
     detail::check_defined(t, "save_safetensors", name.c_str());
     std::vector<std::int64_t> shape(t.shape().begin(), t.shape().end());
     header[name] = {{"dtype", safetensors_name(t.dtype())},

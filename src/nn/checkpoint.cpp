@@ -12,8 +12,15 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
 }
 
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path) {
-  // Read to host memory first: load_state_dict checks everything against the module
-  // before copying each tensor onto its parameter's device.
+  // Names, shapes and dtypes are matched from the header alone, so a file for another
+  // model costs its header, not its data (an unknown 1 GiB tensor is never read). Then the
+  // data is read to host memory, and load_state_dict checks it again (the file may have
+  // changed) before copying each tensor onto its parameter's device.
+  std::map<std::string, Module::TensorLayout> layouts;
+  for (const auto& [name, info] : read_safetensors_header(path).tensors) {
+    layouts.emplace(name, Module::TensorLayout{info.shape, info.dtype});
+  }
+  module.check_state_dict(layouts);
   SafetensorsFile file = load_safetensors(path, cpu());
   module.load_state_dict(file.tensors);
   return file.metadata;

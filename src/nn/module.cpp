@@ -301,28 +301,28 @@ StateDict Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const StateDict& state, bool strict) {
+void Module::check_state_dict(const std::map<std::string, TensorLayout>& layouts,
+                              bool strict) const {
   std::vector<std::pair<std::string, Tensor>> own = named_parameters();
   for (auto& entry : named_buffers()) own.push_back(std::move(entry));
   std::vector<std::string> missing, unexpected;
   std::set<std::string> own_names;
   for (const auto& [name, t] : own) {
     own_names.insert(name);
-    auto it = state.find(name);
-    if (it == state.end()) {
+    auto it = layouts.find(name);
+    if (it == layouts.end()) {
       missing.push_back(name);
       continue;
     }
-    detail::check_defined(it->second, "load_state_dict", name.c_str());
-    TESSERA_CHECK(it->second.shape() == t.shape(), ShapeError,
+    TESSERA_CHECK(it->second.shape == t.shape(), ShapeError,
                   "[load_state_dict] {} has shape {} in the module but {} in the state dict; the "
                   "state dict belongs to a differently configured model",
-                  name, t.shape().str(), it->second.shape().str());
-    TESSERA_CHECK(is_floating(it->second.dtype()) == is_floating(t.dtype()), DtypeError,
+                  name, t.shape().str(), it->second.shape.str());
+    TESSERA_CHECK(is_floating(it->second.dtype) == is_floating(t.dtype()), DtypeError,
                   "[load_state_dict] {} is {} in the module but {} in the state dict", name,
-                  dtype_name(t.dtype()), dtype_name(it->second.dtype()));
+                  dtype_name(t.dtype()), dtype_name(it->second.dtype));
   }
-  for (const auto& [name, t] : state) {
+  for (const auto& [name, layout] : layouts) {
     if (!own_names.contains(name)) unexpected.push_back(name);
   }
   if (strict && (!missing.empty() || !unexpected.empty())) {
@@ -336,6 +336,17 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
         "strict=false to load the names that match",
         path(), join(missing), join(unexpected)));
   }
+}
+
+void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::map<std::string, TensorLayout> layouts;
+  for (const auto& [name, t] : state) {
+    detail::check_defined(t, "load_state_dict", name.c_str());
+    layouts.emplace(name, TensorLayout{t.shape(), t.dtype()});
+  }
+  check_state_dict(layouts, strict);
+  std::vector<std::pair<std::string, Tensor>> own = named_parameters();
+  for (auto& entry : named_buffers()) own.push_back(std::move(entry));
   NoGradGuard no_grad;
   for (const auto& [name, t] : own) {
     auto it = state.find(name);

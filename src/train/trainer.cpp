@@ -47,6 +47,15 @@ StepResult classify(nn::Module& model, const data::Batch& b) {
   return {loss, sum(eq(argmax(logits.detach(), 1), b.y))};
 }
 
+// A loader with no batches (drop_last with fewer examples than a batch) would give an epoch
+// with no steps, whose mean loss reads as 0 (or NaN): refused before anything runs.
+void check_has_batches(const data::DataLoader& loader, const char* what) {
+  TESSERA_CHECK(loader.batches() > 0, Error,
+                "[Trainer] the {} data gives no batches: {} examples, batch_size {} and "
+                "drop_last drops them all. Use a smaller batch_size or drop_last=false",
+                what, loader.size(), loader.options().batch_size);
+}
+
 }  // namespace
 
 StepResult Task::training_step(const data::Batch& batch) { return classify(model(), batch); }
@@ -133,6 +142,7 @@ data::Batch Trainer::prepare_batch(const data::Batch& batch) const {
 }
 
 EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
+  check_has_batches(loader, "evaluation");
   nn::Module& model = task.model();
   model.eval();
   DeviceSums sums(device());
@@ -147,6 +157,8 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 }
 
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
+  check_has_batches(train, "training");
+  if (val != nullptr) check_has_batches(*val, "validation");
   const bool ranks = options_.process_group != nullptr && options_.process_group->size() > 1;
   if (devices_.size() > 1 || ranks) return fit_replicas(task, train, val);
   nn::Module& model = task.model();

@@ -61,10 +61,11 @@ TEST(WorkQueue, ManyWaitersOnManyTicketsAllWakeUp) {
     while (!release.load()) std::this_thread::yield();
   });
   std::vector<std::uint64_t> tickets;
-  for (int i = 0; i < 64; ++i) tickets.push_back(queue.submit([] {}));
+  // Fewer than kMaxPending, or submit() itself would wait behind the blocked task.
+  for (std::uint64_t i = 0; i + 1 < WorkQueue::kMaxPending; ++i) tickets.push_back(queue.submit([] {}));
   std::vector<std::thread> waiters;
   std::atomic<int> woken{0};
-  for (std::size_t i = 0; i < tickets.size(); i += 8) {
+  for (std::size_t i = 0; i < tickets.size(); i += tickets.size() / 8 + 1) {
     waiters.emplace_back([&, t = tickets[i]] {
       queue.wait(t);
       ++woken;
@@ -98,8 +99,8 @@ TEST(WorkQueue, SubmitWaitsWhenTooFarAheadAndSleepsRarely) {
   queue.synchronize();
   EXPECT_EQ(queue.last_ticket(), 4001u);
   // Held back, the host sleeps until half the queue has drained, so each of its sleeps
-  // covers kMaxPending / 2 tasks: about 4000 / 128 of them, not one per task.
-  EXPECT_LT(queue.waiter_sleeps(), 4001u / 8);
+  // covers kMaxPending / 2 tasks: about 4000 / 16 of them, not one per task.
+  EXPECT_LT(queue.waiter_sleeps(), 4001u / (WorkQueue::kMaxPending / 4));
 }
 
 TEST(WorkQueue, OnStartRunsOnTheQueuesThreadBeforeAnyTask) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "support/device_test.h"
 #include "support/fifo.h"
@@ -94,6 +95,69 @@ TEST_F(DataFiles, FashionMnistChecksItsFiles) {
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"3 labels for the 2 images"});
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "nowhere"); },
                              {"dataset-fashion-mnist", "TESSERA_DATA_DIR"});
+}
+
+// Note [Bounded IDX reads]: a header declaring more than the file can hold is refused
+// before anything is allocated or inflated.
+TEST_F(DataFiles, DeclaredSizesAreCheckedBeforeReading) {
+  // 40-odd gzip bytes cannot inflate to 78 MB: refused from the header.
+  const fs::path bomb = write("bomb.gz", idx({100000, 28, 28}, std::string(10, '\0')), true);
+  const MemoryStats before = memory_stats(cpu());
+  reset_peak_memory(cpu());
+  expect_throw_with<IOError>([&] { data::read_idx(bomb); },
+                             {"[read_idx]", "declares shape [100000, 28, 28] (78400000 bytes of "
+                              "data), more than its", "gzip bytes can inflate to"});
+  EXPECT_LT(memory_stats(cpu()).peak, before.in_use + (std::size_t{1} << 20));
+  const fs::path plain = write("plain", idx({1000, 1000}, std::string(10, '\0')));
+  expect_throw_with<IOError>([&] { data::read_idx(plain); },
+                             {"declares shape [1000, 1000] (1000000 bytes of data) but the file "
+                              "holds 10 after the header (truncated)"});
+}
+
+// A file that honestly holds 20,000 images is not read when its labels say otherwise.
+TEST_F(DataFiles, FashionMnistChecksTheHeadersAgainstEachOtherFirst) {
+  write("train-images-idx3-ubyte.gz", idx({20000, 28, 28}, std::string(20000 * 784, '\0')), true);
+  write("train-labels-idx1-ubyte.gz", idx({3}, std::string{0, 9, 4}), true);
+  const MemoryStats before = memory_stats(cpu());
+  reset_peak_memory(cpu());
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
+                             {"holds 3 labels for the 20000 images"});
+  EXPECT_LT(memory_stats(cpu()).peak, before.in_use + (std::size_t{1} << 20))
+      << "the images were read before the labels' header was checked";
+}
+
+TEST_F(DataFiles, AGzipStreamMustEndTheFile) {
+  const std::string content = idx({2, 3}, std::string(6, 'x'));
+  const fs::path p = write("a.gz", content, true);
+  std::ofstream(p, std::ios::binary | std::ios::app) << "garbage";
+  expect_throw_with<IOError>([&] { data::read_idx(p); },
+                             {"[read_idx]", "has bytes after the end of its gzip stream that are "
+                              "not another gzip member"});
+  // Inflating stops one byte past what the header declares, however much more there is.
+  const fs::path longer = write("b.gz", content + std::string(5'000'000, 'y'), true);
+  expect_throw_with<IOError>([&] { data::read_idx(longer); },
+                             {"has bytes after the 6 its header declares (shape [2, 3])"});
+  // Several gzip members are one stream (gzip's format allows it).
+  write("first.gz", content.substr(0, 9), true);
+  write("second.gz", content.substr(9), true);
+  std::ifstream first(dir_ / "first.gz", std::ios::binary), second(dir_ / "second.gz", std::ios::binary);
+  std::ostringstream both;
+  both << first.rdbuf() << second.rdbuf();
+  const Tensor t = data::read_idx(write("both.gz", both.str()));
+  EXPECT_EQ(t.shape(), Shape({2, 3}));
+  EXPECT_EQ(t.to_vector<std::int64_t>(), std::vector<std::int64_t>(6, 'x'));
+}
+
+// An empty data set would "train" with a loss of 0: refused where it is made.
+TEST_F(DataFiles, AnEmptyDataSetIsRefused) {
+  write("train-images-idx3-ubyte", idx({0, 28, 28}, ""));
+  write("train-labels-idx1-ubyte", idx({0}, ""));
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
+                             {"[load_fashion_mnist]", "train-images-idx3-ubyte' holds no images "
+                              "(shape [0, 28, 28]): the data set is empty"});
+  expect_throw_with<ShapeError>(
+      [&] { data::DataLoader(zeros({0, 2, 2}, kUInt8), zeros({0}, kInt64)); },
+      {"[DataLoader] the data set is empty (images [0, 2, 2])"});
 }
 
 // Every file-system failure is an IOError with the path and the system's reason, never a

@@ -101,6 +101,38 @@ TEST_P(TrainerOnDevice, AStepCostsItsBatchCopiesAndNothingElse) {
       << "few: " << few << "\nmany: " << many;
 }
 
+// Note [Run-ahead memory]: every step the host queues ahead of a device holds its
+// activations until it runs, and the allocator's cache keeps whatever that peak took. The
+// queue's bound keeps the host about a step ahead, so a loop of steps holds little more
+// than one step does (it once held 12 steps, and the cache 10x the working set).
+TEST_P(TrainerOnDevice, RunningAheadHoldsAboutOneStepOfMemory) {
+  manual_seed(0);
+  nn::Sequential net(nn::Linear(256, 256, true, device()), nn::ReLU(),
+                     nn::Linear(256, 256, true, device()), nn::ReLU(),
+                     nn::Linear(256, 10, true, device()));
+  optim::SGD opt(net.parameters(), {.lr = 0.01, .momentum = 0.9});
+  const Tensor x = randn({512, 256}, device());
+  const Tensor y = zeros({512}, {kInt64, device()});
+  auto step = [&] {
+    opt.zero_grad();
+    nn::cross_entropy(net(x), y).backward();
+    opt.step();
+  };
+  step();  // gradients and momentum exist from here on
+  synchronize(device());
+  const std::size_t base = memory_stats(device()).in_use;
+  reset_peak_memory(device());
+  step();
+  synchronize(device());
+  const std::size_t one = memory_stats(device()).peak - base;
+  reset_peak_memory(device());
+  for (int i = 0; i < 20; ++i) step();
+  synchronize(device());
+  const std::size_t many = memory_stats(device()).peak - base;
+  EXPECT_LE(many, 3 * one) << "one step takes " << format_bytes(one) << " above the model, 20 "
+                           << "steps queued at once took " << format_bytes(many);
+}
+
 TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
   ::testing::internal::CaptureStderr();
   train::Trainer trainer({.num_gpus = num_gpus() + 2, .progress = false});
@@ -110,6 +142,25 @@ TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
   testing::expect_throw_with<Error>([] { train::Trainer({.max_epochs = -1}); },
                                     {"[Trainer] max_epochs (-1)", "must not be negative"});
   testing::expect_throw_with<DeviceError>([] { train::Trainer({.device = cpu(7)}); }, {"Trainer"});
+}
+
+// A loader that gives no batches would make an epoch of no steps, reported as a loss of 0.
+TEST(Trainer, RefusesDataThatGivesNoBatches) {
+  const auto [images, labels] = quadrant_images(8);
+  data::DataLoader none(images, labels, {.batch_size = 32, .drop_last = true});
+  data::DataLoader some(images, labels, {.batch_size = 4});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  train::Trainer trainer({.max_epochs = 1, .progress = false});
+  testing::expect_throw_with<Error>(
+      [&] { trainer.fit(task, none); },
+      {"[Trainer] the training data gives no batches: 8 examples, batch_size 32 and drop_last "
+       "drops them all"});
+  testing::expect_throw_with<Error>([&] { trainer.fit(task, some, &none); },
+                                    {"[Trainer] the validation data gives no batches"});
+  testing::expect_throw_with<Error>([&] { trainer.evaluate(task, none); },
+                                    {"[Trainer] the evaluation data gives no batches"});
 }
 
 TEST(Trainer, WritesMetricsAsJsonLines) {

@@ -30,7 +30,8 @@ struct Batch {
 
 class DataLoader {
  public:
-  /// images: uint8 [N, ...] on the CPU; labels: integer [N] on the CPU. Error otherwise.
+  /// images: uint8 [N, ...] on the CPU, N > 0; labels: integer [N] on the CPU. Error
+  /// otherwise (ShapeError for an empty data set).
   DataLoader(Tensor images, Tensor labels, LoaderOptions options = {});
 
   std::int64_t size() const { return n_; }   ///< examples

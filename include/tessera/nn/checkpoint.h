@@ -18,10 +18,11 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
                      const std::map<std::string, std::string>& metadata = {},
                      bool allow_non_finite = false);
 
-/// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file is
-/// checked (IOError for a bad file) and then matched against the module (names, shapes and
-/// kinds of dtype, as load_state_dict does) before anything changes: on any error the module
-/// is left as it was. Returns the file's metadata.
+/// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file's
+/// header is checked (IOError for a bad file) and matched against the module (names, shapes
+/// and kinds of dtype, as load_state_dict does) before any tensor data is read, so a file for
+/// another model costs only its header; nothing changes until everything matched: on any
+/// error the module is left as it was. Returns the file's metadata.
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path);
 
 }  // namespace tessera::nn

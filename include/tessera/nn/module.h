@@ -81,6 +81,16 @@ class Module {
   /// and unexpected names throw; a shape that differs always throws (ShapeError). On any
   /// error the module is left as it was.
   void load_state_dict(const StateDict& state, bool strict = true);
+  /// What load_state_dict checks of one tensor: its shape and dtype.
+  struct TensorLayout {
+    Shape shape;
+    Dtype dtype = kFloat32;
+  };
+  /// Checks names, shapes and dtypes (e.g. from a file's header, before any data is read)
+  /// as load_state_dict(state, strict) checks them, and throws the same errors; reads and
+  /// changes nothing.
+  void check_state_dict(const std::map<std::string, TensorLayout>& layouts,
+                        bool strict = true) const;
 
   /// Clears the grad of every parameter (sets it undefined).
   void zero_grad();
