@@ -1,7 +1,12 @@
 // Module checkpoints: state_dict() through the safetensors format.
 #include "tessera/nn/checkpoint.h"
 
+#include <algorithm>
+
+#include "io/safetensors_reader.h"
+#include "nn/state_match.h"
 #include "tessera/safetensors.h"
+#include "tessera/sync_guard.h"
 
 namespace tessera::nn {
 
@@ -12,11 +17,31 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
 }
 
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path) {
-  // Read to host memory first: load_state_dict checks everything against the module
-  // before copying each tensor onto its parameter's device.
-  SafetensorsFile file = load_safetensors(path, cpu());
-  module.load_state_dict(file.tensors);
-  return file.metadata;
+  // The header is checked, then matched against the module as load_state_dict would, and
+  // only then is the data read, straight into the module's tensors (Note [Reading
+  // checkpoints] in src/io/safetensors_reader.cpp): a refused file changes nothing.
+  const io::SafetensorsReader file(path);
+  std::map<std::string, detail::StateEntry> entries;
+  for (const auto& item : file.items()) entries.emplace(item.name, detail::StateEntry{item.shape, item.dtype});
+  const auto matched = detail::match_state(module, entries, /*strict=*/true);
+  std::map<std::string, Tensor> own(matched.begin(), matched.end());
+  std::vector<Tensor> dsts;
+  std::vector<Device> devices;
+  for (const auto& item : file.items()) {
+    dsts.push_back(own.at(item.name));
+    const Device d = dsts.back().device();
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  }
+  {
+    // Work queued on a logical CPU device may still read or write the tensors about to be
+    // overwritten in place: a deliberate wait, once per load.
+    AllowSync deliberate;
+    for (Device d : devices) {
+      if (d.is_cpu()) synchronize(d);
+    }
+  }
+  file.read_into(dsts);
+  return file.metadata();
 }
 
 }  // namespace tessera::nn

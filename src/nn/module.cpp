@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
+#include "nn/state_match.h"
 #include "tessera/autograd.h"
 
 namespace tessera::nn {
@@ -302,45 +303,21 @@ StateDict Module::state_dict() const {
 }
 
 void Module::load_state_dict(const StateDict& state, bool strict) {
+  std::map<std::string, detail::StateEntry> entries;
   std::vector<std::pair<std::string, Tensor>> own = named_parameters();
   for (auto& entry : named_buffers()) own.push_back(std::move(entry));
-  std::vector<std::string> missing, unexpected;
-  std::set<std::string> own_names;
   for (const auto& [name, t] : own) {
-    own_names.insert(name);
     auto it = state.find(name);
-    if (it == state.end()) {
-      missing.push_back(name);
-      continue;
-    }
-    detail::check_defined(it->second, "load_state_dict", name.c_str());
-    TESSERA_CHECK(it->second.shape() == t.shape(), ShapeError,
-                  "[load_state_dict] {} has shape {} in the module but {} in the state dict; the "
-                  "state dict belongs to a differently configured model",
-                  name, t.shape().str(), it->second.shape().str());
-    TESSERA_CHECK(is_floating(it->second.dtype()) == is_floating(t.dtype()), DtypeError,
-                  "[load_state_dict] {} is {} in the module but {} in the state dict", name,
-                  dtype_name(t.dtype()), dtype_name(it->second.dtype()));
+    if (it != state.end()) detail::check_defined(it->second, "load_state_dict", name.c_str());
   }
   for (const auto& [name, t] : state) {
-    if (!own_names.contains(name)) unexpected.push_back(name);
+    // An undefined tensor under a name the module lacks is only reported as unexpected.
+    entries.emplace(name, t.defined() ? detail::StateEntry{t.shape(), t.dtype()}
+                                      : detail::StateEntry{Shape{}, kFloat32});
   }
-  if (strict && (!missing.empty() || !unexpected.empty())) {
-    auto join = [](const std::vector<std::string>& v) {
-      std::string s;
-      for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
-      return s.empty() ? std::string("none") : s;
-    };
-    throw Error(fmt::format(
-        "[load_state_dict] the state dict does not match {}: missing {}; unexpected {}. Pass "
-        "strict=false to load the names that match",
-        path(), join(missing), join(unexpected)));
-  }
+  const auto matched = detail::match_state(*this, entries, strict);
   NoGradGuard no_grad;
-  for (const auto& [name, t] : own) {
-    auto it = state.find(name);
-    if (it != state.end()) Tensor(t).copy_(it->second);
-  }
+  for (const auto& [name, t] : matched) Tensor(t).copy_(state.at(name));
 }
 
 void Module::zero_grad() {
