@@ -21,7 +21,11 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
 /// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file is
 /// checked (IOError for a bad file) and then matched against the module (names, shapes and
 /// kinds of dtype, as load_state_dict does) before anything changes: on any error the module
-/// is left as it was. Returns the file's metadata.
+/// is left as it was. Then the data is read straight into the module's tensors, in place
+/// (no copy through host memory for tensors on CPU devices; waits for work queued on a
+/// logical CPU device that holds them). Only a read(2) failing after all of those checks
+/// (an I/O error, the file cut short by another program) can leave the module partly
+/// loaded: its IOError says so. Returns the file's metadata.
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path);
 
 }  // namespace tessera::nn
