@@ -63,8 +63,7 @@ TEST(DataLoaderPrefetch, AnErrorOnTheThreadSurfacesOnTheIteratingThread) {
     ~Unlimit() { set_memory_limit(cpu(), SIZE_MAX); }
   } unlimit;
   // The first batch fails: begin() throws.
-  synchronize(cpu());
-  set_memory_limit(cpu(), memory_stats(cpu()).in_use);
+  set_memory_limit(cpu(), 1);
   expect_throw_with<OutOfMemoryError>(
       [&] { loader.begin(); },
       {"[DataLoader] the prefetch thread failed to gather batch 0 (0-based) of 10 in epoch 1: ",
@@ -75,7 +74,7 @@ TEST(DataLoaderPrefetch, AnErrorOnTheThreadSurfacesOnTheIteratingThread) {
   try {
     for (auto it = loader.begin(); it != loader.end(); ++it) {
       EXPECT_EQ(it->y.size(0), 64);
-      if (++received == 2) set_memory_limit(cpu(), memory_stats(cpu()).in_use);
+      if (++received == 2) set_memory_limit(cpu(), 1);
     }
     ADD_FAILURE() << "expected an OutOfMemoryError";
   } catch (const OutOfMemoryError& e) {
@@ -89,7 +88,7 @@ TEST(DataLoaderPrefetch, AnErrorOnTheThreadSurfacesOnTheIteratingThread) {
   set_memory_limit(cpu(), SIZE_MAX);
   // The error repeats for an iterator that is advanced again; a new epoch starts afresh.
   auto it = loader.begin();
-  set_memory_limit(cpu(), memory_stats(cpu()).in_use);
+  set_memory_limit(cpu(), 1);
   EXPECT_THROW({ for (int k = 0; k < 10; ++k) ++it; }, OutOfMemoryError);
   EXPECT_THROW(++it, OutOfMemoryError);
   set_memory_limit(cpu(), SIZE_MAX);
