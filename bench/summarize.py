@@ -187,8 +187,9 @@ def loader_section(medians, cvs):
     if resident is None:
         return ""
     rows = []
-    for arg, label, target in (("prefetch:2", "DataLoader, prefetch 2 (default)", "<= 1.15"),
-                               ("prefetch:0", "DataLoader, prefetch 0", "—")):
+    for arg, label, target in (("prefetch:0", "DataLoader, prefetch 0 (the default without a GPU)",
+                                "<= 1.15"),
+                               ("prefetch:2", "DataLoader, prefetch 2 (the default with a GPU)", "—")):
         r = find("train_mlp_loader", arg)
         if r is None:
             continue

@@ -49,8 +49,9 @@ void bm_lenet_epoch_tessera(benchmark::State& state) {
 }
 
 // The MLP epoch again as `tessera train` feeds it: uint8 images in host memory, shuffled and
-// gathered into float32 batches by the DataLoader, with its prefetch thread (the default)
-// and without (prefetch = 0). Compare with train_mlp/tessera (data resident as float32).
+// gathered into float32 batches by the DataLoader, with a prefetch thread (prefetch = 2, the
+// default on a machine with a GPU) and without (prefetch = 0, the default without one).
+// Compare with train_mlp/tessera (data resident as float32).
 void bm_mlp_epoch_loader(benchmark::State& state) {
   const std::int64_t prefetch = state.range(0);
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(kTrainImages * kPixels));

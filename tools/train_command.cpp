@@ -25,7 +25,7 @@ struct TrainArgs {
   std::string model = "mlp";
   int epochs = 10;
   std::int64_t batch_size = 256;
-  std::int64_t prefetch = 2;  // batches gathered ahead on a background thread
+  std::int64_t prefetch = -1;  // batches gathered ahead on a background thread; -1: 2 with a GPU, else 0
   double lr = 0.1;        // LeNet: 0.05 unless given (see add_train_command)
   double momentum = 0;    // LeNet: 0.9 unless given
   std::string device;  // empty: try_gpu(), or the --num-gpus rule
@@ -267,9 +267,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch,
                   "Batches gathered ahead of the step on a background thread (0: none, each "
-                  "batch is gathered when the step needs it); the batches are the same either way")
-      ->check(CLI::Range(0, 64))
-      ->capture_default_str();
+                  "batch is gathered when the step needs it; default: 2 when there is a GPU, "
+                  "else 0); the batches are the same either way")
+      ->check(CLI::Range(0, 64));
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();

@@ -31,10 +31,12 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
   TESSERA_CHECK(options_.batch_size > 0 && options_.std > 0, Error,
                 "[DataLoader] batch_size ({}) and std ({}) must be positive", options_.batch_size,
                 options_.std);
-  TESSERA_CHECK(options_.prefetch >= 0, Error,
-                "[DataLoader] prefetch ({}) must not be negative (0 gathers each batch on the "
-                "iterating thread)",
+  TESSERA_CHECK(options_.prefetch >= -1, Error,
+                "[DataLoader] prefetch ({}) must be -1 (2 with a GPU, else 0), 0 (each batch "
+                "gathered on the iterating thread) or a number of batches to gather ahead",
                 options_.prefetch);
+  // Note [Prefetching batches] in prefetcher.cpp: why a machine without a GPU gets none.
+  prefetch_ = options_.prefetch >= 0 ? options_.prefetch : (num_gpus() > 0 ? 2 : 0);
   images_ = images.contiguous();
   labels_ = labels.to(kInt64).contiguous();
   // Batches are gathered on the host from here on: wait once for any queued work that
@@ -62,11 +64,11 @@ DataLoader::iterator DataLoader::begin() {
   }
   order_ = std::move(order);
   ++epoch_;
-  if (options_.prefetch == 0 || batches() == 0) return iterator(this, 0);
+  if (prefetch_ == 0 || batches() == 0) return iterator(this, 0);
   // The thread gathers from its own copies of the handles and of this epoch's order (Note
   // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
-      batches(), options_.prefetch, epoch_,
+      batches(), prefetch_, epoch_,
       [this, images = images_, labels = labels_, order = order_](std::int64_t i) {
         return gather(images, labels, *order, i);
       });

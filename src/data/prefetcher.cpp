@@ -18,6 +18,10 @@
 // place, and rethrown by next() on the caller's thread; the thread stops after one. The
 // destructor (an iterator dropped mid-epoch, an exception in the step) sets stop_, wakes the
 // thread and joins it: the thread waits only on the queue having room, never for the caller.
+// By default (prefetch = -1) only a machine with a GPU prefetches: there the step's thread
+// queues work and the host's cores are otherwise idle. Without a GPU the kernels already run
+// on every core (OMP_NUM_THREADS), and on the 2-core VM the extra thread made a loader-fed
+// MLP epoch slower, not faster (docs/benchmarks.md), so batches are gathered inline.
 
 namespace tessera::detail {
 namespace {

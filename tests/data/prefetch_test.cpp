@@ -49,16 +49,17 @@ TEST(DataLoaderPrefetch, GivesTheSameBatchesBitForBitAsWithout) {
           << "prefetch " << depth << ", batch size " << base.batch_size;
     }
   }
-  EXPECT_EQ(data::LoaderOptions{}.prefetch, 2) << "on by default";
-  expect_throw_with<Error>([&] { data::DataLoader(images, labels, {.prefetch = -1}); },
-                           {"[DataLoader] prefetch (-1) must not be negative"});
+  data::DataLoader by_default(images, labels);
+  EXPECT_EQ(by_default.prefetch(), num_gpus() > 0 ? 2 : 0) << "on by default with a GPU only";
+  expect_throw_with<Error>([&] { data::DataLoader(images, labels, {.prefetch = -2}); },
+                           {"[DataLoader] prefetch (-2) must be -1 (2 with a GPU, else 0), 0"});
 }
 
 // An allocation the thread cannot make (the CPU's memory limit) is an OutOfMemoryError on the
 // iterating thread, naming the batch and the epoch, and again on every later step.
 TEST(DataLoaderPrefetch, AnErrorOnTheThreadSurfacesOnTheIteratingThread) {
   const auto [images, labels] = testing::random_images(640);
-  data::DataLoader loader(images, labels, {.batch_size = 64, .seed = 1});
+  data::DataLoader loader(images, labels, {.batch_size = 64, .seed = 1, .prefetch = 2});
   struct Unlimit {
     ~Unlimit() { set_memory_limit(cpu(), SIZE_MAX); }
   } unlimit;
@@ -156,7 +157,7 @@ TEST_P(PrefetchOnDevice, TrainingGivesTheSameLossesAndStopsCleanly) {
       return Classifier::training_step(batch);
     }
   };
-  data::DataLoader train_data(images, labels, {.batch_size = 16, .seed = 4});
+  data::DataLoader train_data(images, labels, {.batch_size = 16, .seed = 4, .prefetch = 2});
   manual_seed(0);
   nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
   optim::SGD opt(net.parameters(), {.lr = 0.1});

@@ -2,9 +2,9 @@
 /// DataLoader: batches of (image, label) pairs from uint8 images in host memory, shuffled
 /// with a seed, scaled to float32 in [0, 1] (optionally normalized), in pinned host memory
 /// when the machine has a GPU so that Trainer's prepare_batch copies them asynchronously
-/// (the copy of one batch overlaps the device's work on the one before; see docs). By
-/// default each epoch's batches are gathered ahead of the step on a background thread
-/// (`prefetch`), in the same order and with the same values as without it.
+/// (the copy of one batch overlaps the device's work on the one before; see docs). With
+/// `prefetch` (by default when the machine has a GPU) each epoch's batches are gathered ahead
+/// of the step on a background thread, in the same order and with the same values.
 ///
 ///   data::DataLoader train(d.train_images, d.train_labels, {.batch_size = 256, .seed = 1});
 ///   for (const data::Batch& b : train) { ... b.x [256, 1, 28, 28], b.y [256] int64 ... }
@@ -31,7 +31,10 @@ struct LoaderOptions {
   /// Batches gathered ahead on a background thread, at most this many waiting (0: each batch
   /// is gathered on the iterating thread when the iterator reaches it). An error on that
   /// thread is rethrown by the iterator, on the iterating thread, when it reaches that batch.
-  std::int64_t prefetch = 2;
+  /// -1 (the default): 2 when the machine has a GPU (the host is otherwise idle while the GPU
+  /// works), 0 when it has none (the CPU kernels already use every core; see
+  /// docs/benchmarks.md).
+  std::int64_t prefetch = -1;
 };
 
 struct Batch {
@@ -47,6 +50,8 @@ class DataLoader {
   std::int64_t size() const { return n_; }   ///< examples
   std::int64_t batches() const;              ///< batches per epoch
   const LoaderOptions& options() const { return options_; }
+  /// Batches gathered ahead on the background thread: options().prefetch, or what -1 chose.
+  std::int64_t prefetch() const { return prefetch_; }
 
   /// An input iterator: copies share one epoch's prefetched batches (advance only one).
   /// Dropping it mid-epoch stops the background thread after at most one more batch.
@@ -86,6 +91,7 @@ class DataLoader {
   LoaderOptions options_;
   std::int64_t n_ = 0, example_numel_ = 0;
   std::uint64_t epoch_ = 0;
+  std::int64_t prefetch_ = 0;
   // The current epoch's order; a new vector each epoch, so a prefetch thread keeps its own.
   std::shared_ptr<const std::vector<std::int64_t>> order_;
 };
