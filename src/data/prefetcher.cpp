@@ -27,7 +27,8 @@ namespace tessera::detail {
 namespace {
 
 // `error` again, as the same tessera type, with `context` in front of its message.
-[[noreturn]] void rethrow_with_context(const std::exception_ptr& error, const std::string& context) {
+[[noreturn]] void rethrow_with_context(const std::exception_ptr& error,
+                                       const std::string& context) {
   try {
     std::rethrow_exception(error);
   } catch (const DeviceMismatchError& e) {
@@ -73,7 +74,8 @@ void Prefetcher::run() {
   for (std::int64_t i = 0; i < count_; ++i) {
     {
       std::unique_lock lock(mutex_);
-      space_cv_.wait(lock, [&] { return stop_ || static_cast<std::int64_t>(ready_.size()) < depth_; });
+      space_cv_.wait(lock,
+                     [&] { return stop_ || static_cast<std::int64_t>(ready_.size()) < depth_; });
       if (stop_) return;
     }
     Slot slot;
@@ -95,7 +97,8 @@ void Prefetcher::run() {
 data::Batch Prefetcher::next() {
   std::unique_lock lock(mutex_);
   if (failed_) std::rethrow_exception(failed_);
-  TESSERA_INTERNAL_ASSERT(taken_ < count_, "batch {} of {} taken from a prefetcher", taken_, count_);
+  TESSERA_INTERNAL_ASSERT(taken_ < count_, "batch {} of {} taken from a prefetcher", taken_,
+                          count_);
   ready_cv_.wait(lock, [&] { return !ready_.empty(); });
   Slot slot = std::move(ready_.front());
   ready_.pop_front();

@@ -37,9 +37,10 @@ void read_span(int fd, const ReadSpan& span, const std::filesystem::path& path, 
                                 left, offset, std::strerror(errno)));
     }
     if (n == 0) {
-      throw IOError(fmt::format("[{}] '{}': the file ends at byte {}, {} bytes short of the data "
-                                "its header declares (was it truncated while being read?)",
-                                op, path.string(), offset, left));
+      throw IOError(
+          fmt::format("[{}] '{}': the file ends at byte {}, {} bytes short of the data "
+                      "its header declares (was it truncated while being read?)",
+                      op, path.string(), offset, left));
     }
     dst += n;
     offset += static_cast<std::uint64_t>(n);

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <source_location>
 
+#include "core/check.h"
 #include "core/copy.h"
 #include "core/tensor_impl.h"
-#include "core/check.h"
 #include "io/parallel_read.h"
 #include "tessera/autograd.h"
 

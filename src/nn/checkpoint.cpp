@@ -11,18 +11,19 @@
 namespace tessera::nn {
 
 void save_checkpoint(const Module& module, const std::filesystem::path& path,
-                     const std::map<std::string, std::string>& metadata,
-                     bool allow_non_finite) {
+                     const std::map<std::string, std::string>& metadata, bool allow_non_finite) {
   save_safetensors(path, module.state_dict(), metadata, {.allow_non_finite = allow_non_finite});
 }
 
-std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path) {
+std::map<std::string, std::string> load_checkpoint(Module& module,
+                                                   const std::filesystem::path& path) {
   // The header is checked, then matched against the module as load_state_dict would, and
   // only then is the data read, straight into the module's tensors (Note [Reading
   // checkpoints] in src/io/safetensors_reader.cpp): a refused file changes nothing.
   const io::SafetensorsReader file(path);
   std::map<std::string, detail::StateEntry> entries;
-  for (const auto& item : file.items()) entries.emplace(item.name, detail::StateEntry{item.shape, item.dtype});
+  for (const auto& item : file.items())
+    entries.emplace(item.name, detail::StateEntry{item.shape, item.dtype});
   const auto matched = detail::match_state(module, entries, /*strict=*/true);
   std::map<std::string, Tensor> own(matched.begin(), matched.end());
   std::vector<Tensor> dsts;

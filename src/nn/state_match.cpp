@@ -8,9 +8,8 @@
 
 namespace tessera::detail {
 
-std::vector<std::pair<std::string, Tensor>> match_state(const nn::Module& module,
-                                                        const std::map<std::string, StateEntry>& state,
-                                                        bool strict) {
+std::vector<std::pair<std::string, Tensor>> match_state(
+    const nn::Module& module, const std::map<std::string, StateEntry>& state, bool strict) {
   std::vector<std::pair<std::string, Tensor>> own = module.named_parameters();
   for (auto& entry : module.named_buffers()) own.push_back(std::move(entry));
   std::vector<std::pair<std::string, Tensor>> matched;

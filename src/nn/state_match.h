@@ -20,8 +20,7 @@ struct StateEntry {
 // module's order, after checking each one's shape (ShapeError) and kind of dtype (DtypeError)
 // and, with `strict`, that no name is missing or unexpected (Error listing them), with
 // load_state_dict's messages.
-std::vector<std::pair<std::string, Tensor>> match_state(const nn::Module& module,
-                                                        const std::map<std::string, StateEntry>& state,
-                                                        bool strict);
+std::vector<std::pair<std::string, Tensor>> match_state(
+    const nn::Module& module, const std::map<std::string, StateEntry>& state, bool strict);
 
 }  // namespace tessera::detail

@@ -22,7 +22,8 @@ std::vector<std::vector<char>> all_batches(data::DataLoader& loader, int epochs)
       const auto y = b.y.to_vector<std::int64_t>();
       std::vector<char> bytes(x.size() * sizeof(float) + y.size() * sizeof(std::int64_t));
       std::memcpy(bytes.data(), x.data(), x.size() * sizeof(float));
-      std::memcpy(bytes.data() + x.size() * sizeof(float), y.data(), y.size() * sizeof(std::int64_t));
+      std::memcpy(bytes.data() + x.size() * sizeof(float), y.data(),
+                  y.size() * sizeof(std::int64_t));
       out.push_back(std::move(bytes));
     }
   }
@@ -90,7 +91,11 @@ TEST(DataLoaderPrefetch, AnErrorOnTheThreadSurfacesOnTheIteratingThread) {
   // The error repeats for an iterator that is advanced again; a new epoch starts afresh.
   auto it = loader.begin();
   set_memory_limit(cpu(), 1);
-  EXPECT_THROW({ for (int k = 0; k < 10; ++k) ++it; }, OutOfMemoryError);
+  EXPECT_THROW(
+      {
+        for (int k = 0; k < 10; ++k) ++it;
+      },
+      OutOfMemoryError);
   EXPECT_THROW(++it, OutOfMemoryError);
   set_memory_limit(cpu(), SIZE_MAX);
   std::int64_t batches = 0;
@@ -132,7 +137,8 @@ class PrefetchOnDevice : public DeviceTest {};
 TEST_P(PrefetchOnDevice, TrainingGivesTheSameLossesAndStopsCleanly) {
   const auto [images, labels] = testing::random_images(512);
   const auto losses = [&, images = images, labels = labels](std::int64_t prefetch) {
-    data::DataLoader train_data(images, labels, {.batch_size = 48, .seed = 4, .prefetch = prefetch});
+    data::DataLoader train_data(images, labels,
+                                {.batch_size = 48, .seed = 4, .prefetch = prefetch});
     manual_seed(0);
     nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
     optim::SGD opt(net.parameters(), {.lr = 0.2, .momentum = 0.9});

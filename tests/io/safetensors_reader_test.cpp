@@ -40,8 +40,8 @@ class Masked : public nn::Module {
   explicit Masked(std::int64_t n, Device device = cpu()) : Module("Masked") {
     w = register_parameter("w", rand({n}, device));
     b = register_parameter("b", rand({3, 5}, device));
-    mask = register_buffer("mask", from_vector(std::vector<double>{1, 0, 1, 1}, {4},
-                                               {kBool, device}));
+    mask =
+        register_buffer("mask", from_vector(std::vector<double>{1, 0, 1, 1}, {4}, {kBool, device}));
   }
   Tensor forward(const Tensor& x) override { return x * w; }
   Tensor w, b, mask;
@@ -83,7 +83,8 @@ TEST_P(CheckpointRead, BigFilesLoadExactlyOntoTensorsAndIntoModules) {
   }
   EXPECT_EQ(nn::load_checkpoint(other, path).at("step"), "7");
   EXPECT_TRUE(other.w.is_same(w_before));
-  for (const auto& [name, t] : saved.state_dict()) EXPECT_TRUE(equal(other.tensor(name), t)) << name;
+  for (const auto& [name, t] : saved.state_dict())
+    EXPECT_TRUE(equal(other.tensor(name), t)) << name;
 }
 
 TEST_P(CheckpointRead, ARefusedFileLeavesTheModuleAsItWas) {
@@ -103,7 +104,8 @@ TEST_P(CheckpointRead, ARefusedFileLeavesTheModuleAsItWas) {
     return n;
   }();
   const auto items = io::SafetensorsReader(path).items();
-  const auto mask = std::find_if(items.begin(), items.end(), [](const auto& i) { return i.name == "mask"; });
+  const auto mask =
+      std::find_if(items.begin(), items.end(), [](const auto& i) { return i.name == "mask"; });
   ASSERT_NE(mask, items.end());
   EXPECT_GE(mask->offset, 8 + header);
   {
@@ -116,8 +118,9 @@ TEST_P(CheckpointRead, ARefusedFileLeavesTheModuleAsItWas) {
   const auto before = target.state_dict();
   std::map<std::string, Tensor> copies;
   for (const auto& [name, t] : before) copies.emplace(name, t.clone());
-  expect_throw_with<IOError>([&] { nn::load_checkpoint(target, path); },
-                             {"[load_safetensors]", "tensor 'mask' is BOOL but its byte 2 holds 2"});
+  expect_throw_with<IOError>(
+      [&] { nn::load_checkpoint(target, path); },
+      {"[load_safetensors]", "tensor 'mask' is BOOL but its byte 2 holds 2"});
   for (const auto& [name, t] : copies) EXPECT_TRUE(equal(target.tensor(name), t)) << name;
   // A module whose shapes differ is refused before any data is read.
   Masked smaller(16, device());
@@ -170,12 +173,16 @@ TEST(ParallelRead, ReadsSpansExactlyAndSaysWhenTheFileEnds) {
   EXPECT_TRUE(out == bytes);
   std::vector<char> small(100);
   expect_throw_with<IOError>(
-      [&] { io::read_spans(fd, {{n - 10, 100, small.data()}}, path, "test"); },
+      [&] {
+        io::read_spans(fd, {{n - 10, 100, small.data()}}, path, "test");
+      },
       {"[test]", path.string(), "the file ends at byte", "90 bytes short",
        "truncated while being read"});
   std::vector<char> big(std::size_t{20} << 20);
   expect_throw_with<IOError>(
-      [&] { io::read_spans(fd, {{n - big.size() / 2, big.size(), big.data()}}, path, "test"); },
+      [&] {
+        io::read_spans(fd, {{n - big.size() / 2, big.size(), big.data()}}, path, "test");
+      },
       {"the file ends at byte"});
   ::close(fd);
 }
