@@ -174,6 +174,39 @@ def train_section(medians, cvs):
             + noise_note(cvs, "train_lenet"))
 
 
+def loader_section(medians, cvs):
+    """The MLP epoch fed by the DataLoader (with and without its prefetch thread) against the
+    same epoch on resident float32 data, from the same run."""
+    def find(family, arg=None):
+        for k, r in medians.items():
+            if k[0] == family and k[1] == "tessera" and (arg is None or k[2] == arg):
+                return r
+        return None
+
+    resident = find("train_mlp")
+    if resident is None:
+        return ""
+    rows = []
+    for arg, label, target in (("prefetch:0", "DataLoader, prefetch 0 (the default without a GPU)",
+                                "<= 1.15"),
+                               ("prefetch:2", "DataLoader, prefetch 2 (the default with a GPU)", "—")):
+        r = find("train_mlp_loader", arg)
+        if r is None:
+            continue
+        rows.append([label, fmt(ns(r) / 1e6, 0), ratio(ns(r), ns(resident)),
+                     fmt(r["cpu_time"] * TO_NS[r.get("time_unit", "ns")] / 1e6, 0),
+                     ratio(r["cpu_time"], resident["cpu_time"]), target])
+    if not rows:
+        return ""
+    rows.insert(0, ["resident float32 (train_mlp)", fmt(ns(resident) / 1e6, 0), "1.00",
+                    fmt(resident["cpu_time"] * TO_NS[resident.get("time_unit", "ns")] / 1e6, 0),
+                    "1.00", ""])
+    header = ["MLP epoch fed by", "wall ms", "wall / resident", "training thread CPU ms",
+              "CPU / resident", "target (wall)"]
+    return ("### loader-fed vs resident MLP epoch, CPU (time: lower is better)\n\n"
+            + table(header, rows) + "\n" + noise_note(cvs, "train_mlp_loader"))
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -196,7 +229,7 @@ def main(argv):
     print()
     for section in (matmul_section(medians, cvs, peak), small_section(medians, cvs),
                     large_section(medians, cvs), conv_section(medians, cvs),
-                    train_section(medians, cvs)):
+                    train_section(medians, cvs), loader_section(medians, cvs)):
         if section:
             print(section)
     return 0

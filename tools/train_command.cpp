@@ -25,6 +25,7 @@ struct TrainArgs {
   std::string model = "mlp";
   int epochs = 10;
   std::int64_t batch_size = 256;
+  std::int64_t prefetch = -1;  // batches gathered ahead on a background thread; -1: 2 with a GPU, else 0
   double lr = 0.1;        // LeNet: 0.05 unless given (see add_train_command)
   double momentum = 0;    // LeNet: 0.9 unless given
   std::string device;  // empty: try_gpu(), or the --num-gpus rule
@@ -122,8 +123,9 @@ void run_train(const TrainArgs& a) {
       data::load_fashion_mnist(a.data_dir.empty() ? data::default_fashion_mnist_dir()
                                                 : std::filesystem::path(a.data_dir));
   data::DataLoader train_data(d.train_images, d.train_labels,
-                              {.batch_size = a.batch_size, .seed = a.seed});
-  data::DataLoader test_data(d.test_images, d.test_labels, {.batch_size = 1000, .shuffle = false});
+                              {.batch_size = a.batch_size, .seed = a.seed, .prefetch = a.prefetch});
+  data::DataLoader test_data(d.test_images, d.test_labels,
+                             {.batch_size = 1000, .shuffle = false, .prefetch = a.prefetch});
 
   train::TrainerOptions options{.max_epochs = a.epochs,
                                 .num_gpus = a.num_gpus < 0 ? 0 : a.num_gpus,
@@ -265,6 +267,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "Images per step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--prefetch", a->prefetch,
+                  "Batches gathered ahead of the step on a background thread (0: none, each "
+                  "batch is gathered when the step needs it; default: 2 when there is a GPU, "
+                  "else 0); the batches are the same either way")
+      ->check(CLI::Range(0, 64));
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();

@@ -8,6 +8,7 @@
 #include "core/copy.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "data/prefetcher.h"
 #include "tessera/device.h"
 
 namespace tessera::data {
@@ -34,6 +35,12 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
   TESSERA_CHECK(options_.batch_size > 0 && options_.std > 0, Error,
                 "[DataLoader] batch_size ({}) and std ({}) must be positive", options_.batch_size,
                 options_.std);
+  TESSERA_CHECK(options_.prefetch >= -1, Error,
+                "[DataLoader] prefetch ({}) must be -1 (2 with a GPU, else 0), 0 (each batch "
+                "gathered on the iterating thread) or a number of batches to gather ahead",
+                options_.prefetch);
+  // Note [Prefetching batches] in prefetcher.cpp: why a machine without a GPU gets none.
+  prefetch_ = options_.prefetch >= 0 ? options_.prefetch : (num_gpus() > 0 ? 2 : 0);
   images_ = images.contiguous();
   labels_ = labels.to(kInt64).contiguous();
   // Batches are gathered on the host from here on: wait once for any queued work that
@@ -42,8 +49,9 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
   synchronize(labels_.device());
   n_ = images.size(0);
   example_numel_ = n_ == 0 ? 0 : images.numel() / n_;
-  order_.resize(static_cast<std::size_t>(n_));
-  std::iota(order_.begin(), order_.end(), 0);
+  auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
+  std::iota(order->begin(), order->end(), 0);
+  order_ = std::move(order);
 }
 
 std::int64_t DataLoader::batches() const {
@@ -52,48 +60,67 @@ std::int64_t DataLoader::batches() const {
 }
 
 DataLoader::iterator DataLoader::begin() {
-  std::iota(order_.begin(), order_.end(), 0);
+  auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
+  std::iota(order->begin(), order->end(), 0);
   if (options_.shuffle) {
     std::mt19937_64 gen(options_.seed + epoch_);
-    std::shuffle(order_.begin(), order_.end(), gen);
+    std::shuffle(order->begin(), order->end(), gen);
   }
+  order_ = std::move(order);
   ++epoch_;
-  return iterator(this, 0);
+  if (prefetch_ == 0 || batches() == 0) return iterator(this, 0);
+  // The thread gathers from its own copies of the handles and of this epoch's order (Note
+  // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
+  auto prefetcher = std::make_shared<detail::Prefetcher>(
+      batches(), prefetch_, epoch_,
+      [this, images = images_, labels = labels_, order = order_](std::int64_t i) {
+        return gather(images, labels, *order, i);
+      });
+  return iterator(this, 0, std::move(prefetcher));
 }
 
-Batch DataLoader::batch(std::int64_t i) const {
+Batch DataLoader::batch(std::int64_t i) const { return gather(images_, labels_, *order_, i); }
+
+Batch DataLoader::gather(const Tensor& images, const Tensor& labels,
+                         const std::vector<std::int64_t>& order, std::int64_t i) const {
   const std::int64_t start = i * options_.batch_size;
   const std::int64_t len = std::min(options_.batch_size, n_ - start);
   // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
   const bool pinned = num_gpus() > 0;
-  Shape xs = images_.shape();
+  Shape xs = images.shape();
   xs[0] = len;
   if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
   Batch b{detail::make_tensor(xs, kFloat32, cpu(), "DataLoader", pinned),
           detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned)};
-  const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images_).data());
-  const auto* labels = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels_).data());
+  const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images).data());
+  const auto* label = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels).data());
   auto* x = reinterpret_cast<float*>(detail::impl_of(b.x).data());
   auto* y = reinterpret_cast<std::int64_t*>(detail::impl_of(b.y).data());
   const float scale = static_cast<float>(1.0 / (255.0 * options_.std));
   const float shift = static_cast<float>(options_.mean / options_.std);
   for (std::int64_t k = 0; k < len; ++k) {
-    const std::int64_t e = order_[static_cast<std::size_t>(start + k)];
+    const std::int64_t e = order[static_cast<std::size_t>(start + k)];
     const std::uint8_t* px = src + e * example_numel_;
     float* out = x + k * example_numel_;
     for (std::int64_t j = 0; j < example_numel_; ++j) out[j] = static_cast<float>(px[j]) * scale - shift;
-    y[k] = labels[e];
+    y[k] = label[e];
   }
   return b;
 }
 
-DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index)
-    : loader_(loader), index_(index) {
+DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index,
+                               std::shared_ptr<detail::Prefetcher> prefetcher)
+    : loader_(loader), index_(index), prefetcher_(std::move(prefetcher)) {
   load();
 }
 
 void DataLoader::iterator::load() {
-  batch_ = index_ < loader_->batches() ? loader_->batch(index_) : Batch{};
+  if (index_ >= loader_->batches()) {
+    batch_ = Batch{};
+    prefetcher_.reset();  // the epoch is over: its thread has finished; join it
+  } else {
+    batch_ = prefetcher_ ? prefetcher_->next() : loader_->batch(index_);
+  }
 }
 
 DataLoader::iterator& DataLoader::iterator::operator++() {

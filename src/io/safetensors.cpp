@@ -26,6 +26,7 @@
 #include "io/files.h"
 #include "io/printable.h"
 #include "io/safetensors_header.h"
+#include "io/safetensors_reader.h"
 
 namespace tessera {
 namespace {
@@ -243,22 +244,6 @@ Header read_header(std::ifstream& in, const std::filesystem::path& path) {
   return io::read_safetensors_layout(in, path);
 }
 
-// A BOOL byte other than 0 or 1 is no bool at all: kernels would read it as undefined
-// behaviour (once, as an index out of bounds). The file is refused, naming the first one.
-void check_bool_bytes(const Tensor& host, const std::string& name,
-                      const std::filesystem::path& path) {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(detail::impl_of(host).data());
-  const std::size_t n = host.nbytes();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (bytes[i] > 1) {
-      fail("load_safetensors", path,
-           fmt::format("tensor '{}' is BOOL but its byte {} holds {}; BOOL bytes must be 0 or "
-                       "1. Rewrite the file with a safetensors writer that stores true as 1",
-                       name, i, bytes[i]));
-    }
-  }
-}
-
 }  // namespace
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
@@ -316,24 +301,46 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device) {
   detail::check_device(device, "load_safetensors");
+  const io::SafetensorsReader file(path);
+  // Every tensor is allocated from the header before any data is read, then read straight
+  // into (Note [Reading checkpoints] in safetensors_reader.cpp).
+  std::vector<Tensor> tensors;
+  for (const io::SafetensorsReader::Item& item : file.items()) {
+    tensors.push_back(detail::make_tensor(item.shape, item.dtype, device, "load_safetensors"));
+  }
+  file.read_into(tensors);
+  SafetensorsFile out;
+  out.metadata = file.metadata();
+  for (std::size_t i = 0; i < tensors.size(); ++i) out.tensors.emplace(file.items()[i].name, tensors[i]);
+  return out;
+}
+
+namespace io {
+
+SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(path) {
   io::require_regular_file(path, "load_safetensors");  // a FIFO would block the read for ever
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("load_safetensors", path, "cannot open it: " + system_reason());
-  const Header h = read_header(in, path);
-  SafetensorsFile out;
-  out.metadata = h.metadata;
-  for (const Entry& e : h.entries) {
-    // Read into host memory (page-locked when the target is a GPU, so the copy is direct).
-    Tensor host = detail::make_tensor(e.shape, e.dtype, cpu(), "load_safetensors",
-                                      /*pinned=*/device.is_cuda());
-    in.seekg(static_cast<std::streamoff>(h.data_start + e.begin));
-    if (!in.read(detail::impl_of(host).data(), static_cast<std::streamsize>(e.end - e.begin))) {
-      fail("load_safetensors", path, "cannot read the data of tensor '" + e.name + "'");
-    }
-    if (e.dtype == kBool) check_bool_bytes(host, e.name, path);
-    out.tensors.emplace(e.name, device == cpu() ? host : host.to(device));
+  Header h = read_header(in, path);
+  std::uint64_t size = h.data_start;
+  for (Entry& e : h.entries) {
+    size = std::max(size, h.data_start + e.end);
+    items_.push_back({std::move(e.name), e.dtype, std::move(e.shape), h.data_start + e.begin,
+                      e.end - e.begin});
   }
-  return out;
+  metadata_ = std::move(h.metadata);
+  // The data is read with pread on a descriptor of its own; it must be the file whose header
+  // was just checked.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail("load_safetensors", path, "cannot open it: " + system_reason());
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
+    ::close(fd_);
+    fd_ = -1;
+    fail("load_safetensors", path, "the file changed while it was being opened; try again");
+  }
 }
+
+}  // namespace io
 
 }  // namespace tessera

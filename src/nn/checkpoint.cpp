@@ -1,29 +1,51 @@
 // Module checkpoints: state_dict() through the safetensors format.
 #include "tessera/nn/checkpoint.h"
 
+#include <algorithm>
+
+#include "io/safetensors_reader.h"
 #include "tessera/safetensors.h"
+#include "tessera/sync_guard.h"
 
 namespace tessera::nn {
 
 void save_checkpoint(const Module& module, const std::filesystem::path& path,
-                     const std::map<std::string, std::string>& metadata,
-                     bool allow_non_finite) {
+                     const std::map<std::string, std::string>& metadata, bool allow_non_finite) {
   save_safetensors(path, module.state_dict(), metadata, {.allow_non_finite = allow_non_finite});
 }
 
-std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path) {
-  // Names, shapes and dtypes are matched from the header alone, so a file for another
-  // model costs its header, not its data (an unknown 1 GiB tensor is never read). Then the
-  // data is read to host memory, and load_state_dict checks it again (the file may have
-  // changed) before copying each tensor onto its parameter's device.
+std::map<std::string, std::string> load_checkpoint(Module& module,
+                                                   const std::filesystem::path& path) {
+  // The header is checked, then matched against the module as load_state_dict would (names,
+  // shapes, dtypes from the header alone, so a file for another model costs its header, not
+  // its data), and only then is the data read, straight into the module's tensors (Note
+  // [Reading checkpoints] in src/io/safetensors_reader.cpp): a refused file changes nothing.
+  const io::SafetensorsReader file(path);
   std::map<std::string, Module::TensorLayout> layouts;
-  for (const auto& [name, info] : read_safetensors_header(path).tensors) {
-    layouts.emplace(name, Module::TensorLayout{info.shape, info.dtype});
+  for (const auto& item : file.items()) {
+    layouts.emplace(item.name, Module::TensorLayout{item.shape, item.dtype});
   }
   module.check_state_dict(layouts);
-  SafetensorsFile file = load_safetensors(path, cpu());
-  module.load_state_dict(file.tensors);
-  return file.metadata;
+  std::map<std::string, Tensor> own;
+  for (auto& [name, t] : module.named_parameters()) own.emplace(name, t);
+  for (auto& [name, t] : module.named_buffers()) own.emplace(name, t);
+  std::vector<Tensor> dsts;
+  std::vector<Device> devices;
+  for (const auto& item : file.items()) {
+    dsts.push_back(own.at(item.name));
+    const Device d = dsts.back().device();
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  }
+  {
+    // Work queued on a logical CPU device may still read or write the tensors about to be
+    // overwritten in place: a deliberate wait, once per load.
+    AllowSync deliberate;
+    for (Device d : devices) {
+      if (d.is_cpu()) synchronize(d);
+    }
+  }
+  file.read_into(dsts);
+  return file.metadata();
 }
 
 }  // namespace tessera::nn

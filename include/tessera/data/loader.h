@@ -2,15 +2,22 @@
 /// DataLoader: batches of (image, label) pairs from uint8 images in host memory, shuffled
 /// with a seed, scaled to float32 in [0, 1] (optionally normalized), in pinned host memory
 /// when the machine has a GPU so that Trainer's prepare_batch copies them asynchronously
-/// (the copy of one batch overlaps the device's work on the one before; see docs).
+/// (the copy of one batch overlaps the device's work on the one before; see docs). With
+/// `prefetch` (by default when the machine has a GPU) each epoch's batches are gathered ahead
+/// of the step on a background thread, in the same order and with the same values.
 ///
 ///   data::DataLoader train(d.train_images, d.train_labels, {.batch_size = 256, .seed = 1});
 ///   for (const data::Batch& b : train) { ... b.x [256, 1, 28, 28], b.y [256] int64 ... }
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <vector>
 
 #include "tessera/tensor.h"
+
+namespace tessera::detail {
+class Prefetcher;  // src/data/prefetcher.h
+}
 
 namespace tessera::data {
 
@@ -21,6 +28,13 @@ struct LoaderOptions {
   std::uint64_t seed = 0;  ///< epoch e shuffles with seed + e: runs repeat exactly
   double mean = 0;         ///< x = (pixel / 255 - mean) / std
   double std = 1;
+  /// Batches gathered ahead on a background thread, at most this many waiting (0: each batch
+  /// is gathered on the iterating thread when the iterator reaches it). An error on that
+  /// thread is rethrown by the iterator, on the iterating thread, when it reaches that batch.
+  /// -1 (the default): 2 when the machine has a GPU (the host is otherwise idle while the GPU
+  /// works), 0 when it has none (the CPU kernels already use every core; see
+  /// docs/benchmarks.md).
+  std::int64_t prefetch = -1;
 };
 
 struct Batch {
@@ -37,7 +51,11 @@ class DataLoader {
   std::int64_t size() const { return n_; }   ///< examples
   std::int64_t batches() const;              ///< batches per epoch
   const LoaderOptions& options() const { return options_; }
+  /// Batches gathered ahead on the background thread: options().prefetch, or what -1 chose.
+  std::int64_t prefetch() const { return prefetch_; }
 
+  /// An input iterator: copies share one epoch's prefetched batches (advance only one).
+  /// Dropping it mid-epoch stops the background thread after at most one more batch.
   class iterator {
    public:
     using value_type = Batch;
@@ -49,24 +67,34 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    iterator(const DataLoader* loader, std::int64_t index);
+    iterator(const DataLoader* loader, std::int64_t index,
+             std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
     void load();
     const DataLoader* loader_ = nullptr;
     std::int64_t index_ = 0;
+    std::shared_ptr<detail::Prefetcher> prefetcher_;  // null without prefetch
     Batch batch_;
   };
-  /// Starts an epoch: each begin() reshuffles (seed + the number of epochs begun before).
+  /// Starts an epoch: each begin() reshuffles (seed + the number of epochs begun before) and,
+  /// with prefetch, starts the thread that gathers the epoch's batches. Rethrows an error of
+  /// that thread for the first batch.
   iterator begin();
   iterator end() const { return iterator(this, batches()); }
   /// Batch i of the current epoch.
   Batch batch(std::int64_t i) const;
 
  private:
+  // Batch i of `order`, gathered from `images` and `labels` (this loader's, or a prefetch
+  // thread's handles to them).
+  Batch gather(const Tensor& images, const Tensor& labels, const std::vector<std::int64_t>& order,
+               std::int64_t i) const;
   Tensor images_, labels_;
   LoaderOptions options_;
   std::int64_t n_ = 0, example_numel_ = 0;
   std::uint64_t epoch_ = 0;
-  std::vector<std::int64_t> order_;
+  std::int64_t prefetch_ = 0;
+  // The current epoch's order; a new vector each epoch, so a prefetch thread keeps its own.
+  std::shared_ptr<const std::vector<std::int64_t>> order_;
 };
 
 /// A batch the DataLoader made, on `device` (the batch itself when it is already there), as

@@ -21,8 +21,12 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
 /// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file's
 /// header is checked (IOError for a bad file) and matched against the module (names, shapes
 /// and kinds of dtype, as load_state_dict does) before any tensor data is read, so a file for
-/// another model costs only its header; nothing changes until everything matched: on any
-/// error the module is left as it was. Returns the file's metadata.
+/// another model costs only its header, and before anything changes: on any error the module
+/// is left as it was. Then the data is read straight into the module's tensors, in place (no
+/// copy through host memory for tensors on CPU devices; waits for work queued on a logical
+/// CPU device that holds them). Only a read(2) failing after all of those checks (an I/O
+/// error, the file cut short by another program) can leave the module partly loaded: its
+/// IOError says so. Returns the file's metadata.
 std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path);
 
 }  // namespace tessera::nn
