@@ -27,9 +27,14 @@
 // steps of an MLP, all 10 test batches of an evaluation) a logical CPU device held 10x the
 // memory of one step, and `tessera train` on cpu:1 had 2.3x the resident memory of a run
 // on the plain CPU. A CPU device needs far less lead than a GPU: its kernels take tens of
-// microseconds or more and a host submits one in a few, so 32 tasks (about a step) keep it
-// busy; the epoch took no longer (measured in the commit that set it), and a host held back
-// still sleeps only once per 16 tasks (Note [Quiet queues]).
+// microseconds or more and a host submits one in a few, so 32 tasks (about a step) keep one
+// device busy. But one host thread feeds every replica of data-parallel training, replica
+// after replica, and a queue must hold a whole replica's step for the host to go on to the
+// next device while it runs: at 32 (and at 128) the host waited on cpu:0 while cpu:1 sat
+// idle, and two logical devices trained LeNet 1.05x (1.66x) as fast as one instead of
+// 1.8x. So the bound stays at 256 tasks: it still bounds memory (a fixed number of steps
+// ahead, tested), but at several steps' worth. A graph-recorded step (TrainerOptions::graph)
+// is one task per device and needs no lead at all.
 
 namespace tessera::detail {
 namespace {

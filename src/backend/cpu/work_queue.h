@@ -24,7 +24,7 @@ class WorkQueue {
   // Tasks queued but not finished beyond which submit() waits: like a GPU's launch queue,
   // this keeps a host thread from running far ahead with every queued step's memory held
   // (Note [Run-ahead memory]).
-  static constexpr std::uint64_t kMaxPending = 32;
+  static constexpr std::uint64_t kMaxPending = 256;
 
   // Queues `task`; returns its ticket (1, 2, ...). Waits while kMaxPending tasks are ahead
   // of it (unless called from the queue's own thread).
