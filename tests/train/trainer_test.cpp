@@ -106,7 +106,8 @@ TEST_P(TrainerOnDevice, AStepCostsItsBatchCopiesAndNothingElse) {
 // queue's bound keeps the host about a step ahead, so a loop of steps holds little more
 // than one step does (it once held 12 steps, and the cache 10x the working set).
 // A host that queues steps faster than the device runs them holds a bounded number of steps'
-// memory (Note [Run-ahead memory]): 60 steps queued at once take no more than 20 did.
+// memory (Note [Run-ahead memory]): 60 steps queued at once take no more than 20 did, and a
+// host feeding one device runs about a step ahead of it.
 TEST_P(TrainerOnDevice, RunningAheadHoldsABoundedNumberOfSteps) {
   manual_seed(0);
   nn::Sequential net(nn::Linear(256, 256, true, device()), nn::ReLU(),
@@ -120,7 +121,9 @@ TEST_P(TrainerOnDevice, RunningAheadHoldsABoundedNumberOfSteps) {
     nn::cross_entropy(net(x), y).backward();
     opt.step();
   };
-  step();  // gradients and momentum exist from here on
+  // Gradients and momentum exist from here on, and this thread has fed this device alone
+  // long enough to be held to a step's lead (other tests fed other devices before).
+  for (int i = 0; i < 40; ++i) step();
   synchronize(device());
   const std::size_t base = memory_stats(device()).in_use;
   const auto peak_of = [&](int steps) {
@@ -133,7 +136,7 @@ TEST_P(TrainerOnDevice, RunningAheadHoldsABoundedNumberOfSteps) {
   EXPECT_LE(sixty, twenty + one) << "one step takes " << format_bytes(one) << " above the model; "
                                  << "20 steps queued at once took " << format_bytes(twenty)
                                  << ", 60 took " << format_bytes(sixty);
-  EXPECT_LE(twenty, 12 * one) << "20 steps queued at once took " << format_bytes(twenty);
+  EXPECT_LE(twenty, 3 * one) << "20 steps queued at once took " << format_bytes(twenty);
 }
 
 TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {

@@ -49,6 +49,23 @@ WorkQueue* CpuBackend::queue(int index) {
   return queues_[index].get();
 }
 
+std::uint64_t CpuBackend::run_ahead(int index) {
+  // This thread's launches, and the launch at which it last fed each device: a device fed
+  // within the last kWindow launches counts as one it is feeding.
+  constexpr std::uint64_t kWindow = 1024;
+  thread_local std::uint64_t launches = 0;
+  thread_local std::array<std::uint64_t, kMaxDevicesPerKind> last_fed{};
+  const std::uint64_t now = ++launches;
+  last_fed[index] = now;
+  const int count = cpu_options().count;
+  for (int i = 0; i < count; ++i) {
+    if (i != index && last_fed[i] != 0 && now - last_fed[i] < kWindow) {
+      return WorkQueue::kMaxPending;
+    }
+  }
+  return WorkQueue::kMaxPendingAlone;
+}
+
 int CpuBackend::kernel_threads() {
   std::call_once(threads_once_, [&] {
     const CpuDeviceOptions& options = cpu_options();

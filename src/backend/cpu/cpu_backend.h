@@ -92,7 +92,7 @@ class CpuBackend final : public Backend {
       return;
     }
     if (WorkQueue* q = queue(index)) {
-      q->submit(std::function<void()>(std::forward<F>(kernel)));
+      q->submit(std::function<void()>(std::forward<F>(kernel)), run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
       kernel();
@@ -107,7 +107,7 @@ class CpuBackend final : public Backend {
       return;
     }
     if (WorkQueue* q = queue(index)) {
-      q->submit([kernel, tensors...] { kernel(tensors...); });
+      q->submit([kernel, tensors...] { kernel(tensors...); }, run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
       kernel(tensors...);
@@ -133,6 +133,10 @@ class CpuBackend final : public Backend {
     int before_ = 0;
   };
 
+  // How many tasks this thread may queue ahead of device `index` (Note [Run-ahead memory]):
+  // WorkQueue::kMaxPending while it also feeds other devices (data-parallel replicas), else
+  // WorkQueue::kMaxPendingAlone.
+  std::uint64_t run_ahead(int index);
   // Keeps a kernel for the graph `index` is recording (cpu_graph.cpp).
   void record(int index, std::function<void()> kernel);
   // Throws GraphCaptureError when `index` records a graph: `what` cannot be recorded.

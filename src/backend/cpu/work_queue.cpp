@@ -30,11 +30,12 @@
 // microseconds or more and a host submits one in a few, so 32 tasks (about a step) keep one
 // device busy. But one host thread feeds every replica of data-parallel training, replica
 // after replica, and a queue must hold a whole replica's step for the host to go on to the
-// next device while it runs: at 32 (and at 128) the host waited on cpu:0 while cpu:1 sat
-// idle, and two logical devices trained LeNet 1.05x (1.66x) as fast as one instead of
-// 1.8x. So the bound stays at 256 tasks: it still bounds memory (a fixed number of steps
-// ahead, tested), but at several steps' worth. A graph-recorded step (TrainerOptions::graph)
-// is one task per device and needs no lead at all.
+// next device while it runs: at 32 (and at 128) for every queue the host waited on cpu:0
+// while cpu:1 sat idle, and two logical devices trained LeNet 1.05x (1.66x) as fast as one
+// instead of 1.8x. So the bound depends on the host thread (CpuBackend::run_ahead): one
+// that has fed only this device lately may run kMaxPendingAlone (32) tasks ahead; one that
+// is feeding several (data-parallel replicas) may run kMaxPending (256) ahead of each. A
+// graph-recorded step (TrainerOptions::graph) is a few tasks per device and needs no lead.
 
 namespace tessera::detail {
 namespace {
@@ -74,7 +75,7 @@ WorkQueue::~WorkQueue() {
   thread_.join();
 }
 
-std::uint64_t WorkQueue::submit(std::function<void()> task) {
+std::uint64_t WorkQueue::submit(std::function<void()> task, std::uint64_t max_pending) {
   std::uint64_t ticket;
   bool wake;
   {
@@ -84,11 +85,11 @@ std::uint64_t WorkQueue::submit(std::function<void()> task) {
     wake = worker_sleeping_;
   }
   if (wake) work_ready_.notify_one();
-  if (ticket > kMaxPending && completed_.load() <= ticket - kMaxPending &&
+  if (ticket > max_pending && completed_.load() <= ticket - max_pending &&
       std::this_thread::get_id() != thread_.get_id()) {
     // Full: wait until half has drained, so a host far ahead is woken once per
-    // kMaxPending / 2 tasks rather than after every one.
-    wait(ticket - kMaxPending / 2);
+    // max_pending / 2 tasks rather than after every one.
+    wait(ticket - max_pending / 2);
   }
   return ticket;
 }

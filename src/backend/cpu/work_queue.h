@@ -23,12 +23,14 @@ class WorkQueue {
 
   // Tasks queued but not finished beyond which submit() waits: like a GPU's launch queue,
   // this keeps a host thread from running far ahead with every queued step's memory held
-  // (Note [Run-ahead memory]).
+  // (Note [Run-ahead memory]). kMaxPending is the most a caller may allow; a host that
+  // feeds this queue alone needs about a step, kMaxPendingAlone.
   static constexpr std::uint64_t kMaxPending = 256;
+  static constexpr std::uint64_t kMaxPendingAlone = 32;
 
-  // Queues `task`; returns its ticket (1, 2, ...). Waits while kMaxPending tasks are ahead
-  // of it (unless called from the queue's own thread).
-  std::uint64_t submit(std::function<void()> task);
+  // Queues `task`; returns its ticket (1, 2, ...). Waits while `max_pending` (at most
+  // kMaxPending) tasks are ahead of it (unless called from the queue's own thread).
+  std::uint64_t submit(std::function<void()> task, std::uint64_t max_pending = kMaxPending);
   // The ticket of the last task submitted (0 before any).
   std::uint64_t last_ticket() const;
   // Blocks until the task with `ticket` (and all before it) has run.
