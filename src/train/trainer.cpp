@@ -100,6 +100,12 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
     devices_ = options_.devices;
   }
   if (devices_.empty()) devices_.push_back(cpu());
+  TESSERA_CHECK(!(options_.graph && devices_.size() > 1 && devices_.front().is_cuda()),
+                DeviceError,
+                "[Trainer] graph records the step of one GPU, and this Trainer has {}; train "
+                "with graph=false on several GPUs, or on one GPU per process (mpirun) with "
+                "graph=true",
+                devices_.size());
 }
 
 StepResult Task::validation_step(const data::Batch& batch) {
