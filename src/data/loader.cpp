@@ -59,7 +59,28 @@ std::int64_t DataLoader::batches() const {
   return options_.drop_last ? n_ / b : (n_ + b - 1) / b;
 }
 
-DataLoader::iterator DataLoader::begin() {
+DataLoader::iterator DataLoader::begin() { return begin_epoch(0, 1); }
+
+DataLoader::Shard DataLoader::shard(std::int64_t part, std::int64_t parts) {
+  TESSERA_CHECK(parts >= 1 && part >= 0 && part < parts, Error,
+                "[DataLoader::shard] part {} of {} does not exist: parts must be at least 1 and "
+                "part in [0, {})",
+                part, parts, parts);
+  return Shard(this, part, parts);
+}
+
+DataLoader::iterator DataLoader::Shard::begin() { return loader_->begin_epoch(part_, parts_); }
+
+DataLoader::iterator DataLoader::Shard::end() const { return loader_->end(); }
+
+std::int64_t DataLoader::batch_length(std::int64_t i) const {
+  TESSERA_CHECK(i >= 0 && i < batches(), Error,
+                "[DataLoader::batch_length] batch {} does not exist: an epoch has {} batches", i,
+                batches());
+  return std::min(options_.batch_size, n_ - i * options_.batch_size);
+}
+
+DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t parts) {
   auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
   std::iota(order->begin(), order->end(), 0);
   if (options_.shuffle) {
@@ -68,23 +89,27 @@ DataLoader::iterator DataLoader::begin() {
   }
   order_ = std::move(order);
   ++epoch_;
-  if (prefetch_ == 0 || batches() == 0) return iterator(this, 0);
+  if (prefetch_ == 0 || batches() == 0) return iterator(this, 0, part, parts);
   // The thread gathers from its own copies of the handles and of this epoch's order (Note
   // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
       batches(), prefetch_, epoch_,
-      [this, images = images_, labels = labels_, order = order_](std::int64_t i) {
-        return gather(images, labels, *order, i);
+      [this, images = images_, labels = labels_, order = order_, part, parts](std::int64_t i) {
+        return gather(images, labels, *order, i, part, parts);
       });
-  return iterator(this, 0, std::move(prefetcher));
+  return iterator(this, 0, part, parts, std::move(prefetcher));
 }
 
 Batch DataLoader::batch(std::int64_t i) const { return gather(images_, labels_, *order_, i); }
 
 Batch DataLoader::gather(const Tensor& images, const Tensor& labels,
-                         const std::vector<std::int64_t>& order, std::int64_t i) const {
-  const std::int64_t start = i * options_.batch_size;
-  const std::int64_t len = std::min(options_.batch_size, n_ - start);
+                         const std::vector<std::int64_t>& order, std::int64_t i,
+                         std::int64_t part, std::int64_t parts) const {
+  // The part's slice of the batch: rows [start, start + len) of the epoch's order.
+  const std::int64_t whole = std::min(options_.batch_size, n_ - i * options_.batch_size);
+  const std::int64_t len = whole / parts + (part < whole % parts ? 1 : 0);
+  const std::int64_t start =
+      i * options_.batch_size + part * (whole / parts) + std::min(part, whole % parts);
   // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
   const bool pinned = num_gpus() > 0;
   Shape xs = images.shape();
@@ -108,9 +133,10 @@ Batch DataLoader::gather(const Tensor& images, const Tensor& labels,
   return b;
 }
 
-DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index,
-                               std::shared_ptr<detail::Prefetcher> prefetcher)
-    : loader_(loader), index_(index), prefetcher_(std::move(prefetcher)) {
+DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index, std::int64_t part,
+                               std::int64_t parts, std::shared_ptr<detail::Prefetcher> prefetcher)
+    : loader_(loader), index_(index), part_(part), parts_(parts),
+      prefetcher_(std::move(prefetcher)) {
   load();
 }
 
@@ -119,7 +145,9 @@ void DataLoader::iterator::load() {
     batch_ = Batch{};
     prefetcher_.reset();  // the epoch is over: its thread has finished; join it
   } else {
-    batch_ = prefetcher_ ? prefetcher_->next() : loader_->batch(index_);
+    batch_ = prefetcher_ ? prefetcher_->next()
+                         : loader_->gather(loader_->images_, loader_->labels_, *loader_->order_,
+                                           index_, part_, parts_);
   }
 }
 

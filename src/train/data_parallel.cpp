@@ -14,9 +14,11 @@
 #include "train/step_graph.h"
 
 // Note [Data-parallel steps]
-// Replica r gets rows [o_r, o_r + s_r) of each batch of B (s_r = B / k, the first B % k
-// replicas one more) and backpropagates its mean loss times s_r / B, so that the sum of the
-// replicas' gradients, which the reducer forms with collectives, is exactly the gradient of
+// Each of R ranks gathers only its part of each batch of B (DataLoader::shard: B / R rows,
+// the first B % R ranks one more), and cuts it the same way over its k devices. Replica r
+// thus gets s_r rows of the batch (every row exactly once, over all ranks) and backpropagates
+// its mean loss times s_r / B, so that the sum of the replicas' gradients, which the reducer
+// forms with collectives, is exactly the gradient of
 // the whole batch's mean loss on one device. Every replica then holds that same gradient:
 // its norm is the global norm, so clipping on each replica clips identically, and every
 // optimizer takes the same step from the same values (broadcast from replica 0 at the
@@ -27,16 +29,21 @@
 namespace tessera::train {
 namespace {
 
-// Rows of each replica for a batch of `batch` examples over `k` devices.
-std::vector<std::int64_t> shard_sizes(std::int64_t batch, std::size_t k) {
+// Refuses a batch of `batch` examples that leaves one of `k` replicas without a row.
+void check_splittable(std::int64_t batch, std::size_t k) {
   TESSERA_CHECK(batch >= static_cast<std::int64_t>(k), Error,
                 "[Trainer] a batch of {} example(s) cannot be split over {} devices (each "
                 "replica needs at least one); use a batch size of at least {}, or drop_last "
                 "to skip a short last batch",
                 batch, k, k);
+}
+
+// Rows of each of `k` replicas for `rows` examples, as DataLoader::shard cuts a batch.
+std::vector<std::int64_t> shard_sizes(std::int64_t rows, std::size_t k) {
+  check_splittable(rows, k);
   std::vector<std::int64_t> sizes;
   const auto kk = static_cast<std::int64_t>(k);
-  for (std::int64_t r = 0; r < kk; ++r) sizes.push_back(batch / kk + (r < batch % kk ? 1 : 0));
+  for (std::int64_t r = 0; r < kk; ++r) sizes.push_back(rows / kk + (r < rows % kk ? 1 : 0));
   return sizes;
 }
 
@@ -64,7 +71,7 @@ void check_same_parameters(const std::vector<std::pair<std::string, Tensor>>& fi
 std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& train,
                                                 data::DataLoader* val) {
   const std::size_t k = devices_.size();
-  // Across processes: this rank's replicas are global replicas rank*k .. rank*k + k - 1.
+  // Across processes: this rank trains on its part of each batch (Note [Data-parallel steps]).
   const ProcessGroup* group =
       options_.process_group != nullptr && options_.process_group->size() > 1
           ? options_.process_group
@@ -166,16 +173,16 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     }
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
-    for (const data::Batch& b : train) {
-      const std::int64_t batch = b.y.size(0);
-      const std::vector<std::int64_t> all_sizes = shard_sizes(batch, ranks * k);
-      std::int64_t offset = 0;
-      for (std::size_t g = 0; g < rank * k; ++g) offset += all_sizes[g];
-      const std::vector<std::int64_t> sizes(all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
-                                            all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
+    // Each rank gathers only its own rows of every batch (its part of `ranks`).
+    for (const data::Batch& mine : train.shard(static_cast<std::int64_t>(rank),
+                                               static_cast<std::int64_t>(ranks))) {
+      const std::int64_t batch = train.batch_length(done);
+      check_splittable(batch, ranks * k);
+      const std::vector<std::int64_t> sizes = shard_sizes(mine.y.size(0), k);
       std::vector<data::Batch> shards;
+      std::int64_t offset = 0;
       for (std::size_t r = 0; r < k; ++r) {
-        shards.push_back({b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])});
+        shards.push_back({mine.x.narrow(0, offset, sizes[r]), mine.y.narrow(0, offset, sizes[r])});
         offset += sizes[r];
       }
       const bool full = batch == train.options().batch_size;

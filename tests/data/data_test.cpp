@@ -256,6 +256,63 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
                            {"batch_size (0) and std (1) must be positive"});
 }
 
+// DataLoader::shard: the parts of a batch, stacked in part order, are the whole batch (same
+// epoch order, same values), with and without prefetching, for batches that do not divide.
+TEST(DataLoader, ShardsStackedAreTheWholeBatch) {
+  const std::int64_t n = 23;
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 4));
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  std::iota(labels.begin(), labels.end(), 100);
+  const Tensor images = from_vector(pixels, {n, 2, 2});
+  for (const std::int64_t prefetch : {0, 2}) {
+    const data::LoaderOptions options{.batch_size = 10, .seed = 3, .prefetch = prefetch};
+    data::DataLoader whole(images, from_vector(labels, {n}), options);
+    std::vector<std::vector<float>> xs;
+    std::vector<std::vector<std::int64_t>> ys;
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      for (const data::Batch& b : whole) {
+        xs.push_back(b.x.to_vector<float>());
+        ys.push_back(b.y.to_vector<std::int64_t>());
+      }
+    }
+    for (const std::int64_t parts : {1, 2, 3, 4}) {
+      std::vector<data::DataLoader> loaders;
+      for (std::int64_t p = 0; p < parts; ++p) {
+        loaders.emplace_back(images, from_vector(labels, {n}), options);
+      }
+      std::vector<std::vector<float>> stacked_x(xs.size());
+      std::vector<std::vector<std::int64_t>> stacked_y(ys.size());
+      for (std::int64_t p = 0; p < parts; ++p) {
+        std::size_t i = 0;
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          std::int64_t batch = 0;
+          for (const data::Batch& mine : loaders[static_cast<std::size_t>(p)].shard(p, parts)) {
+            const std::int64_t length = loaders[static_cast<std::size_t>(p)].batch_length(batch++);
+            EXPECT_EQ(mine.y.size(0), length / parts + (p < length % parts ? 1 : 0))
+                << "part " << p << " of " << parts << ", batch of " << length;
+            EXPECT_EQ(mine.x.size(0), mine.y.size(0));
+            for (float v : mine.x.to_vector<float>()) stacked_x[i].push_back(v);
+            for (auto v : mine.y.to_vector<std::int64_t>()) stacked_y[i].push_back(v);
+            ++i;
+          }
+        }
+        EXPECT_EQ(i, xs.size()) << "every part has every batch";
+      }
+      EXPECT_EQ(stacked_x, xs) << parts << " parts, prefetch " << prefetch;
+      EXPECT_EQ(stacked_y, ys) << parts << " parts, prefetch " << prefetch;
+    }
+  }
+  data::DataLoader loader(images, from_vector(labels, {n}), {.batch_size = 10});
+  EXPECT_EQ(loader.batch_length(0), 10);
+  EXPECT_EQ(loader.batch_length(2), 3) << "the short last batch";
+  expect_throw_with<Error>([&] { loader.shard(2, 2); },
+                           {"[DataLoader::shard] part 2 of 2 does not exist", "[0, 2)"});
+  expect_throw_with<Error>([&] { loader.shard(0, 0); }, {"part 0 of 0 does not exist"});
+  expect_throw_with<Error>([&] { loader.batch_length(3); },
+                           {"[DataLoader::batch_length] batch 3 does not exist", "3 batches"});
+}
+
 TEST(DataLoader, ToDeviceMovesABatchWithoutWaitingForItsQueue) {
   const std::int64_t n = 6;
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 4));

@@ -56,6 +56,21 @@ class DataLoader {
 
   /// An input iterator: copies share one epoch's prefetched batches (advance only one).
   /// Dropping it mid-epoch stops the background thread after at most one more batch.
+  class iterator;
+  /// One part of every batch: iterating it starts an epoch, as begin() does, and yields the
+  /// rows of each batch that part `part` of `parts` trains on (see shard()).
+  class Shard {
+   public:
+    iterator begin();
+    iterator end() const;
+
+   private:
+    friend class DataLoader;
+    Shard(DataLoader* loader, std::int64_t part, std::int64_t parts)
+        : loader_(loader), part_(part), parts_(parts) {}
+    DataLoader* loader_;
+    std::int64_t part_, parts_;
+  };
   class iterator {
    public:
     using value_type = Batch;
@@ -67,11 +82,12 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    iterator(const DataLoader* loader, std::int64_t index,
-             std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
+    iterator(const DataLoader* loader, std::int64_t index, std::int64_t part = 0,
+             std::int64_t parts = 1, std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
     void load();
     const DataLoader* loader_ = nullptr;
     std::int64_t index_ = 0;
+    std::int64_t part_ = 0, parts_ = 1;  // the rows of each batch it yields (see shard())
     std::shared_ptr<detail::Prefetcher> prefetcher_;  // null without prefetch
     Batch batch_;
   };
@@ -82,12 +98,25 @@ class DataLoader {
   iterator end() const { return iterator(this, batches()); }
   /// Batch i of the current epoch.
   Batch batch(std::int64_t i) const;
+  /// Examples in batch i: batch_size, or fewer for a short last batch.
+  std::int64_t batch_length(std::int64_t i) const;
+
+  /// Part `part` of `parts` of every batch, for data-parallel training across processes:
+  /// each process gathers only the rows it trains on. A batch of L rows is cut in order into
+  /// `parts` slices of L / parts rows, the first L % parts one row longer, so the slices of
+  /// parts 0 .. parts-1, stacked, are the whole batch (same epoch order and values). A part
+  /// can be empty when L < parts. Error unless 0 <= part < parts.
+  ///
+  ///   for (const data::Batch& mine : train.shard(rank, world_size)) { ... }
+  Shard shard(std::int64_t part, std::int64_t parts);
 
  private:
   // Batch i of `order`, gathered from `images` and `labels` (this loader's, or a prefetch
   // thread's handles to them).
+  // Only the rows of part `part` of `parts` (see shard()).
   Batch gather(const Tensor& images, const Tensor& labels, const std::vector<std::int64_t>& order,
-               std::int64_t i) const;
+               std::int64_t i, std::int64_t part = 0, std::int64_t parts = 1) const;
+  iterator begin_epoch(std::int64_t part, std::int64_t parts);
   Tensor images_, labels_;
   LoaderOptions options_;
   std::int64_t n_ = 0, example_numel_ = 0;
