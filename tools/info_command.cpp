@@ -45,6 +45,7 @@ void print_cpu() {
   fmt::print("  cores:   {}\n", info.cores);
   fmt::print("  memory:  {} total\n", format_bytes(info.total_memory));
   fmt::print("  BLAS:    {}\n", describe_blas());
+  fmt::print("  kernels: built for {}\n", info.kernel_isa);
 
   std::vector<Device> cpus;
   for (int i = 0; i < num_cpu_devices(); ++i) cpus.push_back(cpu(i));

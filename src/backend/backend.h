@@ -118,6 +118,7 @@ struct DeviceInfo {
   std::size_t total_memory = 0;
   int cores = 0;        // CPU cores or GPU multiprocessors
   std::string details;  // free-form extra lines for `tessera info`
+  std::string kernel_isa;  // the CPU kernels' instruction-set level (Note [CPU kernel variants])
 };
 
 // Work recorded once (a CUDA graph, or a CPU device's kernels) that can be queued again and

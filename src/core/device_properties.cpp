@@ -10,7 +10,7 @@ DeviceProperties device_properties(Device device) {
   detail::Backend& backend = detail::backend_of(device);
   const detail::DeviceInfo info = backend.info(device.index());
   return {info.name, info.total_memory, info.cores, info.details,
-          backend.memory_report(device.index())};
+          backend.memory_report(device.index()), info.kernel_isa};
 }
 
 }  // namespace tessera

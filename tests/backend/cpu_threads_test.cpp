@@ -49,7 +49,7 @@ TEST(CpuThreads, EnteringADeviceThreadSetsItsOpenMpTeamSize) {
 // device's thread count, on its queue or inline, and the calling thread's own OpenMP
 // setting is left as it was.
 TEST(CpuThreads, KernelsOfALogicalDeviceRunWithItsThreadCount) {
-  CpuBackend& backend = cpu_backend_impl();
+  CpuBackendBase& backend = cpu_backend_impl();
   if (!has_logical_cpu_devices()) {
     EXPECT_EQ(backend.kernel_threads(), 0);
     return;

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace tessera::detail::conv_tiles {
+namespace tessera::detail::TESSERA_CPU_ISA::conv_tiles {  // kernels only: cpu_backend.h
 
 using i64 = std::int64_t;
 

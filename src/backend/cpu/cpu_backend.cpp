@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -15,25 +16,104 @@
 #include "tessera/graph.h"
 #include "tessera/memory.h"
 #include "backend/cpu/cpu_threads.h"
+#include "core/check.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail {
 
-CpuBackend& cpu_backend_impl() {
+// Note [CPU kernel variants]
+// An installed tessera runs on any x86-64 CPU, yet its kernels use the widest vectors the
+// CPU has. The files that hold kernel loops (those that define CpuBackend's methods, and
+// their kernel-only headers) are compiled once per instruction-set level of the x86-64 psABI
+// -- x86-64 (SSE2), x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512) -- each into its own
+// namespace (TESSERA_CPU_ISA: cpu_x86_64, cpu_x86_64_v3, cpu_x86_64_v4), and the rest of
+// the library once, for any x86-64. The first use of the CPU backend asks the CPU what it
+// runs (__builtin_cpu_supports) and makes the CpuBackend of the highest level it supports;
+// TESSERA_CPU_ISA=<level> picks a lower one, so the tests run every level on one machine.
+//
+// Inline functions and templates that the levels share (the standard library's, tessera's
+// core headers) are emitted once per object file, and the linker keeps the first copy it
+// meets. The objects are linked lowest level first (src/CMakeLists.txt), so the copy kept
+// is the one every CPU runs; scripts/check-isa checks the built library for wide registers
+// outside the functions of their level. A build for this machine only
+// (-DTESSERA_CPU_DISPATCH=OFF) compiles everything once with -march=native, as before.
+
+#if TESSERA_CPU_DISPATCH
+namespace cpu_x86_64 { CpuBackendBase* make_cpu_backend(); }
+namespace cpu_x86_64_v3 { CpuBackendBase* make_cpu_backend(); }
+namespace cpu_x86_64_v4 { CpuBackendBase* make_cpu_backend(); }
+#endif
+
+namespace {
+
+struct KernelLevel {
+  const char* name;
+  CpuBackendBase* (*make)();
+  bool supported;
+};
+
+// The levels this build has, lowest first.
+std::vector<KernelLevel> kernel_levels() {
+#if TESSERA_CPU_DISPATCH
+  __builtin_cpu_init();
+  return {{"x86-64", &cpu_x86_64::make_cpu_backend, true},
+          {"x86-64-v3", &cpu_x86_64_v3::make_cpu_backend,
+           __builtin_cpu_supports("x86-64-v3") != 0},
+          {"x86-64-v4", &cpu_x86_64_v4::make_cpu_backend,
+           __builtin_cpu_supports("x86-64-v4") != 0}};
+#else
+  return {{"native", &TESSERA_CPU_ISA::make_cpu_backend, true}};
+#endif
+}
+
+// The highest level the CPU runs, or the one TESSERA_CPU_ISA names.
+const KernelLevel& chosen_level() {
+  static const std::vector<KernelLevel> levels = kernel_levels();
+  static const KernelLevel* chosen = [] {
+    const char* env = std::getenv("TESSERA_CPU_ISA");
+    std::string names;
+    for (const KernelLevel& l : levels) names += fmt::format("{}{}", names.empty() ? "" : ", ", l.name);
+    if (env == nullptr || *env == '\0') {
+      const KernelLevel* best = &levels.front();
+      for (const KernelLevel& l : levels) {
+        if (l.supported) best = &l;
+      }
+      return best;
+    }
+    for (const KernelLevel& l : levels) {
+      if (l.name != std::string(env)) continue;
+      TESSERA_CHECK(l.supported, Error,
+                    "[cpu] TESSERA_CPU_ISA={} names kernels this CPU cannot run (it lacks "
+                    "instructions of that level); unset it, or name a lower level ({})",
+                    env, names);
+      return &l;
+    }
+    throw Error(fmt::format("[cpu] TESSERA_CPU_ISA='{}' is not a kernel level of this build; "
+                            "use one of: {}",
+                            env, names));
+  }();
+  return *chosen;
+}
+
+}  // namespace
+
+const char* cpu_kernel_isa() { return chosen_level().name; }
+
+CpuBackendBase& cpu_backend_impl() {
   // Never destroyed: tensors in static storage may be freed after main returns.
-  static CpuBackend* backend = new CpuBackend();
+  static CpuBackendBase* backend = chosen_level().make();
   return *backend;
 }
 
 Backend& cpu_backend() { return cpu_backend_impl(); }
 
-CpuBackend::CpuBackend() {
+CpuBackendBase::CpuBackendBase() {
   for (auto& a : allocators_) a = std::make_unique<CpuAllocator>();
 }
 
-int CpuBackend::device_count() const { return num_cpu_devices(); }
+int CpuBackendBase::device_count() const { return num_cpu_devices(); }
 
-WorkQueue* CpuBackend::queue(int index) {
+WorkQueue* CpuBackendBase::queue(int index) {
   const CpuDeviceOptions& options = cpu_options();
   if (options.count == 0 || !options.async_queues) return nullptr;
   std::call_once(queues_once_, [&] {
@@ -49,7 +129,7 @@ WorkQueue* CpuBackend::queue(int index) {
   return queues_[index].get();
 }
 
-std::uint64_t CpuBackend::run_ahead(int index) {
+std::uint64_t CpuBackendBase::run_ahead(int index) {
   // This thread's launches, and the launch at which it last fed each device: a device fed
   // within the last kWindow launches counts as one it is feeding.
   constexpr std::uint64_t kWindow = 1024;
@@ -66,7 +146,7 @@ std::uint64_t CpuBackend::run_ahead(int index) {
   return WorkQueue::kMaxPendingAlone;
 }
 
-int CpuBackend::kernel_threads() {
+int CpuBackendBase::kernel_threads() {
   std::call_once(threads_once_, [&] {
     const CpuDeviceOptions& options = cpu_options();
     if (options.count == 0) return;
@@ -76,13 +156,13 @@ int CpuBackend::kernel_threads() {
   return kernel_threads_;
 }
 
-CpuBackend::InlineThreads::InlineThreads(int threads) {
+CpuBackendBase::InlineThreads::InlineThreads(int threads) {
   if (threads == 0) return;
   before_ = omp_get_max_threads();
   if (before_ != threads) omp_set_num_threads(threads);
 }
 
-CpuBackend::InlineThreads::~InlineThreads() {
+CpuBackendBase::InlineThreads::~InlineThreads() {
   if (before_ != 0 && before_ != omp_get_max_threads()) omp_set_num_threads(before_);
 }
 
@@ -101,12 +181,13 @@ std::string cpu_model_name() {
 
 }  // namespace
 
-DeviceInfo CpuBackend::info(int index) const {
+DeviceInfo CpuBackendBase::info(int index) const {
   DeviceInfo info;
   info.name = cpu_model_name();
   info.cores = static_cast<int>(std::thread::hardware_concurrency());
   info.total_memory = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
                       static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
+  info.kernel_isa = cpu_kernel_isa();
   const CpuDeviceOptions& options = cpu_options();
   if (options.count > 0) {
     const int threads = cpu_backend_impl().kernel_threads();
@@ -123,19 +204,19 @@ DeviceInfo CpuBackend::info(int index) const {
   return info;
 }
 
-void* CpuBackend::allocate(int index, std::size_t bytes) {
+void* CpuBackendBase::allocate(int index, std::size_t bytes) {
   return allocators_[index]->allocate(bytes);
 }
 
-void CpuBackend::deallocate(int index, void* ptr, std::size_t bytes) {
+void CpuBackendBase::deallocate(int index, void* ptr, std::size_t bytes) {
   allocators_[index]->deallocate(ptr, bytes);
 }
 
-std::size_t CpuBackend::reserved(int index) const { return allocators_[index]->reserved(); }
+std::size_t CpuBackendBase::reserved(int index) const { return allocators_[index]->reserved(); }
 
-void CpuBackend::empty_cache(int index) { allocators_[index]->empty_cache(); }
+void CpuBackendBase::empty_cache(int index) { allocators_[index]->empty_cache(); }
 
-std::string CpuBackend::memory_report(int index) const {
+std::string CpuBackendBase::memory_report(int index) const {
   const CpuAllocator& a = *allocators_[index];
   // MemAvailable: what the kernel could hand out now without swapping.
   std::size_t available = 0;
@@ -153,7 +234,7 @@ std::string CpuBackend::memory_report(int index) const {
       format_bytes(available), format_bytes(info(index).total_memory));
 }
 
-void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
+void CpuBackendBase::copy_from_host(const void* src, const Tensor& dst) {
   refuse_while_capturing(dst.device().index(), "a copy from the host");
   const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;  // memcpy's pointers must be valid even for 0 bytes
@@ -167,13 +248,13 @@ void CpuBackend::copy_from_host(const void* src, const Tensor& dst) {
   std::memcpy(impl_of(dst).data(), src, bytes);
 }
 
-void CpuBackend::copy_to_host(const Tensor& src, void* dst) {
+void CpuBackendBase::copy_to_host(const Tensor& src, void* dst) {
   refuse_while_capturing(src.device().index(), "a read on the host");
   if (WorkQueue* q = queue(src.device().index())) q->synchronize();
   if (src.nbytes() > 0) std::memcpy(dst, impl_of(src).data(), src.nbytes());
 }
 
-void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
   const int s = src.device().index(), d = dst.device().index();
   WorkQueue* qs = queue(s);
   WorkQueue* qd = queue(d);
@@ -194,11 +275,11 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   qd->submit([qs, copied] { qs->wait(copied); });
 }
 
-void CpuBackend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
+void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
 }
 
-void CpuBackend::synchronize(int index) {
+void CpuBackendBase::synchronize(int index) {
   refuse_while_capturing(index, "a host wait");
   if (WorkQueue* q = queue(index)) q->synchronize();
 }

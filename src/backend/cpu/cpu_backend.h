@@ -3,6 +3,11 @@
 // queue (see cpu_devices.h). Kernels run through launch(), which either runs them now or
 // queues them on the device's thread; lambdas capture Tensor handles by value, which
 // keeps their storage alive until the kernel has run.
+//
+// Two classes (Note [CPU kernel variants] in cpu_backend.cpp): CpuBackendBase holds the
+// devices, memory, copies, queues and graphs, built once for any x86-64; CpuBackend adds
+// the kernels, and is built once per instruction-set level, each in its own namespace
+// (TESSERA_CPU_ISA, set by the build), so the process picks the best its CPU can run.
 #include <array>
 #include <atomic>
 #include <functional>
@@ -17,9 +22,9 @@
 
 namespace tessera::detail {
 
-class CpuBackend final : public Backend {
+class CpuBackendBase : public Backend {
  public:
-  CpuBackend();
+  CpuBackendBase();
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   int device_count() const override;
@@ -38,39 +43,7 @@ class CpuBackend final : public Backend {
   void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
   void synchronize(int index) override;
 
-  void fill(const Tensor& out, double value) override;
-  void arange(const Tensor& out, double start, double step) override;
-  void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
-              std::uint64_t offset) override;
-  void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
-  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
-                      const Tensor& grad_in) override;
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
-                     const Tensor& out) override;
-  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
-                     const Tensor& probs) override;  // cpu_loss.cpp
-  void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                              const Tensor& grad_losses, const Tensor& grad_logits) override;
-  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-              const Window2d& w) override;  // cpu_conv.cpp
-  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
-                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                       const Window2d& w) override;
-  void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
-              const Window2d& w) override;  // cpu_pool.cpp
-  void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
-                       const Tensor& grad_x, const Window2d& w) override;
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                const SgdParams& p) override;  // cpu_optim.cpp
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const Tensor& step, const AdamParams& p) override;
-  void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
-  // cpu_process_collectives.cpp
+  // Between processes, through MPI on the host (cpu_process_collectives.cpp).
   void process_collective(const ProcessCollectiveCall& call) override;
 
   // Graph capture (cpu_graph.cpp, Note [CPU graphs]). A Recording holds recorded kernels.
@@ -119,7 +92,7 @@ class CpuBackend final : public Backend {
   // CPU, whose kernels use the calling thread's OpenMP setting.
   int kernel_threads();
 
- private:
+ protected:
   // Gives the calling thread's OpenMP regions `threads` threads for one inline kernel, and
   // restores its own setting after (the thread is the user's).
   class InlineThreads {
@@ -156,6 +129,62 @@ class CpuBackend final : public Backend {
   int kernel_threads_ = 0;
 };
 
-CpuBackend& cpu_backend_impl();
+// The one CPU backend of the process, of the kernel variant the CPU runs best.
+CpuBackendBase& cpu_backend_impl();
+
+// The instruction-set level of the CPU kernels the process runs: "x86-64" (any x86-64),
+// "x86-64-v3" (AVX2, FMA) or "x86-64-v4" (AVX-512); "native" in a build for this machine
+// only (TESSERA_CPU_DISPATCH=OFF). TESSERA_CPU_ISA=<level> picks a lower one (tests).
+const char* cpu_kernel_isa();
 
 }  // namespace tessera::detail
+
+#ifndef TESSERA_CPU_ISA
+#define TESSERA_CPU_ISA cpu_isa_unset  // only kernel files, built per level, define CpuBackend
+#endif
+
+namespace tessera::detail::TESSERA_CPU_ISA {
+
+// The kernels, built for one instruction-set level (the files that define them are compiled
+// once per level, each with its own TESSERA_CPU_ISA).
+class CpuBackend final : public CpuBackendBase {
+ public:
+  void fill(const Tensor& out, double value) override;
+  void arange(const Tensor& out, double start, double step) override;
+  void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+              std::uint64_t offset) override;
+  void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
+  void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
+                      const Tensor& grad_in) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
+                     const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                     const Tensor& probs) override;  // cpu_loss.cpp
+  void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
+                              const Tensor& grad_losses, const Tensor& grad_logits) override;
+  void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+              const Window2d& w) override;  // cpu_conv.cpp
+  void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                       const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                       const Window2d& w) override;
+  void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
+              const Window2d& w) override;  // cpu_pool.cpp
+  void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
+                       const Tensor& grad_x, const Window2d& w) override;
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdParams& p) override;  // cpu_optim.cpp
+  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const Tensor& step, const AdamParams& p) override;
+  void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
+
+};
+
+// A new CpuBackend of this level (cpu_kernel_variant.cpp).
+CpuBackendBase* make_cpu_backend();
+
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -21,7 +21,7 @@
 // on an output another task is still filling. The host only queues; it never waits. Devices
 // without queues (TESSERA_CPU_ASYNC=0) run the k chunks one after another on the caller.
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 struct Chunk {

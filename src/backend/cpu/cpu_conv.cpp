@@ -27,7 +27,7 @@
 // columns rather than keeping the batch's from the forward pass: keeping them (35 MiB per
 // LeNet step) measured no faster (docs/benchmarks.md).
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using i64 = std::int64_t;

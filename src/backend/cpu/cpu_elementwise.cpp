@@ -9,7 +9,7 @@
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using Row = std::array<std::int64_t, 3>;

@@ -33,7 +33,7 @@
 
 namespace tessera::detail {
 
-struct CpuBackend::Recording {
+struct CpuBackendBase::Recording {
   std::mutex mutex;  // the capturing thread alone should launch, but never corrupt
   std::vector<std::function<void()>> kernels;
 };
@@ -66,9 +66,9 @@ class CpuGraph final : public CapturedWork {
  public:
   struct Part {
     int index;
-    std::shared_ptr<const CpuBackend::Recording> recording;
+    std::shared_ptr<const CpuBackendBase::Recording> recording;
   };
-  CpuGraph(CpuBackend& backend, std::vector<Part> parts)
+  CpuGraph(CpuBackendBase& backend, std::vector<Part> parts)
       : backend_(backend), parts_(std::move(parts)) {}
 
   void replay() override {
@@ -89,11 +89,11 @@ class CpuGraph final : public CapturedWork {
   }
 
  private:
-  CpuBackend& backend_;
+  CpuBackendBase& backend_;
   std::vector<Part> parts_;
 };
 
-void CpuBackend::begin_capture(const std::vector<int>& indices) {
+void CpuBackendBase::begin_capture(const std::vector<int>& indices) {
   const bool queued = queue(indices.front()) != nullptr;  // logical devices all or none
   const auto shared = queued ? nullptr : std::make_shared<Recording>();
   for (const int i : indices) {
@@ -102,7 +102,7 @@ void CpuBackend::begin_capture(const std::vector<int>& indices) {
   }
 }
 
-std::unique_ptr<CapturedWork> CpuBackend::end_capture(const std::vector<int>& indices) {
+std::unique_ptr<CapturedWork> CpuBackendBase::end_capture(const std::vector<int>& indices) {
   std::vector<CpuGraph::Part> parts;
   for (const int i : indices) {
     capturing_[i].store(false, std::memory_order_release);
@@ -113,7 +113,7 @@ std::unique_ptr<CapturedWork> CpuBackend::end_capture(const std::vector<int>& in
   return std::make_unique<CpuGraph>(*this, std::move(parts));
 }
 
-void CpuBackend::abort_capture(const std::vector<int>& indices) {
+void CpuBackendBase::abort_capture(const std::vector<int>& indices) {
   // Nothing recorded ran; dropping the closures releases the tensors they held.
   for (const int i : indices) {
     capturing_[i].store(false, std::memory_order_release);
@@ -121,13 +121,13 @@ void CpuBackend::abort_capture(const std::vector<int>& indices) {
   }
 }
 
-void CpuBackend::record(int index, std::function<void()> kernel) {
+void CpuBackendBase::record(int index, std::function<void()> kernel) {
   Recording& r = *recordings_[index];
   const std::lock_guard lock(r.mutex);
   r.kernels.push_back(std::move(kernel));
 }
 
-void CpuBackend::refuse_while_capturing(int index, const char* what) const {
+void CpuBackendBase::refuse_while_capturing(int index, const char* what) const {
   if (!capturing(index)) return;
   throw GraphCaptureError(fmt::format(
       "[Graph::capture] {} is capturing a graph, and {} cannot be recorded: a replay would "

@@ -11,7 +11,7 @@
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using i64 = std::int64_t;

@@ -19,7 +19,7 @@
 // cblas_dgemm. Many small matrices in a batch run one per thread instead (both libraries run
 // single-threaded inside a parallel region).
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using i64 = std::int64_t;

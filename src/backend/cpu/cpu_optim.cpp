@@ -7,7 +7,7 @@
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 // Calls f(i) for i in [0, n), split across the OpenMP pool when large.

@@ -8,7 +8,7 @@
 
 namespace tessera::detail {
 
-void CpuBackend::process_collective(const ProcessCollectiveCall& call) {
+void CpuBackendBase::process_collective(const ProcessCollectiveCall& call) {
   const int lane = call.input.device().index();
   // The call holds the tensors, so their storage lives until the transport is done.
   launch(lane, [call, lane] {

@@ -28,7 +28,7 @@
 // accumulators combined in thread order, so results never depend on scheduling. argmax
 // compares (value, index) pairs, so the walk order cannot change which index wins.
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using i64 = std::int64_t;

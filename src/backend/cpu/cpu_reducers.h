@@ -7,7 +7,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace tessera::detail::reducers {
+namespace tessera::detail::TESSERA_CPU_ISA::reducers {  // kernels only: cpu_backend.h
 
 using i64 = std::int64_t;
 

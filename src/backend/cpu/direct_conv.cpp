@@ -44,7 +44,7 @@
 // and partial weight gradient, summed in thread order (deterministic for a given thread
 // count).
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using namespace conv_tiles;  // NOLINT: the tiles are this file's vocabulary

@@ -4,7 +4,7 @@
 // direct_conv.cpp. Both functions split the batch across the OpenMP pool themselves.
 #include "backend/cpu/conv_geometry.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 
 // Whether the direct path handles g (stride 1, not 1x1, few channels, little wasted work);
 // otherwise cpu_conv.cpp uses im2col + GEMM.

@@ -13,7 +13,7 @@
 #include "backend/cpu/conv_tiles.h"
 #include "backend/cpu/direct_conv.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
 using namespace conv_tiles;  // NOLINT: the tiles are this file's vocabulary

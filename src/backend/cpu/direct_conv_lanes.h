@@ -4,7 +4,7 @@
 // planes. Same contracts as those two.
 #include "backend/cpu/conv_geometry.h"
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 
 template <typename T>
 void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y);

@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-namespace tessera::detail {
+namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 
 // e^x for float, within 1 ulp of std::exp where the result is a normal float (measured
 // max relative error 7.9e-8); inf above 88.72 like std::exp, and 2^-126 below -87.34

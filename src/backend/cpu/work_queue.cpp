@@ -32,7 +32,7 @@
 // after replica, and a queue must hold a whole replica's step for the host to go on to the
 // next device while it runs: at 32 (and at 128) for every queue the host waited on cpu:0
 // while cpu:1 sat idle, and two logical devices trained LeNet 1.05x (1.66x) as fast as one
-// instead of 1.8x. So the bound depends on the host thread (CpuBackend::run_ahead): one
+// instead of 1.8x. So the bound depends on the host thread (CpuBackendBase::run_ahead): one
 // that has fed only this device lately may run kMaxPendingAlone (32) tasks ahead; one that
 // is feeding several (data-parallel replicas) may run kMaxPending (256) ahead of each. A
 // graph-recorded step (TrainerOptions::graph) is a few tasks per device and needs no lead.
