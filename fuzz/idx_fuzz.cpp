@@ -12,7 +12,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static tessera::fuzz::InputFile file;
   try {
-    tessera::data::read_idx(file.write(std::string_view(reinterpret_cast<const char*>(data), size)));
+    tessera::data::read_idx(
+        file.write(std::string_view(reinterpret_cast<const char*>(data), size)));
   } catch (const tessera::Error&) {
     // Refused with a tessera error. Anything else escapes and ends the run.
   }

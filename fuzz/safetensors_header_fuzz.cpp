@@ -15,7 +15,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static tessera::fuzz::InputFile file;
   std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((std::uint64_t{size} >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    prefix[i] = static_cast<char>((std::uint64_t{size} >> (8 * i)) & 0xff);
   const std::string_view header(reinterpret_cast<const char*>(data), size);
   try {
     tessera::read_safetensors_header(file.write(prefix, header));

@@ -14,8 +14,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static tessera::fuzz::InputFile file;
   try {
-    const tessera::SafetensorsFile loaded =
-        tessera::load_safetensors(file.write(std::string_view(reinterpret_cast<const char*>(data), size)));
+    const tessera::SafetensorsFile loaded = tessera::load_safetensors(
+        file.write(std::string_view(reinterpret_cast<const char*>(data), size)));
     for (const auto& [name, t] : loaded.tensors) {
       if (t.dtype() == tessera::kBool) tessera::sum(tessera::where(t, 1.0, 0.0)).item<double>();
     }

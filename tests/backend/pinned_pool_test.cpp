@@ -93,14 +93,14 @@ TEST(PinnedPool, SizesArePagesThenQuarterPowerOfTwoClasses) {
   EXPECT_EQ(pinned_size(0), 4096u);
   EXPECT_EQ(pinned_size(1), 4096u);
   EXPECT_EQ(pinned_size(4096), 4096u);
-  EXPECT_EQ(pinned_size(4097), 8192u);     // whole pages below 16 KiB
+  EXPECT_EQ(pinned_size(4097), 8192u);               // whole pages below 16 KiB
   EXPECT_EQ(pinned_size(16 * kKiB + 1), 20 * kKiB);  // then quarters: 16 + 4
   EXPECT_EQ(pinned_size(kMiB + 1), kMiB + kMiB / 4);
   EXPECT_EQ(pinned_size(3 * kMiB), 3 * kMiB);
   for (std::size_t n : {5000u, 70000u, 123457u, 9u << 20}) {
     const std::size_t r = pinned_size(n);
     EXPECT_GE(r, n);
-    EXPECT_EQ(r % 4096, 0u) << n;  // whole pages
+    EXPECT_EQ(r % 4096, 0u) << n;                               // whole pages
     EXPECT_LE(r, n + std::max<std::size_t>(4096, n / 4)) << n;  // at most a quarter wasted
   }
 }
