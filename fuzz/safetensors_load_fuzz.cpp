@@ -8,6 +8,7 @@
 
 #include "input_file.h"
 #include "tessera/error.h"
+#include "tessera/factories.h"
 #include "tessera/ops.h"
 #include "tessera/safetensors.h"
 
@@ -17,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const tessera::SafetensorsFile loaded = tessera::load_safetensors(
         file.write(std::string_view(reinterpret_cast<const char*>(data), size)));
     for (const auto& [name, t] : loaded.tensors) {
-      if (t.dtype() == tessera::kBool) tessera::sum(tessera::where(t, 1.0, 0.0)).item<double>();
+      if (t.dtype() != tessera::kBool) continue;
+      tessera::sum(tessera::where(t, 1.0, tessera::zeros(t.shape()))).item<double>();
     }
   } catch (const tessera::Error&) {
     // Refused with a tessera error. Anything else escapes and ends the run.
