@@ -1,6 +1,7 @@
 // Streams on every device: CPU devices refuse side streams with a message that says what
 // to do instead; on a GPU, work on two side streams gives the results of the default
 // stream, and memory freed while side streams run is never handed out too early.
+#include "core/device_registry.h"
 #include "support/device_test.h"
 
 namespace tessera {
@@ -102,6 +103,67 @@ TEST_P(Streams, NestedGuardsSeeEachOthersWork) {
   }
   EXPECT_DOUBLE_EQ(min(x).item<double>(), 30.0);
   EXPECT_DOUBLE_EQ(max(x).item<double>(), 30.0);
+}
+
+// The stream bookkeeping that every device has, GPU or not: entering a stream is refused
+// while a graph is being captured (and the device stays usable), a guard left by an
+// exception restores the stream before it, and waiting for a stream is a counted host wait.
+TEST_P(Streams, GuardsAndStreamWaitsAreRefusedWhileCapturing) {
+  // A GPU refuses its side streams too (graph_test.cpp); the default stream is everywhere.
+  const Stream s = device().is_cuda() ? new_stream(device()) : default_stream(device());
+  const Tensor x = ones({8}, device());
+  Tensor y;
+  expect_throw_with<GraphCaptureError>(
+      [&] {
+        Graph::capture(device(), [&] {
+          y = x + 1.0;
+          StreamGuard guard(s);
+        });
+      },
+      {"[StreamGuard] " + device().str() + " is capturing a graph", "outside Graph::capture"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { synchronize(default_stream(device())); }); },
+      {"[synchronize]", "a host wait"});
+  EXPECT_EQ(current_stream(device()), default_stream(device()));
+  {
+    StreamGuard guard(s);  // allowed again once the capture has ended
+    EXPECT_EQ(current_stream(device()), s);
+    y = x * 2.0;
+  }
+  EXPECT_DOUBLE_EQ(sum(y).item<double>(), 16.0);
+}
+
+TEST_P(Streams, AGuardLeftByAnExceptionRestoresTheStreamBefore) {
+  const Stream s = device().is_cuda() ? new_stream(device()) : default_stream(device());
+  const Tensor x = ones({4}, device());
+  EXPECT_THROW(
+      {
+        StreamGuard guard(s);
+        EXPECT_EQ(current_stream(device()), s);
+        (void)x.reshape({3});  // a user error under the guard
+      },
+      ShapeError);
+  EXPECT_EQ(current_stream(device()), default_stream(device()));
+  EXPECT_DOUBLE_EQ(sum(x).item<double>(), 4.0);
+}
+
+TEST_P(Streams, WaitingForAStreamIsACountedHostWait) {
+  const Tensor x = ones({1024}, device()) * 3.0;  // queued work to wait for
+  const std::uint64_t before = transfer_stats(device()).host_waits;
+  synchronize(current_stream(device()));
+  // The plain CPU runs work as it is called and counts no waits; every other device does.
+  EXPECT_EQ(transfer_stats(device()).host_waits - before, detail::is_host(device()) ? 0u : 1u);
+  EXPECT_EQ(Stream(), default_stream(cpu()));  // a default-constructed stream is the CPU's
+}
+
+TEST(StreamsOfAbsentDevices, AreRefused) {
+  const Device absent = gpu(num_gpus());
+  expect_throw_with<DeviceError>([&] { default_stream(absent); },
+                                 {"[default_stream] device " + absent.str() + " is not available"});
+  expect_throw_with<DeviceError>([&] { new_stream(absent); },
+                                 {"[new_stream] device " + absent.str() + " is not available"});
+  expect_throw_with<DeviceError>([&] { current_stream(absent); },
+                                 {"[current_stream] device " + absent.str() + " is not available"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Streams);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "support/device_test.h"
@@ -103,6 +104,44 @@ TEST_F(ParserFuzz, SafetensorsMutantsLoadOrAreRefused) {
 TEST_F(ParserFuzz, IdxMutantsLoadOrAreRefused) {
   fuzz("idx", 250, [](const fs::path& p) { data::read_idx(p); },
        [](std::string&, const std::string&, std::mt19937_64&) {});
+}
+
+// The libFuzzer targets' own inputs (fuzz/, scripts/fuzz), run here so that the suite and
+// its sanitizer build check them on every change: the header seeds of safetensors_header_fuzz
+// (JSON text, given a length prefix and no data as that target does), and every input in
+// fixtures/fuzz/regressions/<corpus>/ (one that once made a target fail, kept after the fix).
+TEST_F(ParserFuzz, FuzzTargetInputsLoadOrAreRefused) {
+  const fs::path root = fs::path(TESSERA_TEST_FIXTURES) / "fuzz";
+  const fs::path p = dir_ / "input";
+  auto header_file = [&](const fs::path& json) {
+    std::string file(8, '\0');
+    file += read_file(json);
+    fix_length(file, 0);
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << file;
+    return p;
+  };
+  const std::vector<std::pair<std::string, std::function<void(const fs::path&)>>> corpora = {
+      {"safetensors_header", [&](const fs::path& f) { read_safetensors_header(header_file(f)); }},
+      {"safetensors", [](const fs::path& f) { load_safetensors(f); }},
+      {"idx", [](const fs::path& f) { data::read_idx(f); }}};
+  int inputs = 0;
+  for (const auto& [corpus, load] : corpora) {
+    for (const fs::path& dir : {root / corpus, root / "regressions" / corpus}) {
+      if (corpus != "safetensors_header" && dir.parent_path() == root) continue;  // above
+      if (!fs::is_directory(dir)) continue;
+      for (const auto& entry : fs::directory_iterator(dir)) {
+        ++inputs;
+        try {
+          load(entry.path());
+        } catch (const Error&) {
+        }  // anything else fails the test
+      }
+    }
+  }
+  EXPECT_GE(inputs, 4);  // the header seeds at least
+  // The harness's framing is right: a header of empty tensors is accepted whole.
+  EXPECT_NO_THROW(
+      read_safetensors_header(header_file(root / "safetensors_header" / "accepted.json")));
 }
 
 }  // namespace

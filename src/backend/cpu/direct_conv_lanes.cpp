@@ -116,7 +116,9 @@ void conv_lane_rows(const T* in, const TileStrides& s, i64 in_cols, i64 cin, con
   constexpr i64 L = kLanes<T>;
   for_each_block(cout, kMaxChannels, [&](i64 o0, int ob) {
     for (i64 y = 0; y < rows; ++y) {
-      const auto [i_lo, i_hi] = tap_rows(y);
+      // Not a structured binding: clang cannot capture one in an OpenMP region.
+      const std::pair<i64, i64> taps = tap_rows(y);
+      const i64 i_lo = taps.first, i_hi = taps.second;
       for_each_block(cols, kMaxVectors, [&](i64 x0, int qb) {
         with_blocks<kMaxChannels, kMaxVectors>(ob, qb, [&]<int OB, int QB>() {
           conv_tile<T, OB, QB>(in + ((y + in_top) * in_cols + x0 + in_left) * L,

@@ -1,40 +1,26 @@
 #pragma once
-// Page-locked host memory: blocks for pinned CPU tensors, and staging blocks for copies from
-// pageable host memory, each reused only once the copy that read it has finished (an event
-// recorded after the copy).
+// The CUDA runtime calls behind the pinned host memory pool (backend/pinned_pool.h, where
+// its bookkeeping lives and is tested without a GPU).
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <mutex>
-#include <vector>
 
-#include "backend/block_cache.h"
+#include "backend/pinned_pool.h"
 
 namespace tessera::detail {
 
-class PinnedPool {
- public:
-  // A staging block of at least `bytes`, free of pending copies.
-  void* acquire_staging(std::size_t bytes);
-  // Returns a staging block once the work queued so far on `stream` is done.
-  void release_staging(void* block, cudaStream_t stream);
-
-  // Pinned memory for a CPU tensor; nullptr when there is none left. Freed blocks are kept
-  // by size and handed out again: cudaHostAlloc costs a page-locking system call and
-  // cudaFreeHost waits for the device, and a DataLoader asks for two blocks every step.
-  void* allocate(std::size_t bytes);
-  void deallocate(void* ptr, std::size_t bytes);
-
- private:
-  struct Block {
-    void* ptr = nullptr;
-    std::size_t size = 0;
-    cudaEvent_t ready = nullptr;  // recorded after the last copy that read the block
-    bool in_use = false;
-  };
-  std::mutex mutex_;
-  std::vector<Block> staging_;
-  BlockCache free_blocks_;  // tensors' blocks, by rounded size
+struct CudaPinnedRuntime {
+  using Event = cudaEvent_t;
+  using Stream = cudaStream_t;
+  void* host_alloc(std::size_t bytes);
+  void* try_host_alloc(std::size_t bytes);
+  void host_free(void* ptr);
+  Event new_event();
+  void record(Event event, Stream stream);
+  bool done(Event event);
 };
+
+using PinnedPool = BasicPinnedPool<CudaPinnedRuntime>;
+extern template class BasicPinnedPool<CudaPinnedRuntime>;
 
 }  // namespace tessera::detail
