@@ -135,7 +135,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->optimizer().zero_grad();
       results.push_back(tasks[r]->training_step(shards[r]));
-      const double share = static_cast<double>(shards[r].y.size(0)) / static_cast<double>(batch);
+      const double share = static_cast<double>(shards[r].examples()) / static_cast<double>(batch);
       (results.back().loss * share).backward();
     }
     reducer.reduce();
@@ -167,15 +167,21 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     for (const data::Batch& b : train) {
-      const std::int64_t batch = b.y.size(0);
+      const std::int64_t batch = b.examples();
       const std::vector<std::int64_t> all_sizes = shard_sizes(batch, ranks * k);
       std::int64_t offset = 0;
       for (std::size_t g = 0; g < rank * k; ++g) offset += all_sizes[g];
       const std::vector<std::int64_t> sizes(all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
                                             all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
-      std::vector<data::Batch> shards;
+      // Each replica's share of every tensor of the batch, on its device.
+      std::vector<data::Batch> on_devices;
       for (std::size_t r = 0; r < k; ++r) {
-        shards.push_back({b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])});
+        data::Batch shard;
+        shard.more.resize(b.more.size());
+        for (std::size_t i = 0; i < b.size(); ++i) {
+          if (b[i].defined()) shard[i] = b[i].narrow(0, offset, sizes[r]);
+        }
+        on_devices.push_back(prepare_batch(shard, devices_[r]));
         offset += sizes[r];
       }
       const bool full = batch == train.options().batch_size;
@@ -183,15 +189,11 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       if (options_.graph && full && warmed_up) {
         if (!graph) {
           graph = std::make_unique<StepGraph>(
-              devices_, shards,
+              devices_, on_devices,
               [&](const std::vector<data::Batch>& in) { return replicas_step(in, batch); });
         }
-        results = graph->run(shards);
+        results = graph->run(on_devices);
       } else {
-        std::vector<data::Batch> on_devices;
-        for (std::size_t r = 0; r < k; ++r) {
-          on_devices.push_back(data::to_device(shards[r], devices_[r]));
-        }
         results = replicas_step(on_devices, batch);
         warmed_up = warmed_up || full;
       }
