@@ -150,7 +150,8 @@ Batch DataLoader::gather_images(const std::vector<Tensor>& sources,
   xs[0] = len;
   if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
   Batch b{detail::make_tensor(xs, kFloat32, cpu(), "DataLoader", pinned),
-          detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned)};
+          detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned),
+          {}};
   const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images).data());
   const auto* label = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels).data());
   auto* x = reinterpret_cast<float*>(detail::impl_of(b.x).data());
