@@ -112,6 +112,8 @@ DataLoader::iterator DataLoader::begin() {
   return iterator(this, 0, std::move(prefetcher));
 }
 
+DataLoader::iterator DataLoader::end() const { return iterator(this, batches()); }
+
 Batch DataLoader::batch(std::int64_t i) const { return gather(sources_, *order_, i); }
 
 Batch DataLoader::gather(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,

@@ -15,8 +15,9 @@ namespace tessera::train {
 // With TrainerOptions::graph, a training step (zero_grad, forward, loss, backward, the
 // gradient all-reduce between replicas, clipping, the optimizer step, the step's loss and
 // correct count) is recorded once, over input tensors the recording owns, and each later
-// batch of the same size is copied into those inputs and the recording replayed: the host
-// pays one copy and one launch per device instead of the front end's cost of every op. The
+// batch of the same size, once Trainer::prepare_batch (which a user may override) has put
+// it on the device, is copied into those inputs there and the recording replayed: the host
+// pays its copies and one launch per device instead of the front end's cost of every op. The
 // results the recording made (loss, correct) hold each replay's values, so the device-side
 // metrics (Note [Metrics on the device]) are added from them as in eager training.
 //

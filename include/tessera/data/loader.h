@@ -101,7 +101,7 @@ class TESSERA_API DataLoader {
   /// with prefetch, starts the thread that gathers the epoch's batches. Rethrows an error of
   /// that thread for the first batch.
   iterator begin();
-  iterator end() const { return iterator(this, batches()); }
+  iterator end() const;
   /// Batch i of the current epoch.
   Batch batch(std::int64_t i) const;
 
