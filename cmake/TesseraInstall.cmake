@@ -1,10 +1,11 @@
 # Installs the library, its headers and a CMake package, so another project can use
 #   find_package(tessera CONFIG REQUIRED)
-#   target_link_libraries(app PRIVATE tessera::tessera)
+#   target_link_libraries(app PRIVATE tessera::tessera)   # the library
+#   target_link_libraries(app PRIVATE tessera::plot)      # and the training chart (Cairo)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS tessera EXPORT tesseraTargets
+install(TARGETS tessera tessera_plot EXPORT tesseraTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

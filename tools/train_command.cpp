@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "tessera/tessera.h"
+#include "tessera/train/plot.h"
 
 namespace tessera::tools {
 namespace {

@@ -6,12 +6,13 @@
 /// a clear error (use NoGradGuard for updates such as an optimizer's).
 #include <functional>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
 
 /// While alive, ops on this thread record nothing (the results do not require grad).
-class NoGradGuard {
+class TESSERA_API NoGradGuard {
  public:
   NoGradGuard();
   ~NoGradGuard();
@@ -23,7 +24,7 @@ class NoGradGuard {
 };
 
 /// Whether ops on this thread are recorded (false inside a NoGradGuard).
-bool grad_enabled();
+TESSERA_API bool grad_enabled();
 
 /// Calls `hook(leaf)` in every backward() that reaches `leaf`, as soon as leaf.grad() holds
 /// its whole gradient for that pass, while backward() goes on with the rest of the graph
@@ -31,6 +32,6 @@ bool grad_enabled();
 /// hook; an empty function removes it. Runs on the thread calling backward(), with grad
 /// recording off; what it throws leaves backward(). Throws Error unless `leaf` is a leaf that
 /// requires grad.
-void set_grad_ready_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook);
+TESSERA_API void set_grad_ready_hook(const Tensor& leaf, std::function<void(const Tensor&)> hook);
 
 }  // namespace tessera

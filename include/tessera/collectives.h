@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -22,18 +23,18 @@ enum class ReduceKind { kSum, kMean };
 
 /// Replaces every tensor, in place, with the sum (or mean) over the group. Tensors must be
 /// contiguous; bool tensors cannot be reduced.
-void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op = ReduceKind::kSum);
+TESSERA_API void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op = ReduceKind::kSum);
 
 /// Copies tensors[root] into every other tensor, in place.
-void broadcast(const std::vector<Tensor>& tensors, std::size_t root = 0);
+TESSERA_API void broadcast(const std::vector<Tensor>& tensors, std::size_t root = 0);
 
 /// Per device, the concatenation of every device's tensor along dim 0 (k times the rows),
 /// in group order.
-std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors);
+TESSERA_API std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors);
 
 /// Per device i, rows [i*r, (i+1)*r) of the sum (or mean) over the group, where the
 /// tensors have k*r rows (ShapeError otherwise).
-std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors,
-                                   ReduceKind op = ReduceKind::kSum);
+TESSERA_API std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors,
+                                               ReduceKind op = ReduceKind::kSum);
 
 }  // namespace tessera

@@ -4,29 +4,30 @@
 /// device. Differentiable (first order).
 #include <array>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
 
-struct Conv2dOptions {
+struct TESSERA_API Conv2dOptions {
   std::array<int, 2> stride{1, 1};   ///< {along H, along W}
   std::array<int, 2> padding{0, 0};  ///< zeros added on each side
 };
 
 /// x [N, C, H, W], weight [O, C, kH, kW], bias [O] or undefined; out [N, O, OH, OW] with
 /// OH = (H + 2 padding - kH) / stride + 1. Cross-correlation, as every framework computes.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
-              Conv2dOptions options = {});
+TESSERA_API Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                          Conv2dOptions options = {});
 
-struct Pool2dOptions {
+struct TESSERA_API Pool2dOptions {
   std::array<int, 2> kernel{2, 2};
   std::array<int, 2> stride{0, 0};   ///< 0 = the kernel size (non-overlapping windows)
   std::array<int, 2> padding{0, 0};  ///< at most half the kernel
 };
 
 /// Maximum over each window; padding never wins (it counts as -inf). NaN propagates.
-Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});
+TESSERA_API Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});
 /// Mean over each window, padding counted as zeros in the divisor (count_include_pad).
-Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});
+TESSERA_API Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});
 
 }  // namespace tessera

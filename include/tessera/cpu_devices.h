@@ -4,9 +4,11 @@
 /// queue). This is how multi-device code is tested on a machine without GPUs.
 #include <cstddef>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
-struct CpuDeviceOptions {
+struct TESSERA_API CpuDeviceOptions {
   /// Number of logical devices; 0 means "the plain CPU", a single device that is the host.
   int count = 0;
   /// Run each device's ops on its own worker thread, in order, like a GPU stream: host
@@ -22,10 +24,10 @@ struct CpuDeviceOptions {
 /// is negative or above 64, or if threads_per_device is negative or above 1024. The
 /// environment variable TESSERA_CPU_DEVICES=N does the same at start-up (TESSERA_CPU_ASYNC=0
 /// turns the worker threads off, TESSERA_CPU_THREADS=T sets threads_per_device).
-void configure_cpu_devices(const CpuDeviceOptions& options);
+TESSERA_API void configure_cpu_devices(const CpuDeviceOptions& options);
 
 /// Whether logical CPU devices are configured (then every cpu:i is a device apart from the
 /// host, and reading its data on the host counts as a device-to-host copy).
-bool has_logical_cpu_devices();
+TESSERA_API bool has_logical_cpu_devices();
 
 }  // namespace tessera

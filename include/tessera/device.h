@@ -7,13 +7,15 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
 enum class DeviceKind : std::uint8_t { kCpu = 0, kCuda = 1 };
 
 /// A device handle: a kind and an index. Building one never checks that the device exists
 /// (like torch.device('cuda:1')); using it for data does, and throws DeviceError if not.
-class Device {
+class TESSERA_API Device {
  public:
   constexpr Device() = default;  ///< The CPU.
   /// Throws DeviceError for a negative index.
@@ -37,35 +39,35 @@ class Device {
   std::int16_t index_ = 0;
 };
 
-std::ostream& operator<<(std::ostream& os, Device device);
-std::string to_string(Device device);
+TESSERA_API std::ostream& operator<<(std::ostream& os, Device device);
+TESSERA_API std::string to_string(Device device);
 
 /// The CPU (the book's cpu()). With logical CPU devices configured, cpu(i) is the i-th of
 /// them and cpu() is cpu(0); without, cpu() is the whole CPU and cpu(i > 0) does not exist.
-Device cpu(int index = 0);
+TESSERA_API Device cpu(int index = 0);
 /// The i-th GPU handle (the book's gpu(i)); it need not exist until it is used for data.
-Device gpu(int index = 0);
+TESSERA_API Device gpu(int index = 0);
 /// Number of GPUs tessera can use (0 when built without CUDA, with no driver, or when
 /// CUDA_VISIBLE_DEVICES hides them; gpu_unavailable_reason() says which).
-int num_gpus();
+TESSERA_API int num_gpus();
 /// gpu(i) if it exists, else cpu().
-Device try_gpu(int index = 0);
+TESSERA_API Device try_gpu(int index = 0);
 /// Every GPU, or {cpu()} when there is none (what the book's docstring promises).
-std::vector<Device> try_all_gpus();
+TESSERA_API std::vector<Device> try_all_gpus();
 
 /// Number of CPU devices: 1, or the number of logical CPU devices when configured.
-int num_cpu_devices();
+TESSERA_API int num_cpu_devices();
 /// Every device that can hold data now: the CPU devices, then the GPUs.
-std::vector<Device> available_devices();
+TESSERA_API std::vector<Device> available_devices();
 /// Whether `device` exists and can hold data.
-bool is_available(Device device);
+TESSERA_API bool is_available(Device device);
 /// Why no (or no further) GPU is visible, in words; empty when every GPU index < num_gpus().
-std::string gpu_unavailable_reason();
+TESSERA_API std::string gpu_unavailable_reason();
 
 /// Waits until all work queued on `device` has finished. Counted as a host wait.
-void synchronize(Device device);
+TESSERA_API void synchronize(Device device);
 /// Waits for every device.
-void synchronize();
+TESSERA_API void synchronize();
 
 }  // namespace tessera
 

@@ -4,10 +4,11 @@
 #include <string>
 
 #include "tessera/device.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
-struct DeviceProperties {
+struct TESSERA_API DeviceProperties {
   std::string name;              ///< "Intel(R) Xeon(R) ...", "NVIDIA H100 80GB HBM3"
   std::size_t total_memory = 0;  ///< bytes
   int cores = 0;                 ///< CPU cores, or GPU multiprocessors
@@ -20,6 +21,6 @@ struct DeviceProperties {
 };
 
 /// The properties of `device`. Throws DeviceError when it does not exist. No host wait.
-DeviceProperties device_properties(Device device);
+TESSERA_API DeviceProperties device_properties(Device device);
 
 }  // namespace tessera

@@ -5,6 +5,8 @@
 #include <iosfwd>
 #include <string_view>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
 enum class Dtype : std::uint8_t { kBool, kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
@@ -36,12 +38,12 @@ constexpr bool is_floating(Dtype d) { return d == Dtype::kFloat32 || d == Dtype:
 constexpr bool is_integral(Dtype d) { return !is_floating(d) && d != Dtype::kBool; }
 
 /// "float32", "int64", ...
-std::string_view dtype_name(Dtype dtype);
-std::ostream& operator<<(std::ostream& os, Dtype dtype);
+TESSERA_API std::string_view dtype_name(Dtype dtype);
+TESSERA_API std::ostream& operator<<(std::ostream& os, Dtype dtype);
 
 /// The dtype both operands of a binary op are converted to: the larger of the two, where a
 /// floating type beats any integer type and bool is the smallest (NumPy/PyTorch style).
-Dtype promote_types(Dtype a, Dtype b);
+TESSERA_API Dtype promote_types(Dtype a, Dtype b);
 
 /// The C++ type of each dtype, and the dtype of each C++ type.
 template <typename T>

@@ -4,60 +4,62 @@
 #include <stdexcept>
 #include <string>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
 /// Base of every user-facing error (bad shape, wrong device, bad dtype, memory, I/O).
-class Error : public std::runtime_error {
+class TESSERA_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 /// A device that does not exist or cannot be used (no GPU, index out of range, ...).
-class DeviceError : public Error {
+class TESSERA_API DeviceError : public Error {
  public:
   using Error::Error;
 };
 
 /// An op was given tensors that live on different devices. tessera never copies silently.
-class DeviceMismatchError : public DeviceError {
+class TESSERA_API DeviceMismatchError : public DeviceError {
  public:
   using DeviceError::DeviceError;
 };
 
 /// Shapes that do not fit the op (broadcasting, matmul inner sizes, bad dims, views).
-class ShapeError : public Error {
+class TESSERA_API ShapeError : public Error {
  public:
   using Error::Error;
 };
 
 /// A dtype the op does not support, or a value that does not fit the requested type.
-class DtypeError : public Error {
+class TESSERA_API DtypeError : public Error {
  public:
   using Error::Error;
 };
 
 /// A memory request that the device cannot satisfy (its limit or its physical memory).
-class OutOfMemoryError : public Error {
+class TESSERA_API OutOfMemoryError : public Error {
  public:
   using Error::Error;
 };
 
 /// A file that cannot be read or written, or whose contents are malformed.
-class IOError : public Error {
+class TESSERA_API IOError : public Error {
  public:
   using Error::Error;
 };
 
 /// A value that must be finite is NaN or infinite: a training run whose loss diverged, or
 /// parameters holding such values where a checkpoint would be written.
-class NonFiniteError : public Error {
+class TESSERA_API NonFiniteError : public Error {
  public:
   using Error::Error;
 };
 
 /// A broken invariant inside tessera: a bug in tessera, never in the caller's code.
 /// Deliberately not a tessera::Error, so user-error handlers do not swallow it.
-class InternalError : public std::logic_error {
+class TESSERA_API InternalError : public std::logic_error {
  public:
   using std::logic_error::logic_error;
 };

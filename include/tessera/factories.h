@@ -10,12 +10,13 @@
 
 #include "tessera/device.h"
 #include "tessera/dtype.h"
+#include "tessera/export.h"
 #include "tessera/shape.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
 
-struct TensorOptions {
+struct TESSERA_API TensorOptions {
   TensorOptions() = default;
   TensorOptions(Device d) : device(d) {}
   TensorOptions(Dtype t) : dtype(t) {}
@@ -27,7 +28,7 @@ struct TensorOptions {
 };
 
 /// A nested list of numbers for tensor(): `{1, 2, 3}` or `{{1., 2.}, {3., 4.}}`.
-class NestedList {
+class TESSERA_API NestedList {
  public:
   NestedList(double v) : value_(v), kind_(Kind::kFloat) {}
   NestedList(float v) : value_(v), kind_(Kind::kFloat) {}
@@ -51,13 +52,13 @@ class NestedList {
 /// A tensor from nested lists, like torch.tensor: the dtype is int64 for integers, float32
 /// when any entry is floating, bool for bools, unless options say otherwise. Throws
 /// ShapeError for ragged lists.
-Tensor tensor(const NestedList& values, TensorOptions options = {});
+TESSERA_API Tensor tensor(const NestedList& values, TensorOptions options = {});
 
 /// A tensor of `shape` holding a copy of `data` (row-major); its dtype is T's unless the
 /// options give one. Throws ShapeError when sizes differ, and DtypeError when bool data
 /// holds a byte other than 0 or 1.
-Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const Shape& shape,
-                   TensorOptions options);
+TESSERA_API Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count,
+                               const Shape& shape, TensorOptions options);
 template <typename T>
 Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions options = {}) {
   if (!options.dtype) options.dtype = dtype_of<T>;
@@ -71,30 +72,31 @@ Tensor from_vector(const std::vector<T>& data, TensorOptions options = {}) {
 
 /// The n x m identity (ones on the main diagonal; m = n when negative), float32 unless told,
 /// made on the device (no copy from the host). Error for a negative n.
-Tensor eye(std::int64_t n, std::int64_t m = -1, TensorOptions options = {});
+TESSERA_API Tensor eye(std::int64_t n, std::int64_t m = -1, TensorOptions options = {});
 
 /// Uninitialized values.
-Tensor empty(const Shape& shape, TensorOptions options = {});
-Tensor zeros(const Shape& shape, TensorOptions options = {});
-Tensor ones(const Shape& shape, TensorOptions options = {});
-Tensor full(const Shape& shape, double value, TensorOptions options = {});
+TESSERA_API Tensor empty(const Shape& shape, TensorOptions options = {});
+TESSERA_API Tensor zeros(const Shape& shape, TensorOptions options = {});
+TESSERA_API Tensor ones(const Shape& shape, TensorOptions options = {});
+TESSERA_API Tensor full(const Shape& shape, double value, TensorOptions options = {});
 /// Same shape, dtype and device as `t` unless options say otherwise.
-Tensor empty_like(const Tensor& t, TensorOptions options = {});
-Tensor zeros_like(const Tensor& t, TensorOptions options = {});
-Tensor ones_like(const Tensor& t, TensorOptions options = {});
-Tensor full_like(const Tensor& t, double value, TensorOptions options = {});
+TESSERA_API Tensor empty_like(const Tensor& t, TensorOptions options = {});
+TESSERA_API Tensor zeros_like(const Tensor& t, TensorOptions options = {});
+TESSERA_API Tensor ones_like(const Tensor& t, TensorOptions options = {});
+TESSERA_API Tensor full_like(const Tensor& t, double value, TensorOptions options = {});
 
 /// [0, end) and [start, end) by step, 1-D. The dtype defaults to int64 when all arguments
 /// are integral, else float32. Throws Error for step 0 or a step of the wrong sign.
-Tensor arange(double end, TensorOptions options = {});
-Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+TESSERA_API Tensor arange(double end, TensorOptions options = {});
+TESSERA_API Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
 
 /// Uniform in [0, 1) and standard normal values from the default generator (manual_seed).
 /// Floating dtypes only (DtypeError otherwise).
-Tensor rand(const Shape& shape, TensorOptions options = {});
-Tensor randn(const Shape& shape, TensorOptions options = {});
+TESSERA_API Tensor rand(const Shape& shape, TensorOptions options = {});
+TESSERA_API Tensor randn(const Shape& shape, TensorOptions options = {});
 /// Uniform in [low, high), normal with mean and standard deviation.
-Tensor uniform(const Shape& shape, double low, double high, TensorOptions options = {});
-Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options = {});
+TESSERA_API Tensor uniform(const Shape& shape, double low, double high, TensorOptions options = {});
+TESSERA_API Tensor normal(const Shape& shape, double mean, double stddev,
+                          TensorOptions options = {});
 
 }  // namespace tessera

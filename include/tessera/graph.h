@@ -11,6 +11,7 @@
 
 #include "tessera/device.h"
 #include "tessera/error.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
@@ -20,7 +21,7 @@ class CapturedWork;
 
 /// Something the code being captured may not do (wait for the device, copy between the host
 /// and the device, draw random numbers), or a capture that cannot start or broke.
-class GraphCaptureError : public Error {
+class TESSERA_API GraphCaptureError : public Error {
  public:
   using Error::Error;
 };
@@ -31,7 +32,7 @@ class GraphCaptureError : public Error {
 /// Tensors created during the capture live in memory the graph keeps, so they hold the
 /// results of the latest replay; tensors from before the capture that the recorded ops read
 /// must stay alive (and hold their new inputs) while the graph is replayed.
-class Graph {
+class TESSERA_API Graph {
  public:
   /// Records the work that `record` queues on `device` without running it. While it
   /// records, other threads must not use the device. Throws DeviceError for a missing
@@ -60,7 +61,7 @@ class Graph {
   ~Graph();
 
  private:
-  Graph(std::vector<Device> devices, std::unique_ptr<detail::CapturedWork> work);
+  TESSERA_HIDDEN Graph(std::vector<Device> devices, std::unique_ptr<detail::CapturedWork> work);
   std::vector<Device> devices_;
   std::unique_ptr<detail::CapturedWork> work_;
 };

@@ -4,10 +4,11 @@
 #include <cstdint>
 
 #include "tessera/device.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
-struct MemoryStats {
+struct TESSERA_API MemoryStats {
   std::size_t in_use = 0;         ///< Bytes held by live tensors on the device.
   std::size_t peak = 0;           ///< Highest in_use since start or reset_peak_memory().
   std::size_t reserved = 0;       ///< Bytes the allocator holds (in use plus cached blocks).
@@ -16,16 +17,16 @@ struct MemoryStats {
 };
 
 /// Current statistics of `device`. Throws DeviceError if it does not exist.
-MemoryStats memory_stats(Device device);
+TESSERA_API MemoryStats memory_stats(Device device);
 /// Sets peak to the current in_use.
-void reset_peak_memory(Device device);
+TESSERA_API void reset_peak_memory(Device device);
 /// Caps what tensors on `device` may hold; a request past it throws OutOfMemoryError.
 /// SIZE_MAX removes the cap. Existing tensors are not touched.
-void set_memory_limit(Device device, std::size_t bytes);
+TESSERA_API void set_memory_limit(Device device, std::size_t bytes);
 /// Returns cached, unused blocks of `device`'s allocator to the system.
-void empty_cache(Device device);
+TESSERA_API void empty_cache(Device device);
 
 /// "1.50 MiB"
-std::string format_bytes(std::size_t bytes);
+TESSERA_API std::string format_bytes(std::size_t bytes);
 
 }  // namespace tessera

@@ -7,95 +7,96 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
 
 // ---- elementwise, binary ----
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor add(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor sub(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor mul(const Tensor& a, const Tensor& b);
 /// True division: integer operands give float32.
-Tensor div(const Tensor& a, const Tensor& b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double b);
-Tensor sub(const Tensor& a, double b);
-Tensor sub(double a, const Tensor& b);
-Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, double b);
-Tensor div(double a, const Tensor& b);
-Tensor pow(const Tensor& a, double exponent);
-Tensor maximum(const Tensor& a, double b);
-Tensor minimum(const Tensor& a, double b);
+TESSERA_API Tensor div(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor pow(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor maximum(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor minimum(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor add(const Tensor& a, double b);
+TESSERA_API Tensor sub(const Tensor& a, double b);
+TESSERA_API Tensor sub(double a, const Tensor& b);
+TESSERA_API Tensor mul(const Tensor& a, double b);
+TESSERA_API Tensor div(const Tensor& a, double b);
+TESSERA_API Tensor div(double a, const Tensor& b);
+TESSERA_API Tensor pow(const Tensor& a, double exponent);
+TESSERA_API Tensor maximum(const Tensor& a, double b);
+TESSERA_API Tensor minimum(const Tensor& a, double b);
 
 // ---- comparisons (bool results) ----
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, double b);
-Tensor ne(const Tensor& a, double b);
-Tensor lt(const Tensor& a, double b);
-Tensor le(const Tensor& a, double b);
-Tensor gt(const Tensor& a, double b);
-Tensor ge(const Tensor& a, double b);
+TESSERA_API Tensor eq(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor ne(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor lt(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor le(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor gt(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor ge(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor eq(const Tensor& a, double b);
+TESSERA_API Tensor ne(const Tensor& a, double b);
+TESSERA_API Tensor lt(const Tensor& a, double b);
+TESSERA_API Tensor le(const Tensor& a, double b);
+TESSERA_API Tensor gt(const Tensor& a, double b);
+TESSERA_API Tensor ge(const Tensor& a, double b);
 
 /// cond ? a : b elementwise, broadcasting all three; cond must be bool.
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor where(const Tensor& cond, const Tensor& a, double b);
-Tensor where(const Tensor& cond, double a, const Tensor& b);
+TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, double b);
+TESSERA_API Tensor where(const Tensor& cond, double a, const Tensor& b);
 
 // ---- elementwise, unary (exp, log, sqrt, sigmoid, tanh promote integers to float32) ----
-Tensor neg(const Tensor& a);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor tanh(const Tensor& a);
+TESSERA_API Tensor neg(const Tensor& a);
+TESSERA_API Tensor exp(const Tensor& a);
+TESSERA_API Tensor log(const Tensor& a);
+TESSERA_API Tensor sqrt(const Tensor& a);
+TESSERA_API Tensor abs(const Tensor& a);
+TESSERA_API Tensor relu(const Tensor& a);
+TESSERA_API Tensor sigmoid(const Tensor& a);
+TESSERA_API Tensor tanh(const Tensor& a);
 
 // ---- reductions: over all elements, or over `dims` (negative counts from the end) ----
 /// Sum; bool and integer inputs sum to int64.
-Tensor sum(const Tensor& a);
-Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
+TESSERA_API Tensor sum(const Tensor& a);
+TESSERA_API Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 /// Mean; floating inputs only (DtypeError otherwise). Empty input gives NaN.
-Tensor mean(const Tensor& a);
-Tensor mean(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
+TESSERA_API Tensor mean(const Tensor& a);
+TESSERA_API Tensor mean(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 /// Max/min values. Throws ShapeError on an empty reduction.
-Tensor max(const Tensor& a);
-Tensor max(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
-Tensor min(const Tensor& a);
-Tensor min(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
+TESSERA_API Tensor max(const Tensor& a);
+TESSERA_API Tensor max(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
+TESSERA_API Tensor min(const Tensor& a);
+TESSERA_API Tensor min(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 /// Index of the first max/min (int64) over the flattened tensor, or along `dim`.
-Tensor argmax(const Tensor& a);
-Tensor argmax(const Tensor& a, int dim, bool keepdim = false);
-Tensor argmin(const Tensor& a);
-Tensor argmin(const Tensor& a, int dim, bool keepdim = false);
+TESSERA_API Tensor argmax(const Tensor& a);
+TESSERA_API Tensor argmax(const Tensor& a, int dim, bool keepdim = false);
+TESSERA_API Tensor argmin(const Tensor& a);
+TESSERA_API Tensor argmin(const Tensor& a, int dim, bool keepdim = false);
 /// Frobenius norm sqrt(sum(a^2)) as a 0-dim tensor; floating inputs only.
-Tensor norm(const Tensor& a);
+TESSERA_API Tensor norm(const Tensor& a);
 
 // ---- linear algebra ----
 /// Matrix product: 1-D x 1-D (dot), 2-D x 2-D, and batched (leading dims broadcast), like
 /// numpy.matmul. Floating dtypes; both operands of one dtype. Throws ShapeError naming both
 /// shapes when the inner sizes differ.
-Tensor matmul(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor matmul(const Tensor& a, const Tensor& b);
 
 // ---- diagonals ----
 /// For a 1-D tensor of n values, the n x n matrix with them on its diagonal; for a 2-D
 /// tensor, its main diagonal (min(rows, cols) values). Differentiable. ShapeError for
 /// another rank.
-Tensor diag(const Tensor& a);
+TESSERA_API Tensor diag(const Tensor& a);
 /// The sum of a 2-D tensor's main diagonal, as a 0-dim tensor. ShapeError for another rank.
-Tensor trace(const Tensor& a);
+TESSERA_API Tensor trace(const Tensor& a);
 
 // ---- normalization ----
 /// softmax and log_softmax along `dim`, numerically stable (max subtracted first).
-Tensor softmax(const Tensor& a, int dim);
-Tensor log_softmax(const Tensor& a, int dim);
+TESSERA_API Tensor softmax(const Tensor& a, int dim);
+TESSERA_API Tensor log_softmax(const Tensor& a, int dim);
 
 }  // namespace tessera

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "tessera/collectives.h"
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -25,7 +26,7 @@ namespace tessera {
 /// What moves the bytes between processes.
 enum class ProcessBackend : std::uint8_t { kMpi, kNccl };
 
-class ProcessGroup {
+class TESSERA_API ProcessGroup {
  public:
   /// Joins the world of processes (initialising MPI when nothing has yet) and returns its
   /// group for `backend`; later calls return the same group. Throws Error when tessera was
@@ -77,6 +78,6 @@ class ProcessGroup {
 };
 
 /// "mpi" or "nccl".
-const char* process_backend_name(ProcessBackend backend);
+TESSERA_API const char* process_backend_name(ProcessBackend backend);
 
 }  // namespace tessera

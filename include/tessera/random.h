@@ -4,12 +4,14 @@
 /// device, the thread count or the order in which threads run.
 #include <cstdint>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
 /// Reseeds the default generator; the following rand/randn calls repeat run after run.
-void manual_seed(std::uint64_t seed);
+TESSERA_API void manual_seed(std::uint64_t seed);
 
 /// The seed last given to manual_seed (default 0x7e55e4a).
-std::uint64_t initial_seed();
+TESSERA_API std::uint64_t initial_seed();
 
 }  // namespace tessera

@@ -11,11 +11,12 @@
 #include <string>
 
 #include "tessera/device.h"
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
 
-struct SafetensorsSaveOptions {
+struct TESSERA_API SafetensorsSaveOptions {
   /// false: refuse float tensors holding NaN or infinity (NonFiniteError naming the tensor;
   /// the file is left as it was). save_safetensors allows them by default, as the format
   /// does; nn::save_checkpoint refuses them by default.
@@ -32,11 +33,12 @@ struct SafetensorsSaveOptions {
 /// and the system's reason when it cannot write (or `path` is a directory, a FIFO...), Error
 /// for an empty or "__metadata__" name and for a tensor name or metadata key or value that is
 /// not valid UTF-8 (the message escapes its bytes), NonFiniteError as `options` say.
-void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata = {},
-                      const SafetensorsSaveOptions& options = {});
+TESSERA_API void save_safetensors(const std::filesystem::path& path,
+                                  const std::map<std::string, Tensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {},
+                                  const SafetensorsSaveOptions& options = {});
 
-struct SafetensorsFile {
+struct TESSERA_API SafetensorsFile {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;
 };
@@ -49,16 +51,17 @@ struct SafetensorsFile {
 /// Every tensor is allocated on `device` from the header, then the data is read straight
 /// into it (several threads for a big file; through pinned chunks and asynchronous copies
 /// for a GPU, which the call does not wait for).
-SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device = cpu());
+TESSERA_API SafetensorsFile load_safetensors(const std::filesystem::path& path,
+                                             Device device = cpu());
 
 /// A tensor as a safetensors header describes it.
-struct SafetensorsTensorInfo {
+struct TESSERA_API SafetensorsTensorInfo {
   Dtype dtype = kFloat32;
   Shape shape;
   std::uint64_t begin = 0, end = 0;  ///< its bytes, counted from the start of the data
 };
 
-struct SafetensorsHeader {
+struct TESSERA_API SafetensorsHeader {
   std::map<std::string, SafetensorsTensorInfo> tensors;
   std::map<std::string, std::string> metadata;
 };
@@ -68,6 +71,6 @@ struct SafetensorsHeader {
 /// throws the same IOErrors. The header is at most 100 MB (the reference implementation's
 /// limit); a NUL byte in it, a name given twice, an empty tensor name or one holding a control
 /// character, and anything nested where the format nests nothing are refused at once.
-SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
+TESSERA_API SafetensorsHeader read_safetensors_header(const std::filesystem::path& path);
 
 }  // namespace tessera

@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "tessera/export.h"
+
 namespace tessera {
 
 /// Most dimensions a tensor may have.
 inline constexpr int kMaxDims = 8;
 
-class Shape {
+class TESSERA_API Shape {
  public:
   Shape() = default;
   /// Throws ShapeError with more than kMaxDims entries.
@@ -64,6 +66,6 @@ class Shape {
 
 using Strides = Shape;
 
-std::ostream& operator<<(std::ostream& os, const Shape& shape);
+TESSERA_API std::ostream& operator<<(std::ostream& os, const Shape& shape);
 
 }  // namespace tessera

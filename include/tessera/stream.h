@@ -7,11 +7,12 @@
 #include <string>
 
 #include "tessera/device.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
 /// A queue of work on one device: the device and an id (0 is the device's default stream).
-class Stream {
+class TESSERA_API Stream {
  public:
   /// The default stream of the CPU.
   constexpr Stream() = default;
@@ -31,17 +32,17 @@ class Stream {
   int id_ = 0;
 };
 
-std::ostream& operator<<(std::ostream& os, Stream stream);
+TESSERA_API std::ostream& operator<<(std::ostream& os, Stream stream);
 
 /// The default stream of `device`. Throws DeviceError if the device does not exist.
-Stream default_stream(Device device);
+TESSERA_API Stream default_stream(Device device);
 /// A side stream of GPU `device`, taken round-robin from a small pool the GPU keeps (like
 /// PyTorch's), so two calls in a row give two different streams. Throws DeviceError for a
 /// CPU device (it has one queue; split the CPU with TESSERA_CPU_DEVICES instead) and for a
 /// GPU that does not exist.
-Stream new_stream(Device device);
+TESSERA_API Stream new_stream(Device device);
 /// The stream this thread queues work for `device` on now.
-Stream current_stream(Device device);
+TESSERA_API Stream current_stream(Device device);
 
 /// Queues this thread's work for stream.device() on `stream` until destroyed, then returns
 /// to the stream that was current before. Ordering is automatic and never waits on the
@@ -50,7 +51,7 @@ Stream current_stream(Device device);
 /// ends waits for everything queued under it. Two guards one after the other on two side
 /// streams therefore run concurrently. Memory freed while side streams may still use it is
 /// reused only after they pass that point. Not allowed while a graph is being captured.
-class StreamGuard {
+class TESSERA_API StreamGuard {
  public:
   explicit StreamGuard(Stream stream);
   ~StreamGuard();
@@ -64,6 +65,6 @@ class StreamGuard {
 
 /// Waits until the work queued on `stream` is done. Always allowed (an explicit request),
 /// counted as a host wait on the stream's device.
-void synchronize(Stream stream);
+TESSERA_API void synchronize(Stream stream);
 
 }  // namespace tessera

@@ -10,19 +10,20 @@
 
 #include "tessera/device.h"
 #include "tessera/error.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
 enum class SyncMode { kOff, kWarn, kError };
 
 /// An implicit host wait inside a SyncGuard(SyncMode::kError) scope.
-class SyncError : public Error {
+class TESSERA_API SyncError : public Error {
  public:
   using Error::Error;
 };
 
 /// Sets this thread's sync mode until destroyed, then restores the previous one.
-class SyncGuard {
+class TESSERA_API SyncGuard {
  public:
   explicit SyncGuard(SyncMode mode);
   ~SyncGuard();
@@ -34,7 +35,7 @@ class SyncGuard {
 };
 
 /// Inside this scope host waits are deliberate: no warning, no error.
-class AllowSync {
+class TESSERA_API AllowSync {
  public:
   AllowSync();
   ~AllowSync();
@@ -43,6 +44,6 @@ class AllowSync {
 };
 
 /// This thread's current mode (kOff by default, or inside an AllowSync scope).
-SyncMode sync_mode();
+TESSERA_API SyncMode sync_mode();
 
 }  // namespace tessera

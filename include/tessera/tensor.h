@@ -12,6 +12,7 @@
 
 #include "tessera/device.h"
 #include "tessera/dtype.h"
+#include "tessera/export.h"
 #include "tessera/shape.h"
 
 namespace tessera {
@@ -20,17 +21,9 @@ class Tensor;
 
 namespace detail {
 struct TensorImpl;
-/// Copies every element of `t` to `dst` on the host as `as`, waiting for the device.
-void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
-                  const std::source_location& where);
-/// Checks `t` has one element and writes it to `dst` as `as` (waits for the device).
-void read_item(const Tensor& t, void* dst, Dtype as, const std::source_location& where);
-/// Host pointer to the first element of a CPU tensor, after waiting for its device.
-void* cpu_data(const Tensor& t, Dtype expected, const char* op,
-               const std::source_location& where);
 }  // namespace detail
 
-class Tensor {
+class TESSERA_API Tensor {
  public:
   /// An undefined tensor; most calls on it throw Error.
   Tensor() = default;
@@ -146,7 +139,7 @@ class Tensor {
   template <typename T = float>
   T item(std::source_location where = std::source_location::current()) const {
     T value{};
-    detail::read_item(*this, &value, dtype_of<T>, where);
+    read_item_as(&value, dtype_of<T>, where);
     return value;
   }
   /// All elements in row-major order, converted to T.
@@ -154,11 +147,11 @@ class Tensor {
   std::vector<T> to_vector(std::source_location where = std::source_location::current()) const {
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
       std::vector<std::uint8_t> bytes(static_cast<std::size_t>(numel()));
-      detail::read_to_host(*this, bytes.data(), kBool, "to_vector", where);
+      read_to_host_as(bytes.data(), kBool, "to_vector", where);
       return std::vector<bool>(bytes.begin(), bytes.end());
     } else {
       std::vector<T> out(static_cast<std::size_t>(numel()));
-      detail::read_to_host(*this, out.data(), dtype_of<T>, "to_vector", where);
+      read_to_host_as(out.data(), dtype_of<T>, "to_vector", where);
       return out;
     }
   }
@@ -166,7 +159,7 @@ class Tensor {
   /// device. Throws DeviceError for non-CPU tensors and DtypeError for another T.
   template <typename T>
   T* data(std::source_location where = std::source_location::current()) const {
-    return static_cast<T*>(detail::cpu_data(*this, dtype_of<T>, "data", where));
+    return static_cast<T*>(cpu_data_as(dtype_of<T>, "data", where));
   }
   /// The printed form, e.g. "tensor([[1., 1.], [1., 1.]], device=cpu:1)". Waits for the
   /// device (a host read: under SyncGuard, reported at the caller's line).
@@ -208,11 +201,20 @@ class Tensor {
   const std::shared_ptr<detail::TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
+  // The library's halves of the templates item(), to_vector() and data():
+  /// Copies every element to `dst` on the host as `as`, waiting for the device.
+  void read_to_host_as(void* dst, Dtype as, const char* op,
+                       const std::source_location& where) const;
+  /// Checks there is one element and writes it to `dst` as `as` (waits for the device).
+  void read_item_as(void* dst, Dtype as, const std::source_location& where) const;
+  /// Host pointer to the first element of a CPU tensor, after waiting for its device.
+  void* cpu_data_as(Dtype expected, const char* op, const std::source_location& where) const;
+
   std::shared_ptr<detail::TensorImpl> impl_;
 };
 
 /// Prints like PyTorch: `tensor([[1., 1., 1.], [1., 1., 1.]], device=cuda:0)`. The device is
 /// shown unless it is the plain CPU. Waits for the device.
-std::ostream& operator<<(std::ostream& os, const Tensor& t);
+TESSERA_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 }  // namespace tessera

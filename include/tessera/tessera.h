@@ -1,5 +1,6 @@
 #pragma once
-/// The whole public API of tessera.
+/// The whole public API of the tessera library (tessera::tessera). The training chart,
+/// tessera/train/plot.h, is in its own library, tessera::plot.
 #include "tessera/autograd.h"
 #include "tessera/collectives.h"
 #include "tessera/conv.h"
@@ -17,11 +18,11 @@
 #include "tessera/memory.h"
 #include "tessera/nn.h"
 #include "tessera/operators.h"
+#include "tessera/ops.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/process_group.h"
-#include "tessera/ops.h"
 #include "tessera/random.h"
 #include "tessera/safetensors.h"
 #include "tessera/settings.h"
@@ -29,7 +30,6 @@
 #include "tessera/stream.h"
 #include "tessera/sync_guard.h"
 #include "tessera/tensor.h"
-#include "tessera/train/plot.h"
 #include "tessera/train/trainer.h"
 #include "tessera/transfer_ledger.h"
 #include "tessera/version.h"

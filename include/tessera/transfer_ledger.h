@@ -6,10 +6,11 @@
 #include <iosfwd>
 
 #include "tessera/device.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
-struct TransferStats {
+struct TESSERA_API TransferStats {
   std::uint64_t h2d_count = 0;  ///< Host-to-device copies into this device.
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_count = 0;  ///< Device-to-host copies out of this device.
@@ -24,12 +25,12 @@ struct TransferStats {
 };
 
 /// Counts for one device (zero for a device that never transferred).
-TransferStats transfer_stats(Device device);
+TESSERA_API TransferStats transfer_stats(Device device);
 /// Counts summed over all devices.
-TransferStats transfer_stats();
+TESSERA_API TransferStats transfer_stats();
 /// Zeroes every device's counts.
-void reset_transfer_stats();
+TESSERA_API void reset_transfer_stats();
 
-std::ostream& operator<<(std::ostream& os, const TransferStats& stats);
+TESSERA_API std::ostream& operator<<(std::ostream& os, const TransferStats& stats);
 
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #include "core/device_rules.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
+#include "tessera/graph.h"
 
 namespace tessera {
 using detail::check_defined;
@@ -34,8 +35,8 @@ Tensor packed_on_device(const Tensor& t, const char* op) {
 
 }  // namespace
 
-void copy_data(const Tensor& src, const Tensor& dst, const std::source_location& where,
-               SourceWriters writers) {
+void copy_data(const Tensor& src, const Tensor& dst, const char* op,
+               const std::source_location& where, SourceWriters writers) {
   TESSERA_INTERNAL_ASSERT(src.shape() == dst.shape(), "copy_data from {} into {}",
                           src.shape().str(), dst.shape().str());
   const Device from = src.device(), to = dst.device();
@@ -44,31 +45,38 @@ void copy_data(const Tensor& src, const Tensor& dst, const std::source_location&
         src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype()) {
       // A batch only the host wrote: dst's queue reads it, and src's queue is not involved.
       backend_of(to).copy_from_cpu(src, dst);
-    } else {
-      // One backend: it orders both devices' queues itself.
+    } else if (from == to) {
       backend_of(to).copy(src, dst);
+    } else {
+      // One backend: it orders both devices' queues itself. It alone knows whether both are
+      // queued, so it refuses to record such a copy; the message names the user's call too.
+      try {
+        backend_of(to).copy(src, dst);
+      } catch (const GraphCaptureError& e) {
+        throw GraphCaptureError(fmt::format("[{}] {}", op, e.what()));
+      }
     }
     if (from != to) count_copy(from, to, src.nbytes());
     return;
   }
   // CPU <-> GPU: the bytes cross in src's dtype from a contiguous tensor; the destination
   // backend then converts and lays them out in place if dst needs it.
-  if (from.is_cpu()) check_not_capturing(to, "copy_", "a copy from the host");
-  const Tensor packed = packed_on_device(src, "copy_");
+  if (from.is_cpu()) check_not_capturing(to, op, "a copy from the host");
+  const Tensor packed = packed_on_device(src, op);
   const bool direct = dst.is_contiguous() && dst.dtype() == packed.dtype();
-  const Tensor landed = direct ? dst : make_tensor(dst.shape(), packed.dtype(), to, "copy_");
+  const Tensor landed = direct ? dst : make_tensor(dst.shape(), packed.dtype(), to, op);
   if (from.is_cpu()) {
     // A queued CPU device may still be producing src (or its packed copy, just queued),
     // unless the caller knows that only the host wrote it (a DataLoader batch).
     const bool host_only = writers == SourceWriters::kHostOnly && packed.is_same(src);
     if (!is_host(from) && !host_only) {
-      count_host_wait(from, "copy_", &where);
+      count_host_wait(from, op, &where);
       backend_of(from).synchronize(from.index());
     }
     backend_of(to).copy_from_cpu(packed, landed);
   } else {
     // The host waits for the GPU; and a queued CPU destination for its earlier readers.
-    count_host_wait(from, "copy_", &where);
+    count_host_wait(from, op, &where);
     if (!is_host(to)) backend_of(to).synchronize(to.index());
     backend_of(from).copy_to_host(packed, impl_of(landed).data());
   }
@@ -157,3 +165,20 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op,
 }
 
 }  // namespace tessera::detail
+
+namespace tessera {
+
+void Tensor::read_to_host_as(void* dst, Dtype as, const char* op,
+                             const std::source_location& where) const {
+  detail::read_to_host(*this, dst, as, op, where);
+}
+
+void Tensor::read_item_as(void* dst, Dtype as, const std::source_location& where) const {
+  detail::read_item(*this, dst, as, where);
+}
+
+void* Tensor::cpu_data_as(Dtype expected, const char* op, const std::source_location& where) const {
+  return detail::cpu_data(*this, expected, op, where);
+}
+
+}  // namespace tessera

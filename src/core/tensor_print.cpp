@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/copy.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
 

@@ -2,8 +2,10 @@
 #include "tessera/data/loader.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "core/copy.h"
 #include "core/check.h"
@@ -41,14 +43,46 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
                 options_.prefetch);
   // Note [Prefetching batches] in prefetcher.cpp: why a machine without a GPU gets none.
   prefetch_ = options_.prefetch >= 0 ? options_.prefetch : (num_gpus() > 0 ? 2 : 0);
-  images_ = images.contiguous();
-  labels_ = labels.to(kInt64).contiguous();
+  sources_ = {images.contiguous(), labels.to(kInt64).contiguous()};
   // Batches are gathered on the host from here on: wait once for any queued work that
   // produced the tensors (on a logical CPU device).
-  synchronize(images_.device());
-  synchronize(labels_.device());
+  for (const Tensor& t : sources_) synchronize(t.device());
   n_ = images.size(0);
   example_numel_ = n_ == 0 ? 0 : images.numel() / n_;
+  auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
+  std::iota(order->begin(), order->end(), 0);
+  order_ = std::move(order);
+}
+
+DataLoader::DataLoader(std::vector<Tensor> tensors, LoaderOptions options)
+    : images_(false), options_(options) {
+  TESSERA_CHECK(!tensors.empty(), Error, "[DataLoader] needs at least one tensor to batch");
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = "tensors[" + std::to_string(i) + "]";
+    detail::check_defined(tensors[i], "DataLoader", name.c_str());
+    TESSERA_CHECK(tensors[i].device().is_cpu(), DeviceError,
+                  "[DataLoader] {} is on {}; the tensors stay in host memory (batches move to "
+                  "the device in Trainer::prepare_batch)",
+                  name, tensors[i].device().str());
+    TESSERA_CHECK(tensors[i].dim() >= 1 && tensors[i].size(0) == tensors[0].size(0), ShapeError,
+                  "[DataLoader] every tensor holds the examples along dim 0, so their sizes "
+                  "there must agree: tensors[0] is {}, {} is {}",
+                  tensors[0].shape().str(), name, tensors[i].shape().str());
+  }
+  TESSERA_CHECK(tensors[0].size(0) > 0, ShapeError,
+                "[DataLoader] the data set is empty (tensors[0] {}): there is nothing to train "
+                "or evaluate on. Check the data",
+                tensors[0].shape().str());
+  TESSERA_CHECK(options_.batch_size > 0, Error, "[DataLoader] batch_size ({}) must be positive",
+                options_.batch_size);
+  TESSERA_CHECK(options_.prefetch >= -1, Error,
+                "[DataLoader] prefetch ({}) must be -1 (2 with a GPU, else 0), 0 (each batch "
+                "gathered on the iterating thread) or a number of batches to gather ahead",
+                options_.prefetch);
+  prefetch_ = options_.prefetch >= 0 ? options_.prefetch : (num_gpus() > 0 ? 2 : 0);
+  for (const Tensor& t : tensors) sources_.push_back(t.contiguous());
+  for (const Tensor& t : sources_) synchronize(t.device());
+  n_ = tensors[0].size(0);
   auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
   std::iota(order->begin(), order->end(), 0);
   order_ = std::move(order);
@@ -94,29 +128,57 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
       batches(), prefetch_, epoch_,
-      [this, images = images_, labels = labels_, order = order_, part, parts](std::int64_t i) {
-        return gather(images, labels, *order, i, part, parts);
+      [this, sources = sources_, order = order_, part, parts](std::int64_t i) {
+        return gather(sources, *order, i, part, parts);
       });
   return iterator(this, 0, part, parts, std::move(prefetcher));
 }
 
-Batch DataLoader::batch(std::int64_t i) const { return gather(images_, labels_, *order_, i); }
+DataLoader::iterator DataLoader::end() const { return iterator(this, batches()); }
 
-Batch DataLoader::gather(const Tensor& images, const Tensor& labels,
-                         const std::vector<std::int64_t>& order, std::int64_t i,
-                         std::int64_t part, std::int64_t parts) const {
+Batch DataLoader::batch(std::int64_t i) const { return gather(sources_, *order_, i); }
+
+Batch DataLoader::gather(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
+                         std::int64_t i, std::int64_t part, std::int64_t parts) const {
   // The part's slice of the batch: rows [start, start + len) of the epoch's order.
   const std::int64_t whole = std::min(options_.batch_size, n_ - i * options_.batch_size);
   const std::int64_t len = whole / parts + (part < whole % parts ? 1 : 0);
   const std::int64_t start =
       i * options_.batch_size + part * (whole / parts) + std::min(part, whole % parts);
+  if (images_) return gather_images(sources, order, start, len);
+  // Any tensors: each example's row of each, byte for byte, in the batch's order.
+  const bool pinned = num_gpus() > 0;  // as for images
+  std::vector<Tensor> out;
+  for (const Tensor& t : sources) {
+    Shape shape = t.shape();
+    shape[0] = len;
+    Tensor b = detail::make_tensor(shape, t.dtype(), cpu(), "DataLoader", pinned);
+    const std::size_t row = t.size(0) == 0 ? 0 : t.nbytes() / static_cast<std::size_t>(t.size(0));
+    const char* src = static_cast<const char*>(detail::impl_of(t).data());
+    char* dst = static_cast<char*>(detail::impl_of(b).data());
+    for (std::int64_t k = 0; k < len; ++k) {
+      const std::int64_t e = order[static_cast<std::size_t>(start + k)];
+      std::memcpy(dst + static_cast<std::size_t>(k) * row, src + static_cast<std::size_t>(e) * row,
+                  row);
+    }
+    out.push_back(std::move(b));
+  }
+  return Batch::of(std::move(out));
+}
+
+Batch DataLoader::gather_images(const std::vector<Tensor>& sources,
+                                const std::vector<std::int64_t>& order, std::int64_t start,
+                                std::int64_t len) const {
+  const Tensor& images = sources[0];
+  const Tensor& labels = sources[1];
   // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
   const bool pinned = num_gpus() > 0;
   Shape xs = images.shape();
   xs[0] = len;
   if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
   Batch b{detail::make_tensor(xs, kFloat32, cpu(), "DataLoader", pinned),
-          detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned)};
+          detail::make_tensor({len}, kInt64, cpu(), "DataLoader", pinned),
+          {}};
   const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images).data());
   const auto* label = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels).data());
   auto* x = reinterpret_cast<float*>(detail::impl_of(b.x).data());
@@ -146,8 +208,8 @@ void DataLoader::iterator::load() {
     prefetcher_.reset();  // the epoch is over: its thread has finished; join it
   } else {
     batch_ = prefetcher_ ? prefetcher_->next()
-                         : loader_->gather(loader_->images_, loader_->labels_, *loader_->order_,
-                                           index_, part_, parts_);
+                         : loader_->gather(loader_->sources_, *loader_->order_, index_, part_,
+                                           parts_);
   }
 }
 
@@ -163,14 +225,55 @@ namespace {
 Tensor host_filled_to(const Tensor& t, Device device, const std::source_location& where) {
   if (t.device() == device) return t;
   Tensor out = detail::make_tensor(t.shape(), t.dtype(), device, "to_device");
-  detail::copy_data(t, out, where, detail::SourceWriters::kHostOnly);
+  detail::copy_data(t, out, "to_device", where, detail::SourceWriters::kHostOnly);
   return out;
 }
 
 }  // namespace
 
 Batch to_device(const Batch& batch, Device device, std::source_location where) {
-  return {host_filled_to(batch.x, device, where), host_filled_to(batch.y, device, where)};
+  Batch out;
+  out.more.resize(batch.more.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].defined()) out[i] = host_filled_to(batch[i], device, where);
+  }
+  return out;
+}
+
+// ---- Batch ----
+
+Batch Batch::of(std::vector<Tensor> tensors) {
+  TESSERA_CHECK(!tensors.empty(), Error, "[Batch::of] a batch holds at least one tensor");
+  Batch b;
+  b.x = std::move(tensors[0]);
+  if (tensors.size() > 1) b.y = std::move(tensors[1]);
+  for (std::size_t i = 2; i < tensors.size(); ++i) b.more.push_back(std::move(tensors[i]));
+  return b;
+}
+
+Tensor& Batch::operator[](std::size_t i) {
+  return const_cast<Tensor&>(static_cast<const Batch&>(*this)[i]);
+}
+
+const Tensor& Batch::operator[](std::size_t i) const {
+  TESSERA_CHECK(i < size(), Error,
+                "[Batch] there is no tensor {} in a batch of {} (x, y and {} in more)", i, size(),
+                more.size());
+  return i == 0 ? x : i == 1 ? y : more[i - 2];
+}
+
+std::vector<Tensor> Batch::tensors() const {
+  std::vector<Tensor> all{x, y};
+  all.insert(all.end(), more.begin(), more.end());
+  return all;
+}
+
+std::int64_t Batch::examples() const {
+  for (std::size_t i = 0; i < size(); ++i) {
+    const Tensor& t = (*this)[i];
+    if (t.defined() && t.dim() >= 1) return t.size(0);
+  }
+  return 0;
 }
 
 }  // namespace tessera::data

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/copy.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
 #include "io/files.h"

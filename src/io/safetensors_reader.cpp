@@ -117,7 +117,7 @@ void SafetensorsReader::read_into(const std::vector<Tensor>& dsts) const {
                   {item.offset + static_cast<std::uint64_t>(start * item_size),
                    static_cast<std::size_t>(len * item_size), detail::impl_of(chunk).data()},
                   path_, kOp);
-        detail::copy_data(chunk, flat.narrow(0, start, len), std::source_location::current(),
+        detail::copy_data(chunk, flat.narrow(0, start, len), kOp, std::source_location::current(),
                           detail::SourceWriters::kHostOnly);
       }
     }

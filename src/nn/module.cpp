@@ -117,7 +117,7 @@ void Module::check_name(const std::string& name, const char* what) const {
                 "[{}] a parameter, buffer or child named '{}' exists already", type_name_, name);
 }
 
-Tensor Module::register_parameter(const std::string& name, Tensor value) {
+Parameter Module::register_parameter(const std::string& name, Tensor value) {
   check_name(name, "parameter");
   detail::check_defined(value, "register_parameter", name.c_str());
   TESSERA_CHECK(is_floating(value.dtype()), DtypeError,
@@ -126,7 +126,42 @@ Tensor Module::register_parameter(const std::string& name, Tensor value) {
   if (!value.is_leaf()) value = value.detach();
   value.requires_grad_(true);
   params_.emplace_back(name, value);
-  return value;
+  return Parameter(value);
+}
+
+// ---- assigning to a parameter (Note [Moving a module in place]) ----
+
+Parameter& Parameter::operator=(const Parameter& other) {
+  if (other.registration_ && !defined()) {
+    Tensor::operator=(other);  // a layer binding its member to the parameter it registered
+    return *this;
+  }
+  return *this = static_cast<const Tensor&>(other);
+}
+
+Parameter& Parameter::operator=(const Tensor& value) {
+  constexpr const char* kOp = "Parameter::operator=";
+  TESSERA_CHECK(defined(), Error,
+                "[{}] this parameter is not registered (a layer built without bias, or a lazy "
+                "layer before its first call), so there is nothing to update; register one "
+                "with register_parameter()",
+                kOp);
+  detail::check_defined(value, kOp, "value");
+  if (value.is_same(*this)) return *this;
+  TESSERA_CHECK(value.shape() == shape(), ShapeError,
+                "[{}] a parameter of shape {} cannot take a value of shape {}; give it a "
+                "tensor of its own shape (or build a new layer for another shape)",
+                kOp, shape().str(), value.shape().str());
+  TESSERA_CHECK(is_floating(value.dtype()), DtypeError,
+                "[{}] a parameter must be floating to take gradients, got {}; convert the "
+                "value with .to(kFloat32)",
+                kOp, dtype_name(value.dtype()));
+  // Rebinding the metadata in place is safe only once no queued kernel reads it.
+  synchronize(device());
+  if (value.device() != device()) synchronize(value.device());
+  rebind(*this, value);
+  set_grad({});
+  return *this;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor value) {

@@ -21,7 +21,7 @@ Tensor copy_named(const Tensor& t, Device device, const std::source_location& wh
   check_defined(t, op);
   Tensor out = make_tensor(t.shape(), t.dtype(), device, op);
   const bool grad = detail::needs_grad(t);
-  detail::copy_data(t, out, where);
+  detail::copy_data(t, out, op, where);
   if (grad) detail::record_copy(op, t, out);
   return out;
 }
@@ -78,7 +78,7 @@ Tensor& Tensor::copy_(const Tensor& src, std::source_location where) {
   check_defined(*this, "copy_", "self");
   check_defined(src, "copy_", "src");
   detail::check_inplace("copy_", {this, &src});
-  detail::copy_data(src.shape() == shape() ? src : src.expand(shape()), *this, where);
+  detail::copy_data(src.shape() == shape() ? src : src.expand(shape()), *this, "copy_", where);
   return *this;
 }
 

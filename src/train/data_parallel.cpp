@@ -142,7 +142,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->optimizer().zero_grad();
       results.push_back(tasks[r]->training_step(shards[r]));
-      const double share = static_cast<double>(shards[r].y.size(0)) / static_cast<double>(batch);
+      const double share = static_cast<double>(shards[r].examples()) / static_cast<double>(batch);
       (results.back().loss * share).backward();
     }
     reducer.reduce();
@@ -178,11 +178,17 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                                                static_cast<std::int64_t>(ranks))) {
       const std::int64_t batch = train.batch_length(done);
       check_splittable(batch, ranks * k);
-      const std::vector<std::int64_t> sizes = shard_sizes(mine.y.size(0), k);
-      std::vector<data::Batch> shards;
+      const std::vector<std::int64_t> sizes = shard_sizes(mine.examples(), k);
+      // Each replica's share of every tensor of the batch, on its device.
+      std::vector<data::Batch> on_devices;
       std::int64_t offset = 0;
       for (std::size_t r = 0; r < k; ++r) {
-        shards.push_back({mine.x.narrow(0, offset, sizes[r]), mine.y.narrow(0, offset, sizes[r])});
+        data::Batch shard;
+        shard.more.resize(mine.more.size());
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+          if (mine[i].defined()) shard[i] = mine[i].narrow(0, offset, sizes[r]);
+        }
+        on_devices.push_back(prepare_batch(shard, devices_[r]));
         offset += sizes[r];
       }
       const bool full = batch == train.options().batch_size;
@@ -190,15 +196,11 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       if (options_.graph && full && warmed_up) {
         if (!graph) {
           graph = std::make_unique<StepGraph>(
-              devices_, shards,
+              devices_, on_devices,
               [&](const std::vector<data::Batch>& in) { return replicas_step(in, batch); });
         }
-        results = graph->run(shards);
+        results = graph->run(on_devices);
       } else {
-        std::vector<data::Batch> on_devices;
-        for (std::size_t r = 0; r < k; ++r) {
-          on_devices.push_back(data::to_device(shards[r], devices_[r]));
-        }
         results = replicas_step(on_devices, batch);
         warmed_up = warmed_up || full;
       }

@@ -15,8 +15,9 @@ namespace tessera::train {
 // With TrainerOptions::graph, a training step (zero_grad, forward, loss, backward, the
 // gradient all-reduce between replicas, clipping, the optimizer step, the step's loss and
 // correct count) is recorded once, over input tensors the recording owns, and each later
-// batch of the same size is copied into those inputs and the recording replayed: the host
-// pays one copy and one launch per device instead of the front end's cost of every op. The
+// batch of the same size, once Trainer::prepare_batch (which a user may override) has put
+// it on the device, is copied into those inputs there and the recording replayed: the host
+// pays its copies and one launch per device instead of the front end's cost of every op. The
 // results the recording made (loss, correct) hold each replay's values, so the device-side
 // metrics (Note [Metrics on the device]) are added from them as in eager training.
 //
@@ -35,14 +36,15 @@ class StepGraph {
   using Step = std::function<std::vector<StepResult>(const std::vector<data::Batch>& shards)>;
 
   // Records `step` on `devices` over inputs of the shapes and dtypes of `like` (one batch per
-  // device, anywhere). Throws GraphCaptureError naming the Trainer option when the step does
+  // device, on it). Throws GraphCaptureError naming the Trainer option when the step does
   // what a replay cannot repeat; the devices are then usable as before.
   StepGraph(const std::vector<Device>& devices, const std::vector<data::Batch>& like,
             const Step& step);
 
-  // Copies each DataLoader shard (written by the host alone) into the recorded inputs and
-  // replays; the results hold this step's values. Queued work only.
-  const std::vector<StepResult>& run(const std::vector<data::Batch>& host_shards);
+  // Copies each device's batch (prepare_batch's, on that device) into the recorded inputs
+  // and replays; the results hold this step's values. Queued work only. Error when a batch's
+  // tensors differ in shape, dtype or device from those recorded.
+  const std::vector<StepResult>& run(const std::vector<data::Batch>& shards);
   // Operations in the recording (kernels, copies, collectives' parts).
   std::size_t nodes() const { return graph_->node_count(); }
 

@@ -143,8 +143,8 @@ void Trainer::prepare_model(nn::Module& model) const {
   model.to(device());
 }
 
-data::Batch Trainer::prepare_batch(const data::Batch& batch) const {
-  return data::to_device(batch, device());
+data::Batch Trainer::prepare_batch(const data::Batch& batch, Device device) const {
+  return data::to_device(batch, device);
 }
 
 EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
@@ -154,7 +154,7 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
   DeviceSums sums(device());
   for (const data::Batch& b : loader) {
     const data::Batch on_device = prepare_batch(b);
-    sums.add(task.validation_step(on_device), b.y.size(0));
+    sums.add(task.validation_step(on_device), b.examples());
   }
   model.train();
   EpochMetrics m;
@@ -198,22 +198,23 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     Progress progress(options_.progress, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     for (const data::Batch& b : train) {
-      const bool full = b.y.size(0) == train.options().batch_size;
+      const std::int64_t examples = b.examples();
+      const bool full = examples == train.options().batch_size;
+      const data::Batch on_device = prepare_batch(b, device());
       StepResult r;
       if (options_.graph && full && warmed_up) {
         if (!graph) {
-          graph = std::make_unique<StepGraph>(
-              devices_, std::vector<data::Batch>{b},
-              [&](const std::vector<data::Batch>& in) {
-                return std::vector<StepResult>{one_step(in[0])};
-              });
+          graph = std::make_unique<StepGraph>(devices_, std::vector<data::Batch>{on_device},
+                                              [&](const std::vector<data::Batch>& in) {
+                                                return std::vector<StepResult>{one_step(in[0])};
+                                              });
         }
-        r = graph->run({b})[0];
+        r = graph->run({on_device})[0];
       } else {
-        r = one_step(prepare_batch(b));
+        r = one_step(on_device);
         warmed_up = warmed_up || full;
       }
-      sums.add(r, b.y.size(0));
+      sums.add(r, examples);
       {
         NoGradGuard no_grad;
         log.next_slot().copy_(r.loss.detach().to(kFloat32).reshape({1}));

@@ -131,8 +131,12 @@ TEST_P(Graphs, CopiesBetweenTwoQueuesAreRefused) {
     EXPECT_DOUBLE_EQ(sum(b).item<double>(), 4.0);
     return;
   }
+  // Refused by the backend, which alone knows the queues; named after the user's call.
   expect_throw_with<GraphCaptureError>([&] { Graph::capture(device(), record); },
-                                       {"a copy between two queued devices"});
+                                       {"[copy_] ", "a copy between two queued devices"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (void)a.to(device()); }); },
+      {"[to] ", "a copy between two queued devices"});
   EXPECT_DOUBLE_EQ(sum(b).item<double>(), 0.0);
 }
 

@@ -55,6 +55,35 @@ if(NOT out MATCHES "consumer ok")
   message(FATAL_ERROR "install test: the consumer did not print 'consumer ok'")
 endif()
 
+run(${consumer_build}/plot_consumer ${WORK_DIR}/chart.svg)
+if(NOT out MATCHES "plot consumer ok")
+  message(FATAL_ERROR "install test: the plot consumer did not print 'plot consumer ok':\n${out}")
+endif()
+
+# The core library draws no charts: neither it nor a program linking only it loads Cairo or
+# X11 (the libraries ldd lists, its own dependencies' included). The plot consumer does load
+# Cairo, which shows that the check sees it.
+set(drawing_libraries "lib(cairo|X11|xcb|pixman)[^ ]*\\.so")
+run(ldd ${consumer_build}/consumer)
+if(out MATCHES "${drawing_libraries}")
+  message(FATAL_ERROR "install test: a program linking only tessera::tessera loads "
+                      "'${CMAKE_MATCH_0}':\n${out}")
+endif()
+file(GLOB core_library ${prefix}/lib*/libtessera.so)
+if(NOT core_library)
+  message(FATAL_ERROR "install test: no libtessera.so under ${prefix}")
+endif()
+run(readelf -d ${core_library})
+if(out MATCHES "NEEDED[^\n]*${drawing_libraries}")
+  message(FATAL_ERROR "install test: ${core_library} needs '${CMAKE_MATCH_0}':\n${out}")
+endif()
+run(ldd ${consumer_build}/plot_consumer)
+if(NOT out MATCHES "libcairo\\.so")
+  message(FATAL_ERROR "install test: the plot consumer does not load Cairo, so the check "
+                      "above cannot tell:\n${out}")
+endif()
+message("the core library loads no Cairo or X11; tessera::plot does")
+
 # The installed tool runs from the prefix too (it finds libtessera through its RPATH).
 if(NOT CHECK_TOOL)
   return()

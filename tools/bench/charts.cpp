@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "train/canvas.h"
+#include "plot/canvas.h"
 
 namespace tessera::tools::bench {
 namespace {

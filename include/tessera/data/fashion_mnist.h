@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <string_view>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::data {
 
-struct FashionMnist {
+struct TESSERA_API FashionMnist {
   Tensor train_images;  ///< uint8 [60000, 28, 28], on the CPU
   Tensor train_labels;  ///< int64 [60000], classes 0-9
   Tensor test_images;   ///< uint8 [10000, 28, 28]
@@ -18,13 +19,14 @@ struct FashionMnist {
 };
 
 /// $TESSERA_DATA_DIR when set, else /usr/share/datasets/fashion-mnist.
-std::filesystem::path default_fashion_mnist_dir();
+TESSERA_API std::filesystem::path default_fashion_mnist_dir();
 
 /// Reads the four IDX files (gzipped or not) from `dir`. IOError naming the file when one is
 /// missing or corrupt, or when images and labels disagree (counts, 28x28, classes 0-9).
-FashionMnist load_fashion_mnist(const std::filesystem::path& dir = default_fashion_mnist_dir());
+TESSERA_API FashionMnist
+load_fashion_mnist(const std::filesystem::path& dir = default_fashion_mnist_dir());
 
 /// The class names, by label.
-const std::array<std::string_view, 10>& fashion_mnist_classes();
+TESSERA_API const std::array<std::string_view, 10>& fashion_mnist_classes();
 
 }  // namespace tessera::data

@@ -2,6 +2,7 @@
 /// IDX files (the MNIST and Fashion-MNIST format), gzipped or not.
 #include <filesystem>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::data {
@@ -11,6 +12,6 @@ namespace tessera::data {
 /// bad magic number, other element types, trailing bytes (after the data, or after the gzip
 /// stream) or dims that the file cannot hold (checked before anything is allocated or
 /// inflated) throw IOError naming the file and what is wrong; nothing is ever read short.
-Tensor read_idx(const std::filesystem::path& path);
+TESSERA_API Tensor read_idx(const std::filesystem::path& path);
 
 }  // namespace tessera::data

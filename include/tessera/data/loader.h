@@ -13,6 +13,7 @@
 #include <source_location>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::detail {
@@ -21,7 +22,7 @@ class Prefetcher;  // src/data/prefetcher.h
 
 namespace tessera::data {
 
-struct LoaderOptions {
+struct TESSERA_API LoaderOptions {
   std::int64_t batch_size = 256;
   bool shuffle = true;
   bool drop_last = false;  ///< drop a last batch smaller than batch_size
@@ -37,16 +38,37 @@ struct LoaderOptions {
   std::int64_t prefetch = -1;
 };
 
-struct Batch {
-  Tensor x;  ///< float32 [B, 1, H, W] (a channel dim is added to [N, H, W] images)
-  Tensor y;  ///< int64 [B]
+/// A batch: x and y, and any further tensors in `more` (the book's later chapters carry four
+/// per batch, such as a source, its valid lengths, a target and a label), every one with
+/// the batch's examples along dim 0. The image DataLoader fills x and y.
+struct TESSERA_API Batch {
+  Tensor x;  ///< images: float32 [B, 1, H, W] (a channel dim is added to [N, H, W] images)
+  Tensor y;  ///< images: int64 [B] labels
+  std::vector<Tensor> more;  ///< the tensors after x and y; none for image batches
+
+  /// A batch of these tensors in order: x, y, then the rest in `more`. Error for none.
+  static Batch of(std::vector<Tensor> tensors);
+  /// The number of tensors: x and y (counted even when undefined), then `more`.
+  std::size_t size() const { return 2 + more.size(); }
+  /// Tensor i in that order. Error for i >= size().
+  Tensor& operator[](std::size_t i);
+  const Tensor& operator[](std::size_t i) const;
+  /// All the tensors in that order.
+  std::vector<Tensor> tensors() const;
+  /// The number of examples: dim 0 of the first defined tensor (0 when none is).
+  std::int64_t examples() const;
 };
 
-class DataLoader {
+class TESSERA_API DataLoader {
  public:
   /// images: uint8 [N, ...] on the CPU, N > 0; labels: integer [N] on the CPU. Error
   /// otherwise (ShapeError for an empty data set).
   DataLoader(Tensor images, Tensor labels, LoaderOptions options = {});
+  /// Batches of any number of tensors (Batch::of): `tensors` are CPU tensors of any dtype
+  /// with the same size N > 0 along dim 0, and batch i holds the same examples of each,
+  /// as they are (mean and std apply to images only). ShapeError when the sizes differ or
+  /// N is 0, DeviceError for a tensor not on the CPU, Error for no tensor.
+  DataLoader(std::vector<Tensor> tensors, LoaderOptions options = {});
 
   std::int64_t size() const { return n_; }   ///< examples
   std::int64_t batches() const;              ///< batches per epoch
@@ -59,7 +81,7 @@ class DataLoader {
   class iterator;
   /// One part of every batch: iterating it starts an epoch, as begin() does, and yields the
   /// rows of each batch that part `part` of `parts` trains on (see shard()).
-  class Shard {
+  class TESSERA_API Shard {
    public:
     iterator begin();
     iterator end() const;
@@ -82,8 +104,9 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    iterator(const DataLoader* loader, std::int64_t index, std::int64_t part = 0,
-             std::int64_t parts = 1, std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
+    TESSERA_HIDDEN iterator(const DataLoader* loader, std::int64_t index, std::int64_t part = 0,
+                            std::int64_t parts = 1,
+                            std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
     void load();
     const DataLoader* loader_ = nullptr;
     std::int64_t index_ = 0;
@@ -95,7 +118,7 @@ class DataLoader {
   /// with prefetch, starts the thread that gathers the epoch's batches. Rethrows an error of
   /// that thread for the first batch.
   iterator begin();
-  iterator end() const { return iterator(this, batches()); }
+  iterator end() const;
   /// Batch i of the current epoch.
   Batch batch(std::int64_t i) const;
   /// Examples in batch i: batch_size, or fewer for a short last batch.
@@ -111,13 +134,17 @@ class DataLoader {
   Shard shard(std::int64_t part, std::int64_t parts);
 
  private:
-  // Batch i of `order`, gathered from `images` and `labels` (this loader's, or a prefetch
-  // thread's handles to them).
+  // Batch i of `order`, gathered from `sources` (this loader's, or a prefetch thread's
+  // handles to them): images and labels, or any tensors.
   // Only the rows of part `part` of `parts` (see shard()).
-  Batch gather(const Tensor& images, const Tensor& labels, const std::vector<std::int64_t>& order,
+  Batch gather(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
                std::int64_t i, std::int64_t part = 0, std::int64_t parts = 1) const;
   iterator begin_epoch(std::int64_t part, std::int64_t parts);
-  Tensor images_, labels_;
+  Batch gather_images(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
+                      std::int64_t start, std::int64_t len) const;
+  // images and labels (images_ true), or the tensors of a general loader.
+  std::vector<Tensor> sources_;
+  bool images_ = true;
   LoaderOptions options_;
   std::int64_t n_ = 0, example_numel_ = 0;
   std::uint64_t epoch_ = 0;
@@ -126,11 +153,11 @@ class DataLoader {
   std::shared_ptr<const std::vector<std::int64_t>> order_;
 };
 
-/// A batch the DataLoader made, on `device` (the batch itself when it is already there), as
-/// Trainer::prepare_batch moves it. Unlike Tensor::to, it never waits for a logical CPU
-/// device's queue: only the loader's thread wrote a fresh batch. For a batch you have
+/// A batch the DataLoader made, on `device`: every tensor of it (each itself when it is
+/// already there), as Trainer::prepare_batch moves it. Unlike Tensor::to, it never waits for a
+/// logical CPU device's queue: only the loader's thread wrote a fresh batch. For a batch you have
 /// changed with tensor ops since, use .to(). Copies are counted in the transfer ledger.
-Batch to_device(const Batch& batch, Device device,
-                std::source_location where = std::source_location::current());
+TESSERA_API Batch to_device(const Batch& batch, Device device,
+                            std::source_location where = std::source_location::current());
 
 }  // namespace tessera::data

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "tessera/export.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::nn {
@@ -14,9 +15,9 @@ namespace tessera::nn {
 /// save_safetensors: modes, symbolic links, UTF-8). Refuses parameters or buffers holding NaN
 /// or infinity unless `allow_non_finite`: NonFiniteError naming the tensor, and the file at
 /// `path` is left as it was, so a diverged run never overwrites a good checkpoint.
-void save_checkpoint(const Module& module, const std::filesystem::path& path,
-                     const std::map<std::string, std::string>& metadata = {},
-                     bool allow_non_finite = false);
+TESSERA_API void save_checkpoint(const Module& module, const std::filesystem::path& path,
+                                 const std::map<std::string, std::string>& metadata = {},
+                                 bool allow_non_finite = false);
 
 /// Loads a checkpoint into `module`, onto the devices its tensors live on now. The file's
 /// header is checked (IOError for a bad file) and matched against the module (names, shapes
@@ -27,6 +28,7 @@ void save_checkpoint(const Module& module, const std::filesystem::path& path,
 /// CPU device that holds them). Only a read(2) failing after all of those checks (an I/O
 /// error, the file cut short by another program) can leave the module partly loaded: its
 /// IOError says so. Returns the file's metadata.
-std::map<std::string, std::string> load_checkpoint(Module& module, const std::filesystem::path& path);
+TESSERA_API std::map<std::string, std::string> load_checkpoint(Module& module,
+                                                               const std::filesystem::path& path);
 
 }  // namespace tessera::nn

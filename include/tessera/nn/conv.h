@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "tessera/conv.h"
+#include "tessera/export.h"
 #include "tessera/factories.h"
 #include "tessera/nn/module.h"
 
@@ -12,7 +13,7 @@ namespace tessera::nn {
 /// Conv2d(in_channels, out_channels, kernel_size, {.stride, .padding}): weight [O, C, kH, kW]
 /// and bias [O], initialized like PyTorch (uniform in +-1/sqrt(C kH kW)) on
 /// `options.device` directly.
-class Conv2d : public Module {
+class TESSERA_API Conv2d : public Module {
  public:
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<int, 2> kernel_size,
          Conv2dOptions conv = {}, bool bias = true, TensorOptions options = {});
@@ -25,12 +26,12 @@ class Conv2d : public Module {
   std::int64_t in_channels, out_channels;
   std::array<int, 2> kernel_size;
   Conv2dOptions conv;
-  Tensor weight;  ///< [out_channels, in_channels, kH, kW]
-  Tensor bias;    ///< [out_channels]; undefined without bias
+  Parameter weight;  ///< [out_channels, in_channels, kH, kW]
+  Parameter bias;    ///< [out_channels]; undefined without bias
 };
 
 /// MaxPool2d(kernel) and AvgPool2d(kernel): stride defaults to the kernel size.
-class MaxPool2d : public Module {
+class TESSERA_API MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0)
       : MaxPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}
@@ -41,7 +42,7 @@ class MaxPool2d : public Module {
   Pool2dOptions options;
 };
 
-class AvgPool2d : public Module {
+class TESSERA_API AvgPool2d : public Module {
  public:
   explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0)
       : AvgPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}

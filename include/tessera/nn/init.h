@@ -9,25 +9,26 @@
 ///   });
 #include <string>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::nn::init {
 
-Tensor& uniform_(Tensor& t, double low = 0, double high = 1);
-Tensor& normal_(Tensor& t, double mean = 0, double stddev = 1);
-Tensor& constant_(Tensor& t, double value);
-Tensor& zeros_(Tensor& t);
-Tensor& ones_(Tensor& t);
+TESSERA_API Tensor& uniform_(Tensor& t, double low = 0, double high = 1);
+TESSERA_API Tensor& normal_(Tensor& t, double mean = 0, double stddev = 1);
+TESSERA_API Tensor& constant_(Tensor& t, double value);
+TESSERA_API Tensor& zeros_(Tensor& t);
+TESSERA_API Tensor& ones_(Tensor& t);
 
 /// Glorot: uniform in +-gain*sqrt(6/(fan_in+fan_out)), or normal with std
 /// gain*sqrt(2/(fan_in+fan_out)). ShapeError for tensors of fewer than 2 dims.
-Tensor& xavier_uniform_(Tensor& t, double gain = 1);
-Tensor& xavier_normal_(Tensor& t, double gain = 1);
+TESSERA_API Tensor& xavier_uniform_(Tensor& t, double gain = 1);
+TESSERA_API Tensor& xavier_normal_(Tensor& t, double gain = 1);
 
 enum class FanMode { kFanIn, kFanOut };
 /// He: std = gain / sqrt(fan) with gain = sqrt(2 / (1 + a^2)) (a: negative slope of a
 /// leaky ReLU; 0 is ReLU); uniform in +-sqrt(3)*std, or normal with that std.
-Tensor& kaiming_uniform_(Tensor& t, double a = 0, FanMode mode = FanMode::kFanIn);
-Tensor& kaiming_normal_(Tensor& t, double a = 0, FanMode mode = FanMode::kFanIn);
+TESSERA_API Tensor& kaiming_uniform_(Tensor& t, double a = 0, FanMode mode = FanMode::kFanIn);
+TESSERA_API Tensor& kaiming_normal_(Tensor& t, double a = 0, FanMode mode = FanMode::kFanIn);
 
 }  // namespace tessera::nn::init

@@ -1,5 +1,6 @@
 #pragma once
 /// Loss functions, computed on the device of their inputs.
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::nn {
@@ -12,11 +13,12 @@ enum class Reduction { kMean, kSum, kNone };
 /// dtype) on the same device, fused with a numerically stable log-softmax: one kernel
 /// forward, one backward. A class index outside [0, C) is not checked on the host (that
 /// would wait for the device): its example's loss is NaN, and so is the mean.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
-                     Reduction reduction = Reduction::kMean);
+TESSERA_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
+                                 Reduction reduction = Reduction::kMean);
 
 /// Squared error (input - target)^2; input and target of one shape (ShapeError otherwise:
 /// a silent broadcast here is a common bug).
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+TESSERA_API Tensor mse_loss(const Tensor& input, const Tensor& target,
+                            Reduction reduction = Reduction::kMean);
 
 }  // namespace tessera::nn

@@ -1,15 +1,16 @@
 #pragma once
 /// The book's Fashion-MNIST models, built on a device. Inputs are [N, 1, 28, 28] images.
+#include "tessera/export.h"
 #include "tessera/nn/sequential.h"
 
 namespace tessera::nn::models {
 
 /// Softmax regression: Flatten, Linear(784, 10).
-Sequential softmax_regression(Device device = cpu());
+TESSERA_API Sequential softmax_regression(Device device = cpu());
 /// MLP: Flatten, Linear(784, hidden), ReLU, Linear(hidden, 10).
-Sequential mlp(std::int64_t hidden = 256, Device device = cpu());
+TESSERA_API Sequential mlp(std::int64_t hidden = 256, Device device = cpu());
 /// LeNet-5. `book`: d2l's version (sigmoid activations, average pooling); otherwise the
 /// modern variant the book's exercises suggest (ReLU, max pooling), which trains faster.
-Sequential lenet(bool book = true, Device device = cpu());
+TESSERA_API Sequential lenet(bool book = true, Device device = cpu());
 
 }  // namespace tessera::nn::models

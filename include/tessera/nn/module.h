@@ -19,6 +19,8 @@
 
 #include "tessera/device.h"
 #include "tessera/dtype.h"
+#include "tessera/export.h"
+#include "tessera/nn/parameter.h"
 #include "tessera/tensor.h"
 
 namespace tessera::nn {
@@ -27,7 +29,7 @@ namespace tessera::nn {
 /// dotted paths: "0.weight", "fc1.bias".
 using StateDict = std::map<std::string, Tensor>;
 
-class Module {
+class TESSERA_API Module {
  public:
   virtual ~Module() = default;
   Module(const Module&) = delete;
@@ -108,8 +110,10 @@ class Module {
  protected:
   explicit Module(std::string type_name);
 
-  /// Registers a parameter (made a leaf that requires grad) and returns its handle.
-  Tensor register_parameter(const std::string& name, Tensor value);
+  /// Registers a parameter (made a leaf that requires grad) and returns its handle, to keep
+  /// in an nn::Parameter member (`weight = register_parameter("weight", w)`), whose
+  /// assignment then updates the registered parameter.
+  Parameter register_parameter(const std::string& name, Tensor value);
   /// Registers a buffer (never requires grad).
   Tensor register_buffer(const std::string& name, Tensor value);
   /// Registers a child; `index_style` children print as [name] in paths (Sequential).

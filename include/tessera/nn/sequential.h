@@ -7,11 +7,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/nn/module.h"
 
 namespace tessera::nn {
 
-class Sequential : public Module {
+class TESSERA_API Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   /// Sequential(nn::Linear(2, 8), nn::ReLU(), nn::Linear(8, 1)): takes ownership of

@@ -4,11 +4,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/optim/optimizer.h"
 
 namespace tessera::optim {
 
-struct AdamOptions {
+struct TESSERA_API AdamOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -16,7 +17,7 @@ struct AdamOptions {
   double weight_decay = 0;  ///< Adam: added to the gradient (L2 penalty).
 };
 
-struct AdamWOptions {
+struct TESSERA_API AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -24,7 +25,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2;  ///< AdamW: p *= 1 - lr * weight_decay before the update.
 };
 
-class Adam : public Optimizer {
+class TESSERA_API Adam : public Optimizer {
  public:
   /// Throws Error for lr, eps or weight_decay below 0 and betas outside [0, 1); see
   /// Optimizer for the checks on `params`.
@@ -53,7 +54,7 @@ class Adam : public Optimizer {
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter
 };
 
-class AdamW final : public Adam {
+class TESSERA_API AdamW final : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
 };

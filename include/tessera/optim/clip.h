@@ -3,6 +3,7 @@
 /// torch.nn.utils.clip_grad_norm_, computed on the device without waiting.
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::optim {
@@ -12,6 +13,6 @@ namespace tessera::optim {
 /// their device (reading it waits; clipping does not). Parameters without a grad are
 /// skipped; with none, returns a 0-dim zero. Throws Error for a negative or non-finite
 /// max_norm and DeviceMismatchError when the grads are on different devices.
-Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+TESSERA_API Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace tessera::optim

@@ -6,11 +6,12 @@
 #include <cstddef>
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::optim {
 
-class Optimizer {
+class TESSERA_API Optimizer {
  public:
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;

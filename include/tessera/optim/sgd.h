@@ -3,11 +3,12 @@
 /// exactly as torch.optim.SGD.
 #include <vector>
 
+#include "tessera/export.h"
 #include "tessera/optim/optimizer.h"
 
 namespace tessera::optim {
 
-struct SgdOptions {
+struct TESSERA_API SgdOptions {
   double lr = 1e-3;
   double momentum = 0;
   double dampening = 0;
@@ -15,7 +16,7 @@ struct SgdOptions {
   bool nesterov = false;
 };
 
-class SGD final : public Optimizer {
+class TESSERA_API SGD final : public Optimizer {
  public:
   /// Throws Error for lr, momentum, dampening or weight_decay below 0, or nesterov without
   /// momentum > 0 and dampening 0; see Optimizer for the checks on `params`.

@@ -13,13 +13,14 @@
 
 #include "tessera/data/loader.h"
 #include "tessera/device.h"
+#include "tessera/export.h"
 #include "tessera/nn/module.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/process_group.h"
 
 namespace tessera::train {
 
-struct TrainerOptions {
+struct TESSERA_API TrainerOptions {
   int max_epochs = 10;
   /// GPUs to use: the first min(num_gpus, num_gpus()) (the book's default 0: the CPU). Asked
   /// for more than exist, the trainer says so once. Two or more train data-parallel (see
@@ -59,14 +60,14 @@ struct TrainerOptions {
 /// What a training and a validation step return, on the device: the batch's mean loss
 /// (0-dim, differentiable in training) and its number of correct predictions (0-dim int64;
 /// undefined when the task has no notion of accuracy).
-struct StepResult {
+struct TESSERA_API StepResult {
   Tensor loss;
   Tensor correct;
 };
 
 /// The model, its optimizer and its steps: the book's d2l.Module. Override the steps for
 /// another loss; the defaults classify with cross-entropy on model()(batch.x).
-class Task {
+class TESSERA_API Task {
  public:
   virtual ~Task() = default;
   virtual nn::Module& model() = 0;
@@ -86,7 +87,7 @@ using OptimizerFactory =
 
 /// A Task for a classifier: given by reference (one device), or built by factories, which
 /// also build the replicas of data-parallel training.
-class Classifier : public Task {
+class TESSERA_API Classifier : public Task {
  public:
   Classifier(nn::Module& model, optim::Optimizer& optimizer) : model_(&model), optimizer_(&optimizer) {}
   Classifier(ModelFactory make_model, OptimizerFactory make_optimizer);
@@ -103,7 +104,7 @@ class Classifier : public Task {
   std::unique_ptr<optim::Optimizer> owned_optimizer_;
 };
 
-struct EpochMetrics {
+struct TESSERA_API EpochMetrics {
   int epoch = 0;  ///< 1-based
   double train_loss = 0, train_acc = 0;
   double val_loss = 0, val_acc = 0;  ///< NaN without validation data
@@ -111,9 +112,10 @@ struct EpochMetrics {
   double train_seconds = 0;  ///< the pass over the training data alone (throughput)
 };
 
-class Trainer {
+class TESSERA_API Trainer {
  public:
   explicit Trainer(TrainerOptions options = {});
+  virtual ~Trainer() = default;
 
   /// The devices it trains on: one (the first GPU, the chosen device, or cpu()), or the
   /// replicas' devices of data-parallel training.
@@ -122,7 +124,18 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
 
   void prepare_model(nn::Module& model) const;
-  data::Batch prepare_batch(const data::Batch& batch) const;
+  /// prepare_batch(batch, device()).
+  data::Batch prepare_batch(const data::Batch& batch) const {
+    return prepare_batch(batch, device());
+  }
+  /// The book's prepare_batch: every tensor of `batch` (x, y and `more`), as the DataLoader
+  /// made it, moved to `device` (data::to_device), for the step on that device. fit() and
+  /// evaluate() call it for every batch, and for each device's share of it when training on
+  /// several; with TrainerOptions::graph its result is copied into the recorded step's
+  /// inputs, so it must keep the shapes and dtypes of every full batch alike. Override it to
+  /// move or reshape batches another way (declare `using Trainer::prepare_batch;` to keep
+  /// the one-argument form visible in the subclass).
+  virtual data::Batch prepare_batch(const data::Batch& batch, Device device) const;
 
   /// Trains task.model() for max_epochs on `train`, validating on `val` after each epoch
   /// when given; returns each epoch's metrics (also printed and written per options). With

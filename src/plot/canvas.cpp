@@ -1,4 +1,4 @@
-#include "train/canvas.h"
+#include "plot/canvas.h"
 
 #include <cairo-svg.h>
 #include <cairo.h>
@@ -51,10 +51,10 @@ Canvas::Canvas(const std::filesystem::path& path, double width, double height, c
   impl_->path = path;
   impl_->op = op;
   impl_->png = ext == ".png";
-  impl_->surface = impl_->png ? cairo_image_surface_create(CAIRO_FORMAT_RGB24,
-                                                           static_cast<int>(width),
-                                                           static_cast<int>(height))
-                              : cairo_svg_surface_create(path.c_str(), width, height);
+  impl_->surface = impl_->png
+                       ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(width),
+                                                    static_cast<int>(height))
+                       : cairo_svg_surface_create(path.c_str(), width, height);
   if (cairo_surface_status(impl_->surface) != CAIRO_STATUS_SUCCESS) {
     const cairo_status_t status = cairo_surface_status(impl_->surface);
     cairo_surface_destroy(impl_->surface);
@@ -81,8 +81,8 @@ void Canvas::line(double x0, double y0, double x1, double y1, Rgb color, double 
   cairo_stroke(impl_->cr);
 }
 
-void Canvas::polyline(const std::vector<std::pair<double, double>>& points, Rgb color,
-                      double width, bool dots) {
+void Canvas::polyline(const std::vector<std::pair<double, double>>& points, Rgb color, double width,
+                      bool dots) {
   cairo_t* cr = impl_->cr;
   impl_->color(color);
   cairo_set_line_width(cr, width);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "train/canvas.h"
+#include "plot/canvas.h"
 
 namespace tessera::train {
 namespace {
