@@ -1,5 +1,6 @@
 #pragma once
 /// The whole public API of tessera.
+#include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/collectives.h"
 #include "tessera/conv.h"
