@@ -81,8 +81,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   {
     NoGradGuard internal;  // one node for the whole layer, recorded below
     x2 = x.dim() == 2 ? x : x.reshape({-1, in});
-    Tensor y2 = matmul(x2, weight.t());
-    if (bias.defined()) y2.add_(bias);
+    Tensor y2;
+    if (is_half(x.dtype()) && weight.dtype() == x.dtype()) {
+      // The product and the bias in float32, rounded once, as a GEMM's epilogue would.
+      const AutocastGuard exact(x.device().kind(), kBFloat16, /*enabled=*/false);
+      y2 = matmul(x2.to(kFloat32), weight.to(kFloat32).t());
+      if (bias.defined()) y2.add_(bias.to(kFloat32));
+      y2 = y2.to(x.dtype());
+    } else {
+      y2 = matmul(x2, weight.t());
+      if (bias.defined()) y2.add_(bias);
+    }
     y = x.dim() == 2 ? y2 : y2.reshape(out_shape);
   }
   if (detail::needs_grad({&x, &weight, &bias})) {
