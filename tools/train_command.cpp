@@ -135,7 +135,9 @@ void run_train(const TrainArgs& a) {
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt};
   options.graph = a.graph;
-  options.precision = a.precision == "bf16" ? kBFloat16 : a.precision == "fp16" ? kFloat16 : kFloat32;
+  options.precision = a.precision == "bf16"   ? kBFloat16
+                      : a.precision == "fp16" ? kFloat16
+                                              : kFloat32;
   // Under mpirun with several ranks, one model trains across them (Note [Data-parallel
   // steps]); each rank takes its own GPU by default (one process per GPU).
   const bool ranks = ProcessGroup::launched_size() > 1;

@@ -286,10 +286,10 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
     detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors", std::source_location::current());
     if (!options.allow_non_finite && is_floating(t.dtype())) {
       const auto n = static_cast<std::size_t>(t.numel());
-      const std::int64_t bad =
-          t.dtype() == kFloat32    ? first_non_finite<float>(host.data(), n)
-          : t.dtype() == kFloat64  ? first_non_finite<double>(host.data(), n)
-          : t.dtype() == kBFloat16 ? first_non_finite<detail::BFloat16>(host.data(), n)
+      const std::int64_t bad = t.dtype() == kFloat32   ? first_non_finite<float>(host.data(), n)
+                               : t.dtype() == kFloat64 ? first_non_finite<double>(host.data(), n)
+                               : t.dtype() == kBFloat16
+                                   ? first_non_finite<detail::BFloat16>(host.data(), n)
                                    : first_non_finite<detail::Float16>(host.data(), n);
       TESSERA_CHECK(bad < 0, NonFiniteError,
                     "[save_safetensors] '{}': tensor '{}' holds a non-finite value (NaN or "

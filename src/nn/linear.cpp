@@ -8,8 +8,8 @@
 #include "core/device_rules.h"
 #include "tessera/autocast.h"
 #include "tessera/autograd.h"
-#include "tessera/ops.h"
 #include "tessera/operators.h"
+#include "tessera/ops.h"
 
 namespace tessera::nn {
 namespace {
@@ -71,7 +71,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                 "[linear] bias {} must be [{}] for weight {}", bias.shape().str(), out,
                 weight.shape().str());
   if (const auto ac = linear_autocast(x, weight, bias);
-      ac && (x.dtype() != *ac || weight.dtype() != *ac || (bias.defined() && bias.dtype() != *ac))) {
+      ac &&
+      (x.dtype() != *ac || weight.dtype() != *ac || (bias.defined() && bias.dtype() != *ac))) {
     // Recorded casts: the gradients come back in each tensor's own dtype.
     return linear(x.to(*ac), weight.to(*ac), bias.defined() ? bias.to(*ac) : bias);
   }

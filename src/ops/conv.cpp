@@ -75,8 +75,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
     // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h), where
     // autocast must not cast the operands back.
     const AutocastGuard exact(device.kind(), kBFloat16, /*enabled=*/false);
-    return conv2d(x.to(kFloat32), weight.to(kFloat32),
-                  bias.defined() ? bias.to(kFloat32) : bias, options)
+    return conv2d(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias,
+                  options)
         .to(x.dtype());
   }
   const Window2d w{static_cast<int>(weight.size(2)), static_cast<int>(weight.size(3)),

@@ -12,9 +12,10 @@ namespace tessera::detail {
 Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
   const Device device =
       common_device("cross_entropy", {{"logits", &logits}, {"targets", &targets}});
-  TESSERA_CHECK(is_floating(logits.dtype()), DtypeError,
-                "[cross_entropy] logits must be floating (float32, float64, bfloat16 or float16), got {}",
-                dtype_name(logits.dtype()));
+  TESSERA_CHECK(
+      is_floating(logits.dtype()), DtypeError,
+      "[cross_entropy] logits must be floating (float32, float64, bfloat16 or float16), got {}",
+      dtype_name(logits.dtype()));
   TESSERA_CHECK(!is_floating(targets.dtype()) && targets.dtype() != kBool, DtypeError,
                 "[cross_entropy] targets are class indices and must be an integer dtype, got {}",
                 dtype_name(targets.dtype()));

@@ -3,12 +3,12 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
 #include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 // Note [Matmul operands]
@@ -56,12 +56,13 @@ Tensor as_batched(const Tensor& t, const Shape& batch, std::int64_t rows, std::i
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const Device device = detail::common_device("matmul", a, b);
-  if (const auto ac = detail::autocast_for(a); ac && detail::autocast_for(b) &&
-                                               (a.dtype() != *ac || b.dtype() != *ac)) {
+  if (const auto ac = detail::autocast_for(a);
+      ac && detail::autocast_for(b) && (a.dtype() != *ac || b.dtype() != *ac)) {
     return matmul(a.to(*ac), b.to(*ac));  // recorded casts (tessera/autocast.h)
   }
   TESSERA_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), DtypeError,
-                "[matmul] needs floating tensors (float32, float64, bfloat16 or float16), got self {} and other {}; "
+                "[matmul] needs floating tensors (float32, float64, bfloat16 or float16), got self "
+                "{} and other {}; "
                 "convert with .to(kFloat32)",
                 dtype_name(a.dtype()), dtype_name(b.dtype()));
   TESSERA_CHECK(a.dtype() == b.dtype(), DtypeError,

@@ -6,10 +6,10 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "ops/half_compute.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -94,7 +94,8 @@ Dtype sum_dtype(Dtype d) { return is_floating(d) ? d : kInt64; }
 
 void check_floating(const char* op, const Tensor& a) {
   TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
-                "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; convert it with "
+                "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; "
+                "convert it with "
                 ".to(kFloat32) first",
                 op, dtype_name(a.dtype()));
 }

@@ -3,10 +3,10 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "ops/half_compute.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -14,11 +14,12 @@ namespace {
 
 Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
   detail::check_defined(a, name);
-  TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
-                "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; convert "
-                "it with "
-                ".to(kFloat32) first",
-                name, dtype_name(a.dtype()));
+  TESSERA_CHECK(
+      is_floating(a.dtype()), DtypeError,
+      "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; convert "
+      "it with "
+      ".to(kFloat32) first",
+      name, dtype_name(a.dtype()));
   const int r = a.dim();
   const int lo = r == 0 ? -1 : -r, hi = r == 0 ? 0 : r - 1;
   TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,

@@ -39,9 +39,7 @@ TEST(Autocast, ScopeIsThreadLocalNestedAndPerDeviceKind) {
 
 class Autocast : public DeviceTest {
  protected:
-  DeviceKind other_kind() const {
-    return device().is_cpu() ? DeviceKind::kCuda : DeviceKind::kCpu;
-  }
+  DeviceKind other_kind() const { return device().is_cpu() ? DeviceKind::kCuda : DeviceKind::kCpu; }
 };
 
 TEST_P(Autocast, RunsMatmulLinearAndConvInTheHalfType) {
@@ -49,8 +47,10 @@ TEST_P(Autocast, RunsMatmulLinearAndConvInTheHalfType) {
     const std::string what = std::string(dtype_name(half));
     const Tensor a = from_vector(random_values(8 * 16, 1), {8, 16}, {kFloat32, device()});
     const Tensor b = from_vector(random_values(16 * 4, 2), {16, 4}, {kFloat32, device()});
-    const Tensor x = from_vector(random_values(2 * 3 * 6 * 6, 3), {2, 3, 6, 6}, {kFloat32, device()});
-    const Tensor w = from_vector(random_values(4 * 3 * 3 * 3, 4), {4, 3, 3, 3}, {kFloat32, device()});
+    const Tensor x =
+        from_vector(random_values(2 * 3 * 6 * 6, 3), {2, 3, 6, 6}, {kFloat32, device()});
+    const Tensor w =
+        from_vector(random_values(4 * 3 * 3 * 3, 4), {4, 3, 3, 3}, {kFloat32, device()});
     {
       AutocastGuard other(other_kind(), half);  // another kind's scope changes nothing here
       EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
@@ -132,7 +132,8 @@ TEST_P(Autocast, GradientsComeBackInTheParametersDtype) {
 TEST_P(Autocast, TrainsAnMlpToTheFloat32Loss) {
   // Two runs from the same start, float32 and bfloat16 autocast, on a separable problem.
   const Tensor x = from_vector(random_values(256 * 8, 7), {256, 8}, {kFloat32, device()});
-  const Tensor labels = argmax(matmul(x, from_vector(random_values(8 * 4, 8), {8, 4}, {kFloat32, device()})), 1);
+  const Tensor labels =
+      argmax(matmul(x, from_vector(random_values(8 * 4, 8), {8, 4}, {kFloat32, device()})), 1);
   std::vector<double> final_loss;
   for (bool autocast : {false, true}) {
     manual_seed(3);

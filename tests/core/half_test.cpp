@@ -28,8 +28,8 @@ constexpr Dtype kHalfTypes[] = {kBFloat16, kFloat16};
 double half_round(double x, Dtype dtype) {
   x = static_cast<double>(static_cast<float>(x));
   if (!std::isfinite(x) || x == 0) return x;
-  const int bits = dtype == kBFloat16 ? 8 : 11;             // significand bits
-  const int min_exp = dtype == kBFloat16 ? -133 : -24;       // spacing of the subnormals
+  const int bits = dtype == kBFloat16 ? 8 : 11;         // significand bits
+  const int min_exp = dtype == kBFloat16 ? -133 : -24;  // spacing of the subnormals
   const double max = dtype == kBFloat16 ? 0x1.fep127 : 65504.0;
   int e = 0;
   std::frexp(x, &e);
@@ -86,17 +86,17 @@ class Half : public DeviceTest {};
 // The edge cases of each format: ties to even, overflow, subnormals, NaN, infinities, -0.
 std::vector<double> edge_values(Dtype dtype) {
   const double inf = std::numeric_limits<double>::infinity();
-  std::vector<double> v = {0.0, -0.0, 1.0, -2.5, inf, -inf, std::nan(""), 3.0e38, -3.4e38,
-                           1e-30, 0.1, 1.0 / 3};
+  std::vector<double> v = {0.0,          -0.0,   1.0,     -2.5,  inf, -inf,
+                           std::nan(""), 3.0e38, -3.4e38, 1e-30, 0.1, 1.0 / 3};
   if (dtype == kBFloat16) {
-    v.insert(v.end(), {1 + 0x1p-8,                 // a tie: rounds down to 1 (even)
-                       1 + 3 * 0x1p-8,             // a tie: rounds up to 1 + 2^-6 (even)
-                       1 + 0x1p-8 + 0x1p-20,       // just above the tie: rounds up
-                       0x1.fffp127,                // rounds past the largest: infinity
-                       0x1p-130});                 // a bfloat16 subnormal
+    v.insert(v.end(), {1 + 0x1p-8,            // a tie: rounds down to 1 (even)
+                       1 + 3 * 0x1p-8,        // a tie: rounds up to 1 + 2^-6 (even)
+                       1 + 0x1p-8 + 0x1p-20,  // just above the tie: rounds up
+                       0x1.fffp127,           // rounds past the largest: infinity
+                       0x1p-130});            // a bfloat16 subnormal
   } else {
-    v.insert(v.end(), {1 + 0x1p-11, 1 + 3 * 0x1p-11, 1 + 0x1p-11 + 0x1p-20,
-                       65504, 65519, 65520, -70000,  // the largest; below, at the overflow tie
+    v.insert(v.end(), {1 + 0x1p-11, 1 + 3 * 0x1p-11, 1 + 0x1p-11 + 0x1p-20, 65504, 65519, 65520,
+                       -70000,  // the largest; below, at the overflow tie
                        0x1p-24, 0x1p-25, 3 * 0x1p-25, 0x1p-26,  // subnormals and their ties
                        0x1p-14 - 0x1p-25, 6.1e-5});
   }
@@ -111,16 +111,16 @@ TEST_P(Half, ConversionsRoundToNearestEvenBitExactly) {
       values.push_back(static_cast<float>(r * std::pow(2.0, std::round(r * 40))));
     }
     const std::string what = std::string(dtype_name(dtype));
-    const Tensor f32 = from_vector(values, {static_cast<std::int64_t>(values.size())},
-                                   {kFloat32, device()});
+    const Tensor f32 =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {kFloat32, device()});
     const Tensor h = f32.to(dtype);
     EXPECT_EQ(h.dtype(), dtype);
     EXPECT_EQ(h.nbytes(), values.size() * 2);
     const std::vector<double> expected = half_round(values, dtype);
     expect_same_values(h.to_vector<double>(), expected, what + " from float32, read as double");
     // From float64 directly, and back through float32 on the device.
-    const Tensor from64 = from_vector(values, {static_cast<std::int64_t>(values.size())},
-                                      {dtype, device()});
+    const Tensor from64 =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {dtype, device()});
     expect_same_values(from64.to(kFloat32).to_vector<double>(), expected,
                        what + " from float64, back through float32 on the device");
     // A strided view converts element by element.
@@ -219,8 +219,7 @@ TEST_P(Half, ElementwiseOpsMatchFloat64Reference) {
       {"x*3", [](const Tensor& x) { return x * 3.0; }, [](double x) { return x * 3; }, -3, 3},
       {"x-1", [](const Tensor& x) { return x - 1.0; }, [](double x) { return x - 1; }, -3, 3},
       {"1/x", [](const Tensor& x) { return 1.0 / x; }, [](double x) { return 1 / x; }, 0.5, 4},
-      {"pow2", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }, -3,
-       3},
+      {"pow2", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }, -3, 3},
   };
   for (Dtype dtype : kHalfTypes) {
     for (const HalfUnary& c : unary) {
@@ -341,8 +340,8 @@ TEST_P(Half, MatmulLinearAndConvMatchFloat64Reference) {
     EXPECT_EQ(layer.weight.dtype(), dtype);
     const Tensor y = layer(a);
     EXPECT_EQ(y.dtype(), dtype);
-    std::vector<double> lin = matmul_ref(a.to_vector<double>(), layer.weight.t().to_vector<double>(),
-                                         16, 64, 8);
+    std::vector<double> lin =
+        matmul_ref(a.to_vector<double>(), layer.weight.t().to_vector<double>(), 16, 64, 8);
     const std::vector<double> bias = layer.bias.to_vector<double>();
     for (int i = 0; i < 16 * 8; ++i) lin[i] += bias[i % 8];
     expect_close(y, lin, ulp(dtype), 1e-4, what + " Linear");
@@ -373,7 +372,8 @@ TEST_P(Half, AutogradGivesGradientsInTheParameterDtype) {
     for (double& g : twice) g *= 2;  // exact in either format
     EXPECT_EQ(x.grad().to_vector<double>(), twice) << what;
     // Through matmul, an activation and the float32 loss of half logits.
-    const Tensor w = from_vector(random_values(4 * 5, 9), {4, 5}, {dtype, device()}).requires_grad_();
+    const Tensor w =
+        from_vector(random_values(4 * 5, 9), {4, 5}, {dtype, device()}).requires_grad_();
     const Tensor targets = tensor({0, 3, 4}, {kInt64, device()});
     const Tensor logits = matmul(tanh(x.detach()), w);
     const Tensor loss = nn::cross_entropy(logits, targets);
@@ -440,8 +440,7 @@ TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
     expect_same_values(back.to_vector<double>(), tensors[name].to_vector<double>(), name);
   }
   expect_throw_with<NonFiniteError>(
-      [&] { save_safetensors(path, tensors, {}, {.allow_non_finite = false}); },
-      {"non-finite"});
+      [&] { save_safetensors(path, tensors, {}, {.allow_non_finite = false}); }, {"non-finite"});
   std::filesystem::remove(path);
 }
 
