@@ -174,9 +174,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       const std::vector<std::int64_t> all_sizes = shard_sizes(batch, ranks * k);
       std::int64_t offset = 0;
       for (std::size_t g = 0; g < rank * k; ++g) offset += all_sizes[g];
-      const std::vector<std::int64_t> sizes(
-          all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
-          all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
+      const std::vector<std::int64_t> sizes(all_sizes.begin() + static_cast<std::ptrdiff_t>(rank * k),
+                                            all_sizes.begin() + static_cast<std::ptrdiff_t>((rank + 1) * k));
       std::vector<data::Batch> shards;
       for (std::size_t r = 0; r < k; ++r) {
         shards.push_back({b.x.narrow(0, offset, sizes[r]), b.y.narrow(0, offset, sizes[r])});
