@@ -38,6 +38,7 @@ struct TrainArgs {
   double clip = 0;
   bool quiet = false;
   bool graph = false;
+  std::string precision = "fp32";
 };
 
 // "cpu:0,cpu:1" -> the devices, each checked by Device::parse.
@@ -135,6 +136,9 @@ void run_train(const TrainArgs& a) {
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt};
   options.graph = a.graph;
+  options.precision = a.precision == "bf16"   ? kBFloat16
+                      : a.precision == "fp16" ? kFloat16
+                                              : kFloat32;
   // Under mpirun with several ranks, one model trains across them (Note [Data-parallel
   // steps]); each rank takes its own GPU by default (one process per GPU).
   const bool ranks = ProcessGroup::launched_size() > 1;
@@ -176,9 +180,10 @@ void run_train(const TrainArgs& a) {
   const int world = group != nullptr ? group->size() : 1;
   if (lead) {
     std::cout << fmt::format(
-        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {}{})\n", a.model,
+        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {}{}{})\n", a.model,
         describe_devices(trainer.devices(), world, a.batch_size), a.epochs, a.batch_size, a.lr,
-        a.momentum, a.seed, a.graph ? ", recorded step replayed as a graph" : "");
+        a.momentum, a.seed, a.graph ? ", recorded step replayed as a graph" : "",
+        a.precision == "fp32" ? "" : fmt::format(", {} autocast", dtype_name(options.precision)));
   }
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
@@ -321,6 +326,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--graph", a->graph,
                 "Record the training step once as a graph and replay it for every full batch "
                 "(the same results, far less host work per step)");
+  cmd->add_option("--precision", a->precision,
+                  "fp32, or bf16 / fp16 to run matmul, linear and conv under autocast in "
+                  "bfloat16 / float16 (softmax, the loss and the weights stay float32; fp16 "
+                  "has no loss scaling yet)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   cmd->callback([a, lr, momentum] {
     // LeNet trains with momentum by default: plain SGD at 0.1 needs far more epochs.
     if (a->model.starts_with("lenet")) {

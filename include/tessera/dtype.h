@@ -9,7 +9,19 @@
 
 namespace tessera {
 
-enum class Dtype : std::uint8_t { kBool, kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
+/// The element types. bfloat16 (8-bit exponent, 7-bit mantissa) and float16 (IEEE binary16)
+/// are storage types: ops on them compute and accumulate in float32 and round the result
+/// to the nearest even half-precision value.
+enum class Dtype : std::uint8_t {
+  kBool,
+  kUInt8,
+  kInt32,
+  kInt64,
+  kFloat32,
+  kFloat64,
+  kBFloat16,
+  kFloat16
+};
 
 inline constexpr Dtype kBool = Dtype::kBool;
 inline constexpr Dtype kUInt8 = Dtype::kUInt8;
@@ -17,6 +29,8 @@ inline constexpr Dtype kInt32 = Dtype::kInt32;
 inline constexpr Dtype kInt64 = Dtype::kInt64;
 inline constexpr Dtype kFloat32 = Dtype::kFloat32;
 inline constexpr Dtype kFloat64 = Dtype::kFloat64;
+inline constexpr Dtype kBFloat16 = Dtype::kBFloat16;
+inline constexpr Dtype kFloat16 = Dtype::kFloat16;
 
 /// Bytes per element.
 constexpr std::size_t itemsize(Dtype dtype) {
@@ -24,6 +38,9 @@ constexpr std::size_t itemsize(Dtype dtype) {
     case Dtype::kBool:
     case Dtype::kUInt8:
       return 1;
+    case Dtype::kBFloat16:
+    case Dtype::kFloat16:
+      return 2;
     case Dtype::kInt32:
     case Dtype::kFloat32:
       return 4;
@@ -34,15 +51,21 @@ constexpr std::size_t itemsize(Dtype dtype) {
   return 0;
 }
 
-constexpr bool is_floating(Dtype d) { return d == Dtype::kFloat32 || d == Dtype::kFloat64; }
+/// bfloat16 or float16: a 2-byte floating type that ops compute in float32.
+constexpr bool is_half(Dtype d) { return d == Dtype::kBFloat16 || d == Dtype::kFloat16; }
+constexpr bool is_floating(Dtype d) {
+  return d == Dtype::kFloat32 || d == Dtype::kFloat64 || is_half(d);
+}
 constexpr bool is_integral(Dtype d) { return !is_floating(d) && d != Dtype::kBool; }
 
-/// "float32", "int64", ...
+/// "float32", "int64", "bfloat16", "float16", ...
 TESSERA_API std::string_view dtype_name(Dtype dtype);
 TESSERA_API std::ostream& operator<<(std::ostream& os, Dtype dtype);
 
 /// The dtype both operands of a binary op are converted to: the larger of the two, where a
-/// floating type beats any integer type and bool is the smallest (NumPy/PyTorch style).
+/// floating type beats any integer type and bool is the smallest (NumPy/PyTorch style);
+/// a half type beats integers, loses to float32 and float64, and bfloat16 with float16
+/// gives float32 (neither holds the other).
 TESSERA_API Dtype promote_types(Dtype a, Dtype b);
 
 /// The C++ type of each dtype, and the dtype of each C++ type.

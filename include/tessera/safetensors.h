@@ -46,11 +46,11 @@ struct TESSERA_API SafetensorsFile {
 /// Reads every tensor of a safetensors file onto `device`. The whole header is checked
 /// before any data is read: a truncated or corrupt file, overlapping or out-of-range byte
 /// ranges, sizes that disagree with shapes, or a dtype tessera does not hold (it holds
-/// BOOL, U8, I32, I64, F32, F64) throw IOError naming the file and the problem; so does a
-/// path that is not a regular file (a FIFO, a directory), refused before it is opened.
-/// Every tensor is allocated on `device` from the header, then the data is read straight
-/// into it (several threads for a big file; through pinned chunks and asynchronous copies
-/// for a GPU, which the call does not wait for).
+/// BOOL, U8, I32, I64, F32, F64, BF16, F16) throw IOError naming the file and the problem;
+/// so does a path that is not a regular file (a FIFO, a directory), refused before it is
+/// opened. Every tensor is allocated on `device` from the header, then the data is read
+/// straight into it (several threads for a big file; through pinned chunks and asynchronous
+/// copies for a GPU, which the call does not wait for).
 TESSERA_API SafetensorsFile load_safetensors(const std::filesystem::path& path,
                                              Device device = cpu());
 

@@ -1,6 +1,7 @@
 #pragma once
 /// The whole public API of the tessera library (tessera::tessera). The training chart,
 /// tessera/train/plot.h, is in its own library, tessera::plot.
+#include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/collectives.h"
 #include "tessera/conv.h"

@@ -11,7 +11,7 @@
 #include "core/copy.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
-#include "core/dispatch.h"
+#include "core/dispatch_half.h"
 #include "core/tensor_impl.h"
 #include "tessera/graph.h"
 
@@ -126,9 +126,9 @@ void read_to_host(const Tensor& t, void* dst, Dtype as, const char* op,
   std::vector<char> raw(packed.nbytes());
   backend_of(t.device()).copy_to_host(packed, raw.data());
   const std::int64_t n = packed.numel();
-  dispatch_dtype(as, [&](auto to_tag) {
+  dispatch_dtype_with_half(as, [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_dtype(packed.dtype(), [&](auto from_tag) {
+    dispatch_dtype_with_half(packed.dtype(), [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       const From* from = reinterpret_cast<const From*>(raw.data());
       To* to = static_cast<To*>(dst);

@@ -23,6 +23,7 @@
 #include "core/check.h"
 #include "core/copy.h"
 #include "core/device_registry.h"
+#include "core/half.h"
 #include "core/tensor_impl.h"
 #include "io/files.h"
 #include "io/printable.h"
@@ -230,7 +231,7 @@ std::int64_t first_non_finite(const char* bytes, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     T v;
     std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
-    if (!std::isfinite(v)) return static_cast<std::int64_t>(i);
+    if (!std::isfinite(static_cast<double>(v))) return static_cast<std::int64_t>(i);
   }
   return -1;
 }
@@ -284,10 +285,13 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   for (const auto& [name, t] : tensors) {
     host.resize(t.nbytes());
     detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors", std::source_location::current());
-    if (!options.allow_non_finite && (t.dtype() == kFloat32 || t.dtype() == kFloat64)) {
+    if (!options.allow_non_finite && is_floating(t.dtype())) {
       const auto n = static_cast<std::size_t>(t.numel());
-      const std::int64_t bad = t.dtype() == kFloat32 ? first_non_finite<float>(host.data(), n)
-                                                     : first_non_finite<double>(host.data(), n);
+      const std::int64_t bad = t.dtype() == kFloat32   ? first_non_finite<float>(host.data(), n)
+                               : t.dtype() == kFloat64 ? first_non_finite<double>(host.data(), n)
+                               : t.dtype() == kBFloat16
+                                   ? first_non_finite<detail::BFloat16>(host.data(), n)
+                                   : first_non_finite<detail::Float16>(host.data(), n);
       TESSERA_CHECK(bad < 0, NonFiniteError,
                     "[save_safetensors] '{}': tensor '{}' holds a non-finite value (NaN or "
                     "infinity) at element {} of {}; nothing was written and the file is as it "

@@ -242,8 +242,10 @@ void HeaderParser::finish_tensor() {
   const auto d = std::find_if(std::begin(kSafetensorsDtypes), std::end(kSafetensorsDtypes),
                               [&](const SafetensorsDtypeName& x) { return dtype_ == x.name; });
   if (d == std::end(kSafetensorsDtypes)) {
-    refuse(fmt::format("{} has dtype {}, which tessera cannot hold (it holds BOOL, U8, I32, I64, "
-                       "F32, F64)", tensor(), printable(dtype_)));
+    refuse(
+        fmt::format("{} has dtype {}, which tessera cannot hold (it holds BOOL, U8, I32, I64, "
+                    "F32, F64, BF16, F16)",
+                    tensor(), printable(dtype_)));
   }
   const std::uint64_t begin = offsets_[0], end = offsets_[1];
   const std::uint64_t bytes = numel_ * itemsize(d->dtype);

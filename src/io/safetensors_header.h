@@ -21,8 +21,8 @@ struct SafetensorsDtypeName {
   const char* name;
 };
 inline constexpr SafetensorsDtypeName kSafetensorsDtypes[] = {
-    {kBool, "BOOL"}, {kUInt8, "U8"}, {kInt32, "I32"}, {kInt64, "I64"}, {kFloat32, "F32"},
-    {kFloat64, "F64"}};
+    {kBool, "BOOL"},   {kUInt8, "U8"},    {kInt32, "I32"},     {kInt64, "I64"},
+    {kFloat32, "F32"}, {kFloat64, "F64"}, {kBFloat16, "BF16"}, {kFloat16, "F16"}};
 
 struct SafetensorsEntry {
   std::string name;

@@ -6,9 +6,10 @@
 #include "autograd/record.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "tessera/autocast.h"
 #include "tessera/autograd.h"
-#include "tessera/ops.h"
 #include "tessera/operators.h"
+#include "tessera/ops.h"
 
 namespace tessera::nn {
 namespace {
@@ -26,13 +27,22 @@ Tensor init_uniform(const Shape& shape, std::int64_t fan_in, TensorOptions optio
   return uniform(shape, -bound, bound, options);
 }
 
+// The dtype autocast runs a linear layer in on these tensors' device, or nullopt: autocast on
+// there and every tensor float32 or half (tessera/autocast.h).
+std::optional<Dtype> linear_autocast(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const std::optional<Dtype> d = autocast_dtype(x.device().kind());
+  const auto castable = [](const Tensor& t) { return t.dtype() == kFloat32 || is_half(t.dtype()); };
+  if (!d || !castable(x) || !castable(weight) || (bias.defined() && !castable(bias))) return {};
+  return d;
+}
+
 Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       std::int64_t in_features) {
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError,
                 "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
                 "or reshape the input (e.g. with nn::Flatten)",
                 m.type_name(), m.path(), in_features, x.shape().str());
-  TESSERA_CHECK(x.dtype() == weight.dtype(), DtypeError,
+  TESSERA_CHECK(x.dtype() == weight.dtype() || linear_autocast(x, weight, bias), DtypeError,
                 "[{}] {} has {} parameters but the input is {}; convert the input with "
                 ".to({}) or the model with .to({})",
                 m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
@@ -60,14 +70,29 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({out}), ShapeError,
                 "[linear] bias {} must be [{}] for weight {}", bias.shape().str(), out,
                 weight.shape().str());
+  if (const auto ac = linear_autocast(x, weight, bias);
+      ac &&
+      (x.dtype() != *ac || weight.dtype() != *ac || (bias.defined() && bias.dtype() != *ac))) {
+    // Recorded casts: the gradients come back in each tensor's own dtype.
+    return linear(x.to(*ac), weight.to(*ac), bias.defined() ? bias.to(*ac) : bias);
+  }
   Shape out_shape(x.shape());
   out_shape[out_shape.size() - 1] = out;
   Tensor x2, y;
   {
     NoGradGuard internal;  // one node for the whole layer, recorded below
     x2 = x.dim() == 2 ? x : x.reshape({-1, in});
-    Tensor y2 = matmul(x2, weight.t());
-    if (bias.defined()) y2.add_(bias);
+    Tensor y2;
+    if (is_half(x.dtype()) && weight.dtype() == x.dtype()) {
+      // The product and the bias in float32, rounded once, as a GEMM's epilogue would.
+      const AutocastGuard exact(x.device().kind(), kBFloat16, /*enabled=*/false);
+      y2 = matmul(x2.to(kFloat32), weight.to(kFloat32).t());
+      if (bias.defined()) y2.add_(bias.to(kFloat32));
+      y2 = y2.to(x.dtype());
+    } else {
+      y2 = matmul(x2, weight.t());
+      if (bias.defined()) y2.add_(bias);
+    }
     y = x.dim() == 2 ? y2 : y2.reshape(out_shape);
   }
   if (detail::needs_grad({&x, &weight, &bias})) {

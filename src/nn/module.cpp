@@ -281,7 +281,8 @@ Module& Module::to(Device device) {
 
 Module& Module::to(Dtype dtype) {
   TESSERA_CHECK(is_floating(dtype), DtypeError,
-                "[Module::to] modules convert to floating dtypes only (float32, float64), got {}",
+                "[Module::to] modules convert to floating dtypes only (float32, float64, bfloat16, "
+                "float16), got {}",
                 dtype_name(dtype));
   std::vector<Tensor> tensors;
   for (auto& [name, m] : named_modules()) {

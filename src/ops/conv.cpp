@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
+#include "ops/half_compute.h"
 #include "tessera/autograd.h"
 
 namespace tessera {
@@ -21,7 +22,8 @@ void check_input(const char* op, const Tensor& x) {
                 "with x.unsqueeze(0)",
                 op, x.shape().str());
   TESSERA_CHECK(is_floating(x.dtype()), DtypeError,
-                "[{}] needs floating tensors (float32 or float64), got {}; convert with "
+                "[{}] needs floating tensors (float32, float64, bfloat16 or float16), got {}; "
+                "convert with "
                 ".to(kFloat32)",
                 op, dtype_name(x.dtype()));
 }
@@ -48,6 +50,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
           ? detail::common_device("conv2d", {{"input", &x}, {"weight", &weight}, {"bias", &bias}})
           : detail::common_device("conv2d", {{"input", &x}, {"weight", &weight}});
   check_input("conv2d", x);
+  if (const auto ac = detail::autocast_for(x);
+      ac && detail::autocast_for(weight) && (!bias.defined() || detail::autocast_for(bias)) &&
+      (x.dtype() != *ac || weight.dtype() != *ac || (bias.defined() && bias.dtype() != *ac))) {
+    // Recorded casts (tessera/autocast.h).
+    return conv2d(x.to(*ac), weight.to(*ac), bias.defined() ? bias.to(*ac) : bias, options);
+  }
   TESSERA_CHECK(weight.dim() == 4, ShapeError,
                 "[conv2d] weight must be [out_channels, in_channels, kH, kW], got shape {}",
                 weight.shape().str());
@@ -63,6 +71,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({weight.size(0)}), ShapeError,
                 "[conv2d] bias must be [{}] for weight {}, got shape {}", weight.size(0),
                 weight.shape().str(), bias.shape().str());
+  if (is_half(x.dtype())) [[unlikely]] {
+    // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h), where
+    // autocast must not cast the operands back.
+    const AutocastGuard exact(device.kind(), kBFloat16, /*enabled=*/false);
+    return conv2d(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias,
+                  options)
+        .to(x.dtype());
+  }
   const Window2d w{static_cast<int>(weight.size(2)), static_cast<int>(weight.size(3)),
                    options.stride[0], options.stride[1], options.padding[0], options.padding[1]};
   const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
@@ -101,6 +117,9 @@ namespace {
 Tensor pool2d(PoolKind kind, const char* op, const Tensor& x, const Pool2dOptions& options) {
   detail::check_defined(x, op, "input");
   check_input(op, x);
+  if (is_half(x.dtype())) [[unlikely]] {  // as conv2d
+    return pool2d(kind, op, x.to(kFloat32), options).to(x.dtype());
+  }
   const Window2d w{options.kernel[0],
                    options.kernel[1],
                    options.stride[0] == 0 ? options.kernel[0] : options.stride[0],

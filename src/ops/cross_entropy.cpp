@@ -12,9 +12,10 @@ namespace tessera::detail {
 Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
   const Device device =
       common_device("cross_entropy", {{"logits", &logits}, {"targets", &targets}});
-  TESSERA_CHECK(is_floating(logits.dtype()), DtypeError,
-                "[cross_entropy] logits must be floating (float32 or float64), got {}",
-                dtype_name(logits.dtype()));
+  TESSERA_CHECK(
+      is_floating(logits.dtype()), DtypeError,
+      "[cross_entropy] logits must be floating (float32, float64, bfloat16 or float16), got {}",
+      dtype_name(logits.dtype()));
   TESSERA_CHECK(!is_floating(targets.dtype()) && targets.dtype() != kBool, DtypeError,
                 "[cross_entropy] targets are class indices and must be an integer dtype, got {}",
                 dtype_name(targets.dtype()));
@@ -25,8 +26,9 @@ Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
   TESSERA_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), ShapeError,
                 "[cross_entropy] targets must be [batch] = [{}] to match logits {}, got shape {}",
                 logits.size(0), logits.shape().str(), targets.shape().str());
-  // Through contiguous() (recorded when logits need grad), so the kernel sees rows.
-  const Tensor x = logits.contiguous();
+  // Through contiguous() (recorded when logits need grad), so the kernel sees rows. Half
+  // logits go through a recorded cast: the losses are float32, the gradient the logits'.
+  const Tensor x = is_half(logits.dtype()) ? logits.to(kFloat32) : logits.contiguous();
   Tensor t;
   {
     NoGradGuard no_grad;

@@ -5,12 +5,13 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
 #include "ops/fused_ops.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/ops.h"
 
@@ -54,6 +55,16 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   const Dtype dtype = compute_dtype(op, promote_types(ai.dtype, bi.dtype));
   check_bool_arithmetic(op, dtype, name);
   const Dtype out_dtype = detail::is_comparison(op) ? kBool : dtype;
+  if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
+    const bool grad = detail::needs_grad({&a, &b});
+    Tensor out;
+    {
+      NoGradGuard internal;
+      out = binary_op(op, name, detail::to_float32(a), detail::to_float32(b)).to(out_dtype);
+    }
+    if (grad) detail::record_binary(op, name, a, b, out);
+    return out;
+  }
   detail::Backend& backend = detail::backend_of(device);
   if (ai.dtype == dtype && bi.dtype == dtype && ai.shape == bi.shape) {
     // The common case, kept free of handle copies: it bounds the per-op overhead.
@@ -81,6 +92,16 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
   check_bool_arithmetic(op, dtype, name);
   const bool grad = detail::needs_grad(a);
+  if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
+    Tensor out;
+    {
+      NoGradGuard internal;
+      out = scalar_op(op, name, detail::to_float32(a), s, scalar_first)
+                .to(detail::is_comparison(op) ? kBool : dtype);
+    }
+    if (grad) detail::record_binary_scalar(op, name, a, s, scalar_first, out);
+    return out;
+  }
   Tensor out =
       detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype, a.device(), name);
   {
@@ -100,8 +121,12 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
                 "[{}] is not defined for bool tensors; convert with .to(kInt64) or .to(kFloat32)",
                 name);
   const bool grad = detail::needs_grad(a);
-  Tensor out = detail::make_tensor(a.shape(), dtype, a.device(), name);
-  {
+  Tensor out;
+  if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
+    NoGradGuard internal;
+    out = unary_op(op, name, detail::to_float32(a), float_only).to(dtype);
+  } else {
+    out = detail::make_tensor(a.shape(), dtype, a.device(), name);
     NoGradGuard internal;
     const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
     detail::backend_of(a.device()).unary(op, x, out);
@@ -133,6 +158,15 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
       !(other.strides() == self.strides() && other.storage_offset() == self.storage_offset())) {
     src = other.clone();
   }
+  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+    NoGradGuard internal;
+    const Tensor x = detail::to_float32(self);
+    const Tensor y = detail::prepare_operand(src, kFloat32, self.shape());
+    Tensor r = detail::make_tensor(self.shape(), kFloat32, device, name);
+    detail::backend_of(device).binary(op, x, y, r);
+    detail::store_converted(r, self);
+    return self;
+  }
   const Tensor y = detail::prepare_operand(src, self.dtype(), self.shape());
   detail::backend_of(device).binary(op, self, y, self);
   return self;
@@ -149,6 +183,14 @@ Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
       "floating result into an integer tensor. Use the out-of-place form",
       name, dtype_name(self.dtype()));
   check_bool_arithmetic(op, self.dtype(), name);
+  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+    NoGradGuard internal;
+    const Tensor x = detail::to_float32(self);
+    Tensor r = detail::make_tensor(self.shape(), kFloat32, self.device(), name);
+    detail::backend_of(self.device()).binary_scalar(op, x, s, false, r);
+    detail::store_converted(r, self);
+    return self;
+  }
   detail::backend_of(self.device()).binary_scalar(op, self, s, false, self);
   return self;
 }
@@ -203,13 +245,15 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Dtype dtype = promote_types(a.dtype(), b.dtype());
   const Shape shape = detail::broadcast_shapes(
       "where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
-  Tensor out = detail::make_tensor(shape, dtype, device, "where");
+  const Dtype kernel_dtype = is_half(dtype) ? kFloat32 : dtype;  // Note [Half precision]
+  Tensor out = detail::make_tensor(shape, kernel_dtype, device, "where");
   const bool grad = detail::needs_grad({&a, &b});
   {
     NoGradGuard internal;
     detail::backend_of(device).where(detail::prepare_operand(cond, kBool, shape),
-                                     detail::prepare_operand(a, dtype, shape),
-                                     detail::prepare_operand(b, dtype, shape), out);
+                                     detail::prepare_operand(a, kernel_dtype, shape),
+                                     detail::prepare_operand(b, kernel_dtype, shape), out);
+    out = out.to(dtype);
   }
   if (grad) detail::record_where(cond, a, b, out);
   return out;
@@ -247,6 +291,12 @@ Tensor& Tensor::fill_(double value) {
   detail::check_defined(*this, "fill_");
   detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
+  if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
+    Tensor value32 = detail::make_tensor({}, kFloat32, device(), "fill_");
+    detail::backend_of(device()).fill(value32, value);
+    detail::store_converted(value32.expand(shape()), *this);
+    return *this;
+  }
   detail::backend_of(device()).fill(*this, value);
   return *this;
 }
@@ -262,6 +312,10 @@ Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) 
   TESSERA_INTERNAL_ASSERT(grad.shape() == saved.shape() && is_floating(saved.dtype()),
                           "activation_backward got grad {} for saved {} {}", grad.shape().str(),
                           dtype_name(saved.dtype()), saved.shape().str());
+  if (is_half(saved.dtype())) [[unlikely]] {  // Note [Half precision]
+    NoGradGuard internal;
+    return activation_backward(op, to_float32(grad), to_float32(saved)).to(saved.dtype());
+  }
   const Tensor g = grad.dtype() == saved.dtype() ? grad.contiguous() : grad.to(saved.dtype());
   Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
   backend_of(saved.device()).unary_backward(op, g, saved.contiguous(), grad_in);

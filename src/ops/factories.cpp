@@ -23,10 +23,15 @@ Dtype dtype_of_options(const TensorOptions& o, Dtype fallback = kFloat32) {
   return o.dtype.value_or(fallback);
 }
 
+// The kernels have no half types: a bfloat16 or float16 factory fills float32 and rounds
+// once (Note [Half precision] in ops/half_compute.h).
+Dtype kernel_dtype(Dtype d) { return is_half(d) ? kFloat32 : d; }
+
 Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
-  Tensor t = make_tensor(shape, dtype_of_options(options), device_of(options), op);
+  const Dtype dtype = dtype_of_options(options);
+  Tensor t = make_tensor(shape, kernel_dtype(dtype), device_of(options), op);
   detail::backend_of(t.device()).fill(t, value);
-  return t;
+  return t.to(dtype);
 }
 
 TensorOptions like(const Tensor& t, TensorOptions options) {
@@ -135,10 +140,10 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   const bool integral =
       start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
   const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
-  Tensor t = make_tensor({n}, dtype_of_options(options, integral ? kInt64 : kFloat32),
-                         device_of(options), "arange");
+  const Dtype dtype = dtype_of_options(options, integral ? kInt64 : kFloat32);
+  Tensor t = make_tensor({n}, kernel_dtype(dtype), device_of(options), "arange");
   detail::backend_of(t.device()).arange(t, start, step);
-  return t;
+  return t.to(dtype);
 }
 
 namespace {
@@ -147,14 +152,14 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
                      TensorOptions options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
   TESSERA_CHECK(is_floating(dtype), DtypeError,
-                "[{}] draws floating-point values; got dtype {}. Use float32 or float64 and "
+                "[{}] draws floating-point values; got dtype {}. Use a floating dtype and "
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
   detail::check_not_capturing(device_of(options), op, "drawing random numbers");
-  Tensor t = make_tensor(shape, dtype, device_of(options), op);
+  Tensor t = make_tensor(shape, kernel_dtype(dtype), device_of(options), op);
   const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
   detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
-  return t;
+  return t.to(dtype);
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 // Note [Matmul operands]
@@ -55,8 +56,13 @@ Tensor as_batched(const Tensor& t, const Shape& batch, std::int64_t rows, std::i
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const Device device = detail::common_device("matmul", a, b);
+  if (const auto ac = detail::autocast_for(a);
+      ac && detail::autocast_for(b) && (a.dtype() != *ac || b.dtype() != *ac)) {
+    return matmul(a.to(*ac), b.to(*ac));  // recorded casts (tessera/autocast.h)
+  }
   TESSERA_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), DtypeError,
-                "[matmul] needs floating tensors (float32 or float64), got self {} and other {}; "
+                "[matmul] needs floating tensors (float32, float64, bfloat16 or float16), got self "
+                "{} and other {}; "
                 "convert with .to(kFloat32)",
                 dtype_name(a.dtype()), dtype_name(b.dtype()));
   TESSERA_CHECK(a.dtype() == b.dtype(), DtypeError,
@@ -70,8 +76,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const bool grad = detail::needs_grad({&a, &b});
   NoGradGuard internal;  // the views below are plumbing; the product is recorded as a whole
   // 1-D operands become a row (self) or a column (other), removed again from the result.
-  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
-  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  // Note [Half precision]: half operands are multiplied in float32, rounded once.
+  const bool half = is_half(a.dtype());
+  const Tensor a32 = half ? detail::to_float32(a) : a, b32 = half ? detail::to_float32(b) : b;
+  const Tensor a2 = a.dim() == 1 ? a32.unsqueeze(0) : a32;
+  const Tensor b2 = b.dim() == 1 ? b32.unsqueeze(1) : b32;
   const std::int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
   TESSERA_CHECK(k == b2.size(-2), ShapeError,
                 "[matmul] inner sizes differ: self has shape {} and other has shape {} ({} vs "
@@ -82,12 +91,13 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Shape b_batch(b2.shape().begin(), b2.shape().end() - 2);
   const Shape batch =
       a_batch == b_batch ? a_batch : detail::broadcast_shapes("matmul", a_batch, b_batch);
-  Tensor out = detail::make_tensor({batch.numel(), m, n}, a.dtype(), device, "matmul");
+  Tensor out = detail::make_tensor({batch.numel(), m, n}, a2.dtype(), device, "matmul");
   detail::backend_of(device).matmul(as_batched(a2, batch, m, k), as_batched(b2, batch, k, n), out);
   Shape result = batch;
   if (a.dim() > 1) result.push_back(m);
   if (b.dim() > 1) result.push_back(n);
   Tensor product = out.view(result);
+  if (half) product = product.to(a.dtype());
   if (grad) detail::record_matmul(a, b, product);
   return product;
 }

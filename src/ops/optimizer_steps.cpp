@@ -8,6 +8,7 @@
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/fused_ops.h"
+#include "ops/half_compute.h"
 #include "tessera/autograd.h"
 
 namespace tessera::detail {
@@ -64,6 +65,16 @@ void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
   const Tensor g = momentum_buf.defined()
                        ? checked_grad(site, param, grad, {{"momentum buffer", &momentum_buf}})
                        : checked_grad(site, param, grad, {});
+  if (is_half(param.dtype())) [[unlikely]] {
+    // The step in float32 on widened copies, rounded back once (Note [Half precision]).
+    NoGradGuard no_grad;
+    const Tensor p32 = to_float32(param);
+    const Tensor m32 = momentum_buf.defined() ? to_float32(momentum_buf) : momentum_buf;
+    backend_of(param.device()).sgd_step(p32, to_float32(g), m32, p);
+    store_converted(p32, param);
+    if (m32.defined()) store_converted(m32, momentum_buf);
+    return;
+  }
   backend_of(param.device()).sgd_step(param, g, momentum_buf, p);
 }
 
@@ -72,6 +83,15 @@ void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
                const AdamParams& p) {
   const Tensor g = checked_grad(site, param, grad,
                                 {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  if (is_half(param.dtype())) [[unlikely]] {  // as sgd_step
+    NoGradGuard no_grad;
+    const Tensor p32 = to_float32(param), m32 = to_float32(exp_avg), v32 = to_float32(exp_avg_sq);
+    backend_of(param.device()).adam_step(p32, to_float32(g), m32, v32, step, p);
+    store_converted(p32, param);
+    store_converted(m32, exp_avg);
+    store_converted(v32, exp_avg_sq);
+    return;
+  }
   backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, step, p);
 }
 

@@ -8,6 +8,8 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -66,8 +68,17 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& a, std::uint32_t mask
       squeezed.push_back(keep[d]);
     }
   }
-  Tensor out = detail::make_tensor(keep, out_dtype, a.device(), name);
-  detail::backend_of(a.device()).reduce(op, a, mask, out);
+  // Note [Half precision]: a half input is reduced in float32 and the result rounded once.
+  const bool half = is_half(a.dtype());
+  const Dtype kernel_out = half && is_half(out_dtype) ? kFloat32 : out_dtype;
+  Tensor out = detail::make_tensor(keep, kernel_out, a.device(), name);
+  if (half) [[unlikely]] {
+    NoGradGuard internal;
+    detail::backend_of(a.device()).reduce(op, detail::to_float32(a), mask, out);
+    out = out.to(out_dtype);
+  } else {
+    detail::backend_of(a.device()).reduce(op, a, mask, out);
+  }
   Tensor result = keepdim ? out : out.view(squeezed);
   if (detail::needs_grad(a)) {
     std::vector<int> dims;
@@ -83,7 +94,8 @@ Dtype sum_dtype(Dtype d) { return is_floating(d) ? d : kInt64; }
 
 void check_floating(const char* op, const Tensor& a) {
   TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
-                "[{}] needs a floating tensor (float32 or float64), got {}; convert it with "
+                "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; "
+                "convert it with "
                 ".to(kFloat32) first",
                 op, dtype_name(a.dtype()));
 }
@@ -91,6 +103,9 @@ void check_floating(const char* op, const Tensor& a) {
 Tensor value_reduce(ReduceOp op, const char* name, const Tensor& a, const std::vector<int>* dims,
                     bool keepdim) {
   detail::check_defined(a, name);
+  if (detail::autocast_keeps_float32(a)) {  // tessera/autocast.h: through a recorded cast
+    return value_reduce(op, name, a.to(kFloat32), dims, keepdim);
+  }
   const std::uint32_t mask = dims ? dim_mask(name, a.shape(), *dims) : all_dims(a.shape());
   Dtype out_dtype = a.dtype();
   if (op == ReduceOp::kSum) out_dtype = sum_dtype(a.dtype());

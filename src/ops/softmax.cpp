@@ -3,9 +3,10 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "tessera/autograd.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "ops/half_compute.h"
+#include "tessera/autograd.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -13,16 +14,24 @@ namespace {
 
 Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
   detail::check_defined(a, name);
-  TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
-                "[{}] needs a floating tensor (float32 or float64), got {}; convert it with "
-                ".to(kFloat32) first",
-                name, dtype_name(a.dtype()));
+  TESSERA_CHECK(
+      is_floating(a.dtype()), DtypeError,
+      "[{}] needs a floating tensor (float32, float64, bfloat16 or float16), got {}; convert "
+      "it with "
+      ".to(kFloat32) first",
+      name, dtype_name(a.dtype()));
   const int r = a.dim();
   const int lo = r == 0 ? -1 : -r, hi = r == 0 ? 0 : r - 1;
   TESSERA_CHECK(dim >= lo && dim <= hi, ShapeError,
                 "[{}] dim {} is out of range for a tensor of shape {} (expected {} to {})", name,
                 dim, a.shape().str(), lo, hi);
   const int d = r == 0 ? 0 : (dim < 0 ? dim + r : dim);
+  if (is_half(a.dtype())) [[unlikely]] {
+    // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h).
+    // Under autocast the result stays float32 (tessera/autocast.h).
+    const Tensor out = softmax_op(name, a.to(kFloat32), d, log);
+    return detail::autocast_keeps_float32(a) ? out : out.to(a.dtype());
+  }
   Tensor out = detail::make_tensor(a.shape(), a.dtype(), a.device(), name);
   {
     NoGradGuard internal;  // the reshapes below are plumbing, not part of the graph

@@ -141,7 +141,10 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     std::vector<StepResult> results;
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->optimizer().zero_grad();
-      results.push_back(tasks[r]->training_step(shards[r]));
+      {
+        const AutocastGuard precision = loop::precision_scope(devices_[r], options_.precision);
+        results.push_back(tasks[r]->training_step(shards[r]));
+      }
       const double share = static_cast<double>(shards[r].examples()) / static_cast<double>(batch);
       (results.back().loss * share).backward();
     }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/operators.h"
@@ -24,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The autocast scope of TrainerOptions::precision on `device`'s kind (off for float32).
+inline AutocastGuard precision_scope(Device device, Dtype precision) {
+  return AutocastGuard(device.kind(), is_half(precision) ? precision : kBFloat16,
+                       is_half(precision));
 }
 
 // A progress bar on a terminal: "epoch 3/10 [=====>      ] 120/235  2.1s  ETA 1.9s".

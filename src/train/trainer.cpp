@@ -67,6 +67,9 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
                 "[Trainer] max_epochs ({}), num_gpus ({}) and gradient_clip_val ({}) must not be "
                 "negative",
                 options_.max_epochs, options_.num_gpus, options_.gradient_clip_val);
+  TESSERA_CHECK(options_.precision == kFloat32 || is_half(options_.precision), DtypeError,
+                "[Trainer] precision must be float32, bfloat16 or float16, got {}",
+                dtype_name(options_.precision));
   const int available = num_gpus();
   const int used = std::min(options_.num_gpus, available);
   for (int i = 0; i < used; ++i) devices_.push_back(gpu(i));
@@ -154,6 +157,7 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
   DeviceSums sums(device());
   for (const data::Batch& b : loader) {
     const data::Batch on_device = prepare_batch(b);
+    const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
     sums.add(task.validation_step(on_device), b.examples());
   }
   model.train();
@@ -180,7 +184,11 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   }
   const auto one_step = [&](const data::Batch& batch) {
     opt.zero_grad();
-    StepResult r = task.training_step(batch);
+    StepResult r;
+    {
+      const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
+      r = task.training_step(batch);
+    }
     r.loss.backward();
     if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
     opt.step();

@@ -1,5 +1,6 @@
 #pragma once
 // The tensors of tests/fixtures/safetensors/interop.py's TENSORS, built with tessera.
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -16,6 +17,10 @@ inline std::map<std::string, Tensor> interop_tensors(Device d) {
       {"scalar", from_vector(std::vector<double>{3.25}, {}, d)},
       {"empty", zeros({0, 2}, d)},
       {"labels", from_vector(std::vector<std::int32_t>{1, -2, 3}, {3}, d)},
+      {"bf16", from_vector(std::vector<float>{1, -2.5f, INFINITY, 0x1p-133f, 0.333984375f}, {5},
+                           {kBFloat16, d})},
+      {"f16",
+       from_vector(std::vector<float>{1, -2.5f, 65504, 0x1p-24f, -INFINITY}, {5}, {kFloat16, d})},
   };
 }
 

@@ -256,8 +256,8 @@ TEST_P(Safetensors, CorruptFilesGiveClearErrors) {
   expect_bad(file_with(w, eight.substr(0, 5)), "truncated");
   expect_bad(file_with(w, eight + "xx"), "trailing bytes");
   expect_bad(file_with("{not json", ""), "not valid JSON");
-  expect_bad(file_with(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "abcd"),
-             "dtype F16, which tessera cannot hold");
+  expect_bad(file_with(R"({"w":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})", "abcd"),
+             "dtype I16, which tessera cannot hold");
   expect_bad(file_with(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
              "needs 12 bytes");
   expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"

@@ -55,6 +55,37 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   EXPECT_NEAR(trainer.step_losses().to_vector<double>().back(), history.back().train_loss, 0.5);
 }
 
+// TrainerOptions::precision: the steps under autocast, still without a host wait or a
+// transfer per step, the weights float32, and about float32's accuracy.
+TEST_P(TrainerOnDevice, TrainsUnderAutocastInBfloat16AndFloat16) {
+  const auto [images, labels] = quadrant_images(256);
+  for (Dtype precision : {kBFloat16, kFloat16}) {
+    data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+    data::DataLoader val_data(images, labels, {.batch_size = 64, .shuffle = false});
+    manual_seed(0);
+    nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
+    optim::SGD opt(net.parameters(), {.lr = 0.5});
+    train::Classifier task(net, opt);
+    train::TrainerOptions options{.max_epochs = 3, .progress = false, .device = device()};
+    options.precision = precision;
+    train::Trainer trainer(options);
+    std::vector<train::EpochMetrics> history;
+    {
+      SyncGuard strict(SyncMode::kError);
+      history = trainer.fit(task, train_data, &val_data);
+    }
+    ASSERT_EQ(history.size(), 3u);
+    EXPECT_LT(history.back().train_loss, history.front().train_loss) << dtype_name(precision);
+    EXPECT_GT(history.back().val_acc, 0.9) << dtype_name(precision);
+    for (const Tensor& p : net.parameters()) EXPECT_EQ(p.dtype(), kFloat32);
+  }
+  train::TrainerOptions bad{.progress = false, .device = device()};
+  bad.precision = kInt32;
+  testing::expect_throw_with<DtypeError>(
+      [&] { train::Trainer t(bad); },
+      {"[Trainer] precision must be float32, bfloat16 or float16, got int32"});
+}
+
 // Note [Divergence on the device]: a run whose loss becomes NaN stops at the end of that
 // epoch with NonFiniteError, still without a host wait per step.
 TEST_P(TrainerOnDevice, StopsWhenTheLossDiverges) {

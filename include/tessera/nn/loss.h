@@ -9,7 +9,8 @@ namespace tessera::nn {
 /// loss per example).
 enum class Reduction { kMean, kSum, kNone };
 
-/// Cross-entropy of logits [N, C] (float32/float64) against class indices [N] (any integer
+/// Cross-entropy of logits [N, C] (floating; half logits give a float32 loss) against class
+/// indices [N] (any integer
 /// dtype) on the same device, fused with a numerically stable log-softmax: one kernel
 /// forward, one backward. A class index outside [0, C) is not checked on the host (that
 /// would wait for the device): its example's loss is NaN, and so is the mean.

@@ -55,6 +55,12 @@ struct TESSERA_API TrainerOptions {
   /// draws random numbers on the host (dropout) or reads a value throws GraphCaptureError at
   /// the recording. On a GPU a graph holds one device: with several GPUs, DeviceError.
   bool graph = false;
+  /// The precision of the training and validation steps: kFloat32, or kBFloat16 / kFloat16
+  /// to run them under AutocastGuard (autocast.h): matmul, linear and conv in the half type,
+  /// softmax, the loss and the parameters (the optimizer's weights) in float32. float16 has
+  /// no loss scaling yet, so gradients below its range (about 6e-8) become zero. Any other
+  /// dtype: DtypeError from the constructor.
+  Dtype precision = kFloat32;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss

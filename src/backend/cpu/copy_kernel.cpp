@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "backend/cpu/strided_loop.h"
-#include "core/dispatch.h"
+#include "core/dispatch_half.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail {
@@ -19,9 +19,9 @@ void copy_kernel(const Tensor& src, const Tensor& dst) {
   const auto layout = make_layout<2>(
       d.shape, {&d.strides, &s.strides},
       {static_cast<std::int64_t>(itemsize(d.dtype)), static_cast<std::int64_t>(itemsize(s.dtype))});
-  dispatch_dtype(d.dtype, [&](auto to_tag) {
+  dispatch_dtype_with_half(d.dtype, [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_dtype(s.dtype, [&](auto from_tag) {
+    dispatch_dtype_with_half(s.dtype, [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       for_each_row<2>(
           layout, {d.data(), s.data()}, d.numel(),

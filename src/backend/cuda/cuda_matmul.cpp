@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
+#include "core/dispatch.h"
 #include "tessera/settings.h"
 
 // Note [cuBLAS operands]
@@ -54,6 +55,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   TESSERA_INTERNAL_ASSERT(kc.contiguous, "matmul output must be contiguous");
+  if (is_half(kc.dtype)) half_reached_kernel(kc.dtype);  // the front end widens
   if (cuda::small_gemm_fits(batches, m, n, k)) {  // Note [Small matmuls]
     cuda::launch_small_gemm(stream, ka, kb, kc);
     return;

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "core/dispatch.h"
 #include "tessera/error.h"
 
 // Note [CUDA reduction plan]
@@ -625,12 +626,16 @@ void launch_reduce(StreamHandle s, ReduceOp op, const KernelArg& in, std::uint32
       return reduce_typed<float>(stream, op, in, dim_mask, out);
     case Dtype::kFloat64:
       return reduce_typed<double>(stream, op, in, dim_mask, out);
+    case Dtype::kBFloat16:
+    case Dtype::kFloat16:  // the front end reduces half types in float32
+      half_reached_kernel(in.dtype);
   }
 }
 
 void launch_softmax(StreamHandle s, const KernelArg& in, int dim, bool log, const KernelArg& out) {
   if (in.numel == 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
+  if (is_half(in.dtype)) half_reached_kernel(in.dtype);
   if (in.dtype == Dtype::kFloat64) return softmax_typed<double>(stream, in, dim, log, out);
   softmax_typed<float>(stream, in, dim, log, out);
 }

@@ -166,6 +166,9 @@ ncclDataType_t nccl_data_type(Dtype dtype) {
     case kUInt8:
     case kBool:
       return ncclUint8;
+    case kBFloat16:  // the collectives' front end refuses half types
+    case kFloat16:
+      break;
   }
   throw Error(fmt::format("[nccl] internal error: unknown dtype {}", static_cast<int>(dtype)));
 }

@@ -1,0 +1,450 @@
+// bfloat16 and float16 on every device: the dtype's rules, conversions (bit-exact against an
+// independent host rounding), factories, printing, and the ops computed in float32 against a
+// float64 reference rounded to the format.
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+using testing::random_values;
+
+constexpr Dtype kHalfTypes[] = {kBFloat16, kFloat16};
+
+// x rounded to `dtype` the way IEEE round-to-nearest-even does, written independently of
+// tessera's bit tricks: through float first (as every conversion from float64 does), then to
+// the format's significand bits, with float16's subnormal spacing and overflow.
+double half_round(double x, Dtype dtype) {
+  x = static_cast<double>(static_cast<float>(x));
+  if (!std::isfinite(x) || x == 0) return x;
+  const int bits = dtype == kBFloat16 ? 8 : 11;         // significand bits
+  const int min_exp = dtype == kBFloat16 ? -133 : -24;  // spacing of the subnormals
+  const double max = dtype == kBFloat16 ? 0x1.fep127 : 65504.0;
+  int e = 0;
+  std::frexp(x, &e);
+  const double quantum = std::ldexp(1.0, std::max(e - bits, min_exp));
+  const double r = std::nearbyint(x / quantum) * quantum;
+  if (std::abs(r) > max) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  return r;
+}
+
+std::vector<double> half_round(const std::vector<double>& v, Dtype dtype) {
+  std::vector<double> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = half_round(v[i], dtype);
+  return r;
+}
+
+// One unit in the last place at 1.0: the relative error of one rounding is at most half.
+double ulp(Dtype dtype) { return dtype == kBFloat16 ? 0x1p-7 : 0x1p-10; }
+
+void expect_same_values(const std::vector<double>& actual, const std::vector<double>& expected,
+                        const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(actual[i])) << what << " at " << i;
+    } else {
+      EXPECT_EQ(actual[i], expected[i]) << what << " at " << i << " (input rounded)";
+      EXPECT_EQ(std::signbit(actual[i]), std::signbit(expected[i])) << what << " at " << i;
+    }
+  }
+}
+
+TEST(HalfDtype, NamesSizesAndPromotion) {
+  EXPECT_EQ(dtype_name(kBFloat16), "bfloat16");
+  EXPECT_EQ(dtype_name(kFloat16), "float16");
+  EXPECT_EQ(itemsize(kBFloat16), 2u);
+  EXPECT_EQ(itemsize(kFloat16), 2u);
+  EXPECT_TRUE(is_floating(kBFloat16) && is_floating(kFloat16));
+  EXPECT_TRUE(is_half(kBFloat16) && is_half(kFloat16) && !is_half(kFloat32));
+  EXPECT_FALSE(is_integral(kFloat16));
+  EXPECT_EQ(promote_types(kBFloat16, kFloat16), kFloat32);
+  EXPECT_EQ(promote_types(kFloat16, kBFloat16), kFloat32);
+  EXPECT_EQ(promote_types(kBFloat16, kInt64), kBFloat16);
+  EXPECT_EQ(promote_types(kUInt8, kFloat16), kFloat16);
+  EXPECT_EQ(promote_types(kBFloat16, kFloat32), kFloat32);
+  EXPECT_EQ(promote_types(kFloat64, kFloat16), kFloat64);
+  EXPECT_EQ(promote_types(kBFloat16, kBFloat16), kBFloat16);
+  std::ostringstream os;
+  os << kFloat16;
+  EXPECT_EQ(os.str(), "float16");
+}
+
+class Half : public DeviceTest {};
+
+// The edge cases of each format: ties to even, overflow, subnormals, NaN, infinities, -0.
+std::vector<double> edge_values(Dtype dtype) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> v = {0.0,          -0.0,   1.0,     -2.5,  inf, -inf,
+                           std::nan(""), 3.0e38, -3.4e38, 1e-30, 0.1, 1.0 / 3};
+  if (dtype == kBFloat16) {
+    v.insert(v.end(), {1 + 0x1p-8,            // a tie: rounds down to 1 (even)
+                       1 + 3 * 0x1p-8,        // a tie: rounds up to 1 + 2^-6 (even)
+                       1 + 0x1p-8 + 0x1p-20,  // just above the tie: rounds up
+                       0x1.fffp127,           // rounds past the largest: infinity
+                       0x1p-130});            // a bfloat16 subnormal
+  } else {
+    v.insert(v.end(), {1 + 0x1p-11, 1 + 3 * 0x1p-11, 1 + 0x1p-11 + 0x1p-20, 65504, 65519, 65520,
+                       -70000,  // the largest; below, at the overflow tie
+                       0x1p-24, 0x1p-25, 3 * 0x1p-25, 0x1p-26,  // subnormals and their ties
+                       0x1p-14 - 0x1p-25, 6.1e-5});
+  }
+  return v;
+}
+
+TEST_P(Half, ConversionsRoundToNearestEvenBitExactly) {
+  for (Dtype dtype : kHalfTypes) {
+    std::vector<double> values = edge_values(dtype);
+    // Random values over many magnitudes, as float32 holds them.
+    for (double r : random_values(4000, 11, -1, 1)) {
+      values.push_back(static_cast<float>(r * std::pow(2.0, std::round(r * 40))));
+    }
+    const std::string what = std::string(dtype_name(dtype));
+    const Tensor f32 =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {kFloat32, device()});
+    const Tensor h = f32.to(dtype);
+    EXPECT_EQ(h.dtype(), dtype);
+    EXPECT_EQ(h.nbytes(), values.size() * 2);
+    const std::vector<double> expected = half_round(values, dtype);
+    expect_same_values(h.to_vector<double>(), expected, what + " from float32, read as double");
+    // From float64 directly, and back through float32 on the device.
+    const Tensor from64 =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {dtype, device()});
+    expect_same_values(from64.to(kFloat32).to_vector<double>(), expected,
+                       what + " from float64, back through float32 on the device");
+    // A strided view converts element by element.
+    const Tensor every_other = f32.slice(0, 0, f32.numel(), 2).to(dtype);
+    std::vector<double> expected_strided;
+    for (std::size_t i = 0; i < values.size(); i += 2) expected_strided.push_back(expected[i]);
+    expect_same_values(every_other.to_vector<double>(), expected_strided, what + " strided");
+    // The conversion is exact the other way: every half value is a float.
+    const std::vector<float> as_float = h.to_vector<float>();
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (!std::isnan(expected[i])) EXPECT_EQ(static_cast<double>(as_float[i]), expected[i]);
+    }
+  }
+}
+
+TEST_P(Half, ConvertsToAndFromEveryDtype) {
+  const std::vector<double> whole = {0, 1, 2, 7, 100, 255};
+  for (Dtype half : kHalfTypes) {
+    const Tensor h = from_vector(whole, {6}, {half, device()});
+    for (Dtype other : {kBool, kUInt8, kInt32, kInt64, kFloat32, kFloat64, kBFloat16, kFloat16}) {
+      const std::string what = fmt::format("{} <-> {}", dtype_name(half), dtype_name(other));
+      const Tensor o = h.to(other);
+      EXPECT_EQ(o.dtype(), other) << what;
+      std::vector<double> expected = whole;
+      if (other == kBool) {
+        for (double& x : expected) x = x != 0;
+      }
+      EXPECT_EQ(o.to_vector<double>(), expected) << what;
+      EXPECT_EQ(o.to(half).to_vector<double>(), expected) << what << " and back";
+    }
+    // Negative and fractional values into signed integers truncate, as float32 does.
+    const Tensor f = from_vector(std::vector<double>{-3.75, 2.5, -0.5}, {3}, {half, device()});
+    EXPECT_EQ(f.to(kInt64).to_vector<std::int64_t>(), (std::vector<std::int64_t>{-3, 2, 0}));
+    EXPECT_EQ(f.to(kBool).to_vector<bool>(), (std::vector<bool>{true, true, true}));
+  }
+}
+
+TEST_P(Half, FactoriesFromVectorAndPrinting) {
+  for (Dtype dtype : kHalfTypes) {
+    const std::string what = std::string(dtype_name(dtype));
+    EXPECT_EQ(zeros({2, 3}, {dtype, device()}).to_vector<float>(), std::vector<float>(6, 0.0f));
+    EXPECT_EQ(ones({4}, {dtype, device()}).to_vector<float>(), std::vector<float>(4, 1.0f));
+    const Tensor pi = full({3}, M_PI, {dtype, device()});
+    EXPECT_EQ(pi.dtype(), dtype);
+    EXPECT_EQ(pi.to_vector<double>(), std::vector<double>(3, half_round(M_PI, dtype))) << what;
+    const Tensor r = arange(0, 300, 1, {dtype, device()});
+    EXPECT_EQ(r.dtype(), dtype);
+    const std::vector<double> got = r.to_vector<double>();
+    for (int i = 0; i < 300; ++i) EXPECT_EQ(got[i], half_round(i, dtype)) << what << " " << i;
+    const Tensor u = rand({1000}, {dtype, device()});
+    EXPECT_EQ(u.dtype(), dtype);
+    const double lo = min(u).item<double>(), hi = max(u).item<double>();
+    EXPECT_GE(lo, 0.0);
+    EXPECT_LE(hi, 1.0);
+    EXPECT_GT(hi - lo, 0.9) << what;  // spread over [0, 1]
+    const Tensor n = randn({4000}, {dtype, device()});
+    EXPECT_NEAR(mean(n.to(kFloat64)).item<double>(), 0.0, 0.1) << what;
+    Tensor z = zeros({3}, {dtype, device()});
+    z.fill_(2.75);
+    EXPECT_EQ(z.to_vector<float>(), std::vector<float>(3, 2.75f));
+    // tensor() and from_vector() through float.
+    const Tensor t = tensor({{1.5, -2.0}, {0.25, 1e5}}, {dtype, device()});
+    EXPECT_EQ(t.to_vector<double>(),
+              (std::vector<double>{1.5, -2.0, 0.25, half_round(1e5, dtype)}));
+    const Tensor v = from_vector(std::vector<float>{0.1f, 0.2f}, {2}, {dtype, device()});
+    EXPECT_EQ(v.to_vector<float>()[0], static_cast<float>(half_round(0.1f, dtype)));
+    std::ostringstream os;
+    os << t;
+    EXPECT_NE(os.str().find("dtype=" + what), std::string::npos) << os.str();
+    EXPECT_NE(os.str().find("1.5"), std::string::npos) << os.str();
+  }
+}
+
+struct HalfUnary {
+  const char* name;
+  std::function<Tensor(const Tensor&)> op;
+  std::function<double(double)> ref;
+  double lo, hi;
+};
+
+TEST_P(Half, ElementwiseOpsMatchFloat64Reference) {
+  const std::vector<HalfUnary> unary = {
+      {"neg", [](const Tensor& x) { return -x; }, [](double x) { return -x; }, -3, 3},
+      {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, -4, 4},
+      {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, 0.1,
+       10},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0,
+       9},
+      {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
+      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3,
+       3},
+      {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -3,
+       3},
+      {"x*3", [](const Tensor& x) { return x * 3.0; }, [](double x) { return x * 3; }, -3, 3},
+      {"x-1", [](const Tensor& x) { return x - 1.0; }, [](double x) { return x - 1; }, -3, 3},
+      {"1/x", [](const Tensor& x) { return 1.0 / x; }, [](double x) { return 1 / x; }, 0.5, 4},
+      {"pow2", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }, -3, 3},
+  };
+  for (Dtype dtype : kHalfTypes) {
+    for (const HalfUnary& c : unary) {
+      const Tensor x = from_vector(random_values(240, 5, c.lo, c.hi), {12, 20}, {dtype, device()});
+      const std::vector<double> held = x.to_vector<double>();
+      std::vector<double> expected(held.size());
+      for (std::size_t i = 0; i < held.size(); ++i) expected[i] = c.ref(held[i]);
+      const std::string what = fmt::format("{} {}", c.name, dtype_name(dtype));
+      const Tensor y = c.op(x);
+      EXPECT_EQ(y.dtype(), dtype) << what;
+      // One rounding of a float32 result: within one ulp of the exact value.
+      expect_close(y, expected, ulp(dtype), 1e-6, what);
+      expect_close(c.op(x.t()).t(), expected, ulp(dtype), 1e-6, what + " (transposed)");
+    }
+    // Binary ops with broadcasting, and the results' dtypes.
+    const Tensor a = from_vector(random_values(60, 1, -2, 2), {6, 10}, {dtype, device()});
+    const Tensor b = from_vector(random_values(10, 2, 0.5, 2), {10}, {dtype, device()});
+    const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+    std::vector<double> sum(60), prod(60), quot(60), mx(60), lt(60);
+    for (int i = 0; i < 60; ++i) {
+      sum[i] = av[i] + bv[i % 10];
+      prod[i] = av[i] * bv[i % 10];
+      quot[i] = av[i] / bv[i % 10];
+      mx[i] = std::max(av[i], bv[i % 10]);
+      lt[i] = av[i] < bv[i % 10];
+    }
+    const std::string what = std::string(dtype_name(dtype));
+    expect_close(a + b, sum, ulp(dtype), 1e-6, what + " add");
+    expect_close(a * b, prod, ulp(dtype), 1e-6, what + " mul");
+    expect_close(a / b, quot, ulp(dtype), 1e-6, what + " div");
+    expect_close(maximum(a, b), mx, 0, 0, what + " maximum");
+    EXPECT_EQ((a < b).dtype(), kBool);
+    expect_close(a < b, lt, 0, 0, what + " lt");
+    EXPECT_EQ((a + b).dtype(), dtype);
+    EXPECT_EQ((a + 1.5).dtype(), dtype);
+    EXPECT_EQ((a + a.to(kFloat32)).dtype(), kFloat32);
+    EXPECT_EQ((a + ones({10}, {kInt64, device()})).dtype(), dtype);
+    EXPECT_EQ((a.to(kBFloat16) + a.to(kFloat16)).dtype(), kFloat32);
+    // In place: computed in float32, stored in self's half type.
+    Tensor c = a.clone();
+    c.add_(b);
+    c.mul_(0.5);
+    std::vector<double> half_sum(60);
+    for (int i = 0; i < 60; ++i) half_sum[i] = half_round(sum[i], dtype) * 0.5;
+    EXPECT_EQ(c.dtype(), dtype);
+    expect_close(c, half_sum, ulp(dtype), 1e-6, what + " add_ then mul_");
+    const Tensor w = where(a > 0.0, a, b);
+    EXPECT_EQ(w.dtype(), dtype);
+    std::vector<double> wv(60);
+    for (int i = 0; i < 60; ++i) wv[i] = av[i] > 0 ? av[i] : bv[i % 10];
+    expect_close(w, wv, 0, 0, what + " where");
+  }
+}
+
+TEST_P(Half, ReductionsAccumulateInFloat32) {
+  for (Dtype dtype : kHalfTypes) {
+    const std::string what = std::string(dtype_name(dtype));
+    // Added up in the half type, the sum would stop growing at 256 (bfloat16) or 2048
+    // (float16), where adding 1 is a tie that rounds back down.
+    const Tensor o = ones({4096}, {dtype, device()});
+    EXPECT_EQ(sum(o).dtype(), dtype);
+    EXPECT_EQ(sum(o).item<double>(), 4096.0) << what;
+    EXPECT_EQ(mean(o).item<double>(), 1.0) << what;
+    const Tensor x = from_vector(random_values(3000, 9, -1, 2), {30, 100}, {dtype, device()});
+    const std::vector<double> v = x.to_vector<double>();
+    double total = 0, top = -1e9;
+    std::int64_t top_at = 0;
+    std::vector<double> rows(30, 0.0);
+    for (int i = 0; i < 3000; ++i) {
+      total += v[i];
+      rows[i / 100] += v[i];
+      if (v[i] > top) {
+        top = v[i];
+        top_at = i;
+      }
+    }
+    expect_close(std::vector<double>{sum(x).item<double>()}, {total}, ulp(dtype), 1e-3,
+                 what + " sum");
+    expect_close(std::vector<double>{mean(x).item<double>()}, {total / 3000}, ulp(dtype), 1e-6,
+                 what + " mean");
+    expect_close(sum(x, {1}), rows, ulp(dtype), 1e-3, what + " sum over dim 1");
+    EXPECT_EQ(max(x).item<double>(), top) << what;
+    EXPECT_EQ(argmax(x).item<std::int64_t>(), top_at) << what;
+    EXPECT_EQ(argmax(x).dtype(), kInt64);
+    const Tensor s = softmax(x, 1);
+    EXPECT_EQ(s.dtype(), dtype);
+    expect_close(sum(s.to(kFloat64), {1}), std::vector<double>(30, 1.0), 0, 100 * ulp(dtype),
+                 what + " softmax rows sum to 1");
+  }
+}
+
+// A float64 matmul of the values the half tensors hold.
+std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int m,
+                               int k, int n) {
+  std::vector<double> c(m * n, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p)
+      for (int j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
+  return c;
+}
+
+TEST_P(Half, MatmulLinearAndConvMatchFloat64Reference) {
+  for (Dtype dtype : kHalfTypes) {
+    const std::string what = std::string(dtype_name(dtype));
+    const Tensor a = from_vector(random_values(16 * 64, 3), {16, 64}, {dtype, device()});
+    const Tensor b = from_vector(random_values(64 * 8, 4), {64, 8}, {dtype, device()});
+    const std::vector<double> expected =
+        matmul_ref(a.to_vector<double>(), b.to_vector<double>(), 16, 64, 8);
+    const Tensor c = matmul(a, b);
+    EXPECT_EQ(c.dtype(), dtype);
+    // Accumulated in float32 and rounded once: one ulp of the result, plus float32's error.
+    expect_close(c, expected, ulp(dtype), 1e-4, what + " matmul");
+    expect_close(matmul(b.t(), a.t()).t(), expected, ulp(dtype), 1e-4, what + " matmul of views");
+    // Linear converted to the half type.
+    nn::Linear layer(64, 8);
+    layer.to(device());
+    layer.to(dtype);
+    EXPECT_EQ(layer.weight.dtype(), dtype);
+    const Tensor y = layer(a);
+    EXPECT_EQ(y.dtype(), dtype);
+    std::vector<double> lin =
+        matmul_ref(a.to_vector<double>(), layer.weight.t().to_vector<double>(), 16, 64, 8);
+    const std::vector<double> bias = layer.bias.to_vector<double>();
+    for (int i = 0; i < 16 * 8; ++i) lin[i] += bias[i % 8];
+    expect_close(y, lin, ulp(dtype), 1e-4, what + " Linear");
+    // conv2d and pooling against tessera's float64 path on the same values.
+    const Tensor x = from_vector(random_values(2 * 3 * 9 * 9, 5), {2, 3, 9, 9}, {dtype, device()});
+    const Tensor w = from_vector(random_values(4 * 3 * 3 * 3, 6), {4, 3, 3, 3}, {dtype, device()});
+    const Tensor bb = from_vector(random_values(4, 7), {4}, {dtype, device()});
+    const Tensor out = conv2d(x, w, bb, {.stride = {2, 2}, .padding = {1, 1}});
+    EXPECT_EQ(out.dtype(), dtype);
+    const Tensor ref = conv2d(x.to(kFloat64), w.to(kFloat64), bb.to(kFloat64),
+                              {.stride = {2, 2}, .padding = {1, 1}});
+    expect_close(out, ref.to_vector<double>(), ulp(dtype), 1e-4, what + " conv2d");
+    expect_close(max_pool2d(x), max_pool2d(x.to(kFloat64)).to_vector<double>(), 0, 0,
+                 what + " max_pool2d");
+    expect_close(avg_pool2d(x), avg_pool2d(x.to(kFloat64)).to_vector<double>(), ulp(dtype), 1e-6,
+                 what + " avg_pool2d");
+  }
+}
+
+TEST_P(Half, AutogradGivesGradientsInTheParameterDtype) {
+  for (Dtype dtype : kHalfTypes) {
+    const std::string what = std::string(dtype_name(dtype));
+    const Tensor x = from_vector(random_values(12, 8), {3, 4}, {dtype, device()}).requires_grad_();
+    sum(x * x).backward();
+    ASSERT_TRUE(x.grad().defined());
+    EXPECT_EQ(x.grad().dtype(), dtype);
+    std::vector<double> twice = x.to_vector<double>();
+    for (double& g : twice) g *= 2;  // exact in either format
+    EXPECT_EQ(x.grad().to_vector<double>(), twice) << what;
+    // Through matmul, an activation and the float32 loss of half logits.
+    const Tensor w =
+        from_vector(random_values(4 * 5, 9), {4, 5}, {dtype, device()}).requires_grad_();
+    const Tensor targets = tensor({0, 3, 4}, {kInt64, device()});
+    const Tensor logits = matmul(tanh(x.detach()), w);
+    const Tensor loss = nn::cross_entropy(logits, targets);
+    EXPECT_EQ(loss.dtype(), kFloat32) << "a loss of half logits is float32";
+    loss.backward();
+    EXPECT_EQ(w.grad().dtype(), dtype);
+    // The same in float64 from the same values.
+    const Tensor w64 = w.detach().to(kFloat64).requires_grad_();
+    nn::cross_entropy(matmul(tanh(x.detach().to(kFloat64)), w64), targets).backward();
+    expect_close(w.grad(), w64.grad().to_vector<double>(), 4 * ulp(dtype), 4 * ulp(dtype),
+                 what + " grad through matmul and cross_entropy");
+    // A cast's backward casts the gradient back.
+    const Tensor p = from_vector(random_values(5, 10), {5}, {kFloat32, device()}).requires_grad_();
+    sum(p.to(dtype) * 3.0).backward();
+    EXPECT_EQ(p.grad().dtype(), kFloat32);
+    EXPECT_EQ(p.grad().to_vector<double>(), std::vector<double>(5, 3.0)) << what;
+  }
+}
+
+TEST_P(Half, OptimizersStepHalfParametersInFloat32) {
+  for (Dtype dtype : kHalfTypes) {
+    const std::string what = std::string(dtype_name(dtype));
+    Tensor p = from_vector(std::vector<double>{1.0, -2.0, 0.5}, {3}, {dtype, device()});
+    p.requires_grad_();
+    p.set_grad(from_vector(std::vector<double>{0.5, 1.0, -4.0}, {3}, {dtype, device()}));
+    optim::SGD sgd({p}, {.lr = 0.25});
+    sgd.step();
+    EXPECT_EQ(p.dtype(), dtype);
+    EXPECT_EQ(p.to_vector<double>(), (std::vector<double>{0.875, -2.25, 1.5})) << what;
+    // Adam's first step moves each weight by lr against its gradient's sign.
+    Tensor q = from_vector(std::vector<double>{1.0, -2.0}, {2}, {dtype, device()});
+    q.requires_grad_();
+    q.set_grad(from_vector(std::vector<double>{0.3, -7.0}, {2}, {dtype, device()}));
+    optim::Adam adam({q}, {.lr = 0.125});
+    adam.step();
+    expect_close(q, {0.875, -1.875}, ulp(dtype), 1e-3, what + " Adam");
+  }
+}
+
+TEST_P(Half, CollectivesRefuseHalfTensors) {
+  const Tensor t = ones({4}, {kBFloat16, device()});
+  expect_throw_with<DtypeError>(
+      [&] { all_reduce({t}); },
+      {"[all_reduce] bfloat16 tensors are not supported by collectives yet",
+       ".to(kFloat32) first"});
+}
+
+TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    fmt::format("tessera_half_{}_{}.safetensors", ::getpid(), device().str());
+  std::map<std::string, Tensor> tensors;
+  for (Dtype dtype : kHalfTypes) {
+    const std::vector<double> values = edge_values(dtype);
+    tensors[std::string(dtype_name(dtype))] =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {dtype, device()});
+  }
+  save_safetensors(path, tensors);
+  const SafetensorsFile file = load_safetensors(path, device());
+  for (Dtype dtype : kHalfTypes) {
+    const std::string name(dtype_name(dtype));
+    const Tensor& back = file.tensors.at(name);
+    EXPECT_EQ(back.dtype(), dtype);
+    EXPECT_EQ(back.device(), device());
+    expect_same_values(back.to_vector<double>(), tensors[name].to_vector<double>(), name);
+  }
+  expect_throw_with<NonFiniteError>(
+      [&] { save_safetensors(path, tensors, {}, {.allow_non_finite = false}); }, {"non-finite"});
+  std::filesystem::remove(path);
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Half);
+
+}  // namespace
+}  // namespace tessera
