@@ -17,9 +17,8 @@ struct ConvLayer {
   bool input_grad;
 };
 
-inline constexpr ConvLayer kLeNetConvs[] = {
-    {1, 28, 6, 2, false},   // 1 x 28 x 28 -> 6 x 28 x 28
-    {6, 14, 16, 0, true}};  // 6 x 14 x 14 -> 16 x 10 x 10
+inline constexpr ConvLayer kLeNetConvs[] = {{1, 28, 6, 2, false},   // 1 x 28 x 28 -> 6 x 28 x 28
+                                            {6, 14, 16, 0, true}};  // 6 x 14 x 14 -> 16 x 10 x 10
 inline constexpr std::int64_t kLeNetKernel = 5;
 
 /// Args 1 and 2: the layer; microseconds on the wall clock.

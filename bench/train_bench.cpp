@@ -2,7 +2,8 @@
 // default settings: an MLP 784-256-10 and d2l's LeNet-5 on a Fashion-MNIST-sized synthetic
 // data set resident on the CPU, batch 256. The peers are in peers/libtorch_train_bench.cpp.
 // The loss is summed on the device and read once per epoch, as the trainer does. The MLP
-// also runs fed by the DataLoader from uint8 images (train_mlp_loader/tessera/prefetch:2 and :0), as `tessera train`.
+// also runs fed by the DataLoader from uint8 images (train_mlp_loader/tessera/prefetch:2 and :0),
+// as `tessera train`.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -17,8 +18,8 @@ namespace {
 
 void run_epochs(benchmark::State& state, nn::Sequential net, bool images) {
   manual_seed(0);
-  const Tensor x = images ? rand({kTrainImages, 1, kImageSide, kImageSide})
-                          : rand({kTrainImages, kPixels});
+  const Tensor x =
+      images ? rand({kTrainImages, 1, kImageSide, kImageSide}) : rand({kTrainImages, kPixels});
   const Tensor y = (rand({kTrainImages}) * static_cast<double>(kClasses)).to(kInt64);
   optim::SGD opt(net.parameters(), {.lr = kTrainLr});
   std::size_t peak = 0;
@@ -56,8 +57,10 @@ void bm_mlp_epoch_loader(benchmark::State& state) {
   const std::int64_t prefetch = state.range(0);
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(kTrainImages * kPixels));
   std::vector<std::int64_t> labels(static_cast<std::size_t>(kTrainImages));
-  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % kClasses);
+  for (std::size_t i = 0; i < pixels.size(); ++i)
+    pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int64_t>(i % kClasses);
   data::DataLoader loader(from_vector(pixels, {kTrainImages, kPixels}),
                           from_vector(labels, {kTrainImages}),
                           {.batch_size = kTrainBatch, .prefetch = prefetch});

@@ -1,7 +1,7 @@
 // Sections 6.7.1 (Computing Devices), 6.7.2 (Tensors and GPUs) and 6.7.3 (Neural Networks
-// and GPUs) of Dive into Deep Learning in tessera, printing each step like the book. On a machine without GPUs every
-// try_gpu(i) falls back to the CPU; run it with TESSERA_CPU_DEVICES=2 to see the rules
-// about a second device (mismatch errors, explicit copies, the transfer ledger) in action.
+// and GPUs) of Dive into Deep Learning in tessera, printing each step like the book. On a machine
+// without GPUs every try_gpu(i) falls back to the CPU; run it with TESSERA_CPU_DEVICES=2 to see the
+// rules about a second device (mismatch errors, explicit copies, the transfer ledger) in action.
 #include <iostream>
 #include <vector>
 

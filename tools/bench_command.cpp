@@ -48,13 +48,14 @@ int run(const BenchOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(ctx.out_dir, ec);
   if (ec) {
-    throw IOError(fmt::format("[bench] cannot create the output directory '{}': {}; choose "
-                              "another with --out-dir",
-                              ctx.out_dir.string(), ec.message()));
+    throw IOError(
+        fmt::format("[bench] cannot create the output directory '{}': {}; choose "
+                    "another with --out-dir",
+                    ctx.out_dir.string(), ec.message()));
   }
-  std::cout << fmt::format("tessera {} bench: {}\n", kVersion,
-                           o.exercises.empty() ? "all four exercises"
-                                               : fmt::format("{}", fmt::join(o.exercises, ", ")));
+  std::cout << fmt::format(
+      "tessera {} bench: {}\n", kVersion,
+      o.exercises.empty() ? "all four exercises" : fmt::format("{}", fmt::join(o.exercises, ", ")));
   describe_devices(ctx);
   const auto wanted = [&](const std::string& e) {
     return o.exercises.empty() ||

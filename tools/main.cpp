@@ -1,4 +1,5 @@
-// The `tessera` command line: `tessera train`, `tessera bench`, `tessera info`, `tessera --version`, `--help`.
+// The `tessera` command line: `tessera train`, `tessera bench`, `tessera info`, `tessera
+// --version`, `--help`.
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -9,10 +10,10 @@
 
 #include "bench_command.h"
 #include "info_command.h"
-#include "train_command.h"
 #include "tessera/error.h"
 #include "tessera/process_group.h"
 #include "tessera/version.h"
+#include "train_command.h"
 
 namespace {
 

@@ -3,13 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <cerrno>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,11 +26,12 @@ struct TrainArgs {
   std::string model = "mlp";
   int epochs = 10;
   std::int64_t batch_size = 256;
-  std::int64_t prefetch = -1;  // batches gathered ahead on a background thread; -1: 2 with a GPU, else 0
-  double lr = 0.1;        // LeNet: 0.05 unless given (see add_train_command)
-  double momentum = 0;    // LeNet: 0.9 unless given
-  std::string device;  // empty: try_gpu(), or the --num-gpus rule
-  int num_gpus = -1;   // -1: not given
+  std::int64_t prefetch =
+      -1;               // batches gathered ahead on a background thread; -1: 2 with a GPU, else 0
+  double lr = 0.1;      // LeNet: 0.05 unless given (see add_train_command)
+  double momentum = 0;  // LeNet: 0.9 unless given
+  std::string device;   // empty: try_gpu(), or the --num-gpus rule
+  int num_gpus = -1;    // -1: not given
   std::string devices;  // "cpu:0,cpu:1": data-parallel on these
   std::uint64_t seed = 0;
   std::string data_dir;
@@ -59,11 +60,13 @@ std::string describe_devices(const std::vector<Device>& devices, int ranks, std:
   for (Device d : devices) names += (names.empty() ? "" : ", ") + d.str();
   const auto k = static_cast<std::int64_t>(devices.size()) * ranks;
   if (k == 1) return names;
-  const std::string share = batch % k == 0 ? std::to_string(batch / k)
-                                           : fmt::format("{}-{}", batch / k, batch / k + 1);
-  if (ranks == 1) return fmt::format("{} data-parallel, {} images per device per step", names, share);
-  return fmt::format("{} on each of {} ranks (mpirun), data-parallel, {} images per device per step",
-                     names, ranks, share);
+  const std::string share =
+      batch % k == 0 ? std::to_string(batch / k) : fmt::format("{}-{}", batch / k, batch / k + 1);
+  if (ranks == 1)
+    return fmt::format("{} data-parallel, {} images per device per step", names, share);
+  return fmt::format(
+      "{} on each of {} ranks (mpirun), data-parallel, {} images per device per step", names, ranks,
+      share);
 }
 
 // Refuses an output path that cannot be written, before any training: `flag` names the
@@ -76,22 +79,28 @@ void check_output_path(const std::string& flag, const std::string& path) {
   std::error_code ec;
   const fs::file_status dir_status = fs::status(dir, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    throw IOError(fmt::format("[train] {} '{}': cannot look up its directory '{}': {}. Choose "
-                              "another path", flag, path, dir.string(), ec.message()));
+    throw IOError(
+        fmt::format("[train] {} '{}': cannot look up its directory '{}': {}. Choose "
+                    "another path",
+                    flag, path, dir.string(), ec.message()));
   }
   if (!fs::is_directory(dir_status)) {
-    throw IOError(fmt::format("[train] {} '{}': the directory '{}' does not exist; create it "
-                              "(mkdir -p {}) or choose another path. Nothing was trained",
-                              flag, path, dir.string(), dir.string()));
+    throw IOError(
+        fmt::format("[train] {} '{}': the directory '{}' does not exist; create it "
+                    "(mkdir -p {}) or choose another path. Nothing was trained",
+                    flag, path, dir.string(), dir.string()));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw IOError(fmt::format("[train] {} '{}': cannot write in the directory '{}': {}. Choose "
-                              "another path. Nothing was trained",
-                              flag, path, dir.string(), std::strerror(errno)));
+    throw IOError(
+        fmt::format("[train] {} '{}': cannot write in the directory '{}': {}. Choose "
+                    "another path. Nothing was trained",
+                    flag, path, dir.string(), std::strerror(errno)));
   }
   if (fs::is_directory(fs::status(p, ec))) {
-    throw IOError(fmt::format("[train] {} '{}' is a directory; give a file name inside it. "
-                              "Nothing was trained", flag, path));
+    throw IOError(
+        fmt::format("[train] {} '{}' is a directory; give a file name inside it. "
+                    "Nothing was trained",
+                    flag, path));
   }
 }
 
@@ -101,9 +110,10 @@ void check_outputs(const TrainArgs& a) {
   if (!a.plot.empty()) {
     const std::string ext = std::filesystem::path(a.plot).extension().string();
     if (ext != ".svg" && ext != ".png") {
-      throw Error(fmt::format("[train] --plot '{}': charts are written as .svg or .png, got "
-                              "'{}'; name the file .svg or .png. Nothing was trained",
-                              a.plot, ext));
+      throw Error(
+          fmt::format("[train] --plot '{}': charts are written as .svg or .png, got "
+                      "'{}'; name the file .svg or .png. Nothing was trained",
+                      a.plot, ext));
     }
   }
   check_output_path("--save", a.save);
@@ -121,9 +131,8 @@ nn::Sequential make_model(const std::string& name, Device device) {
 
 void run_train(const TrainArgs& a) {
   manual_seed(a.seed);
-  const data::FashionMnist d =
-      data::load_fashion_mnist(a.data_dir.empty() ? data::default_fashion_mnist_dir()
-                                                : std::filesystem::path(a.data_dir));
+  const data::FashionMnist d = data::load_fashion_mnist(
+      a.data_dir.empty() ? data::default_fashion_mnist_dir() : std::filesystem::path(a.data_dir));
   data::DataLoader train_data(d.train_images, d.train_labels,
                               {.batch_size = a.batch_size, .seed = a.seed, .prefetch = a.prefetch});
   data::DataLoader test_data(d.test_images, d.test_labels,
@@ -170,7 +179,8 @@ void run_train(const TrainArgs& a) {
         return std::make_shared<nn::Sequential>(make_model(model_name, first));
       },
       [lr = a.lr, momentum = a.momentum](const std::vector<Tensor>& params) {
-        return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = lr, .momentum = momentum});
+        return std::make_unique<optim::SGD>(params,
+                                            optim::SgdOptions{.lr = lr, .momentum = momentum});
       });
   nn::Module& net = task.model();
   if (!a.load.empty()) {
@@ -215,15 +225,18 @@ void run_train(const TrainArgs& a) {
   std::cout << fmt::format("test loss {:.4f}, test accuracy {:.4f}\n", test.val_loss, test.val_acc);
   write_output("--save", a.save, [&] {
     nn::save_checkpoint(net, a.save,
-                        {{"model", a.model}, {"epochs", std::to_string(a.epochs)},
+                        {{"model", a.model},
+                         {"epochs", std::to_string(a.epochs)},
                          {"test_accuracy", fmt::format("{:.4f}", test.val_acc)}});
     std::cout << "saved " << a.save << "\n";
   });
   if (!failed.empty()) {
     std::string list;
     for (const std::string& f : failed) list += "\n  " + f;
-    throw IOError(fmt::format("[train] {} of the outputs could not be written (the others "
-                              "were):{}", failed.size(), list));
+    throw IOError(
+        fmt::format("[train] {} of the outputs could not be written (the others "
+                    "were):{}",
+                    failed.size(), list));
   }
 }
 
@@ -249,7 +262,8 @@ const CLI::Validator kNotEmpty(
     "TEXT");
 const CLI::Validator kUnsigned(
     [](std::string& text) -> std::string {
-      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      const bool digits =
+          !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
       return digits ? "" : "must be a whole number >= 0, got " + text;
     },
     "UINT");
@@ -281,10 +295,9 @@ void add_train_command(CLI::App& app) {
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();
-  CLI::Option* momentum =
-      cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
-          ->check(CLI::Range(0.0, 1.0))
-          ->capture_default_str();
+  CLI::Option* momentum = cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
+                              ->check(CLI::Range(0.0, 1.0))
+                              ->capture_default_str();
   cmd->add_option("--device", a->device,
                   "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
                   "try_gpu(), the first GPU or else the CPU");

@@ -515,7 +515,8 @@ void bench_train(Report& report, Device dev, bool quick) {
       for (std::int64_t start = 0; start < n; start += batch) {
         const std::int64_t len = std::min(batch, n - start);
         opt.zero_grad();
-        const Tensor loss = nn::cross_entropy(net(x.narrow(0, start, len)), y.narrow(0, start, len));
+        const Tensor loss =
+            nn::cross_entropy(net(x.narrow(0, start, len)), y.narrow(0, start, len));
         loss.backward();
         opt.step();
         loss_sum.add_(loss.detach());
@@ -527,14 +528,17 @@ void bench_train(Report& report, Device dev, bool quick) {
     r.checked = true;
     r.rel_err = 0;
     r.ok = std::isfinite(last_loss);
-    if (!r.ok) report.errors.push_back(std::string(lenet ? "train.lenet" : "train.mlp") + ": the loss is not finite");
+    if (!r.ok)
+      report.errors.push_back(std::string(lenet ? "train.lenet" : "train.mlp") +
+                              ": the loss is not finite");
     record(report, lenet ? "train.lenet" : "train.mlp", r);
   }
   // The MLP again as `tessera train` feeds it: uint8 images in host memory, batches gathered
   // by the DataLoader into pinned memory and copied to the GPU every step (tessera only).
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n) * 784);
   std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
+  for (std::size_t i = 0; i < pixels.size(); ++i)
+    pixels[i] = static_cast<std::uint8_t>(i * 7 % 251);
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i % 10);
   tessera::data::DataLoader loader(tessera::from_vector(pixels, {n, 784}),
                                    tessera::from_vector(labels, {n}), {.batch_size = batch});

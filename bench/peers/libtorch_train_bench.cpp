@@ -23,12 +23,12 @@ tnn::Sequential make_mlp() {
 
 // d2l's LeNet-5: sigmoid activations and average pooling.
 tnn::Sequential make_lenet() {
-  return tnn::Sequential(
-      tnn::Conv2d(tnn::Conv2dOptions(1, 6, 5).padding(2)), tnn::Sigmoid(),
-      tnn::AvgPool2d(tnn::AvgPool2dOptions(2).stride(2)), tnn::Conv2d(tnn::Conv2dOptions(6, 16, 5)),
-      tnn::Sigmoid(), tnn::AvgPool2d(tnn::AvgPool2dOptions(2).stride(2)), tnn::Flatten(),
-      tnn::Linear(16 * 5 * 5, 120), tnn::Sigmoid(), tnn::Linear(120, 84), tnn::Sigmoid(),
-      tnn::Linear(84, kClasses));
+  return tnn::Sequential(tnn::Conv2d(tnn::Conv2dOptions(1, 6, 5).padding(2)), tnn::Sigmoid(),
+                         tnn::AvgPool2d(tnn::AvgPool2dOptions(2).stride(2)),
+                         tnn::Conv2d(tnn::Conv2dOptions(6, 16, 5)), tnn::Sigmoid(),
+                         tnn::AvgPool2d(tnn::AvgPool2dOptions(2).stride(2)), tnn::Flatten(),
+                         tnn::Linear(16 * 5 * 5, 120), tnn::Sigmoid(), tnn::Linear(120, 84),
+                         tnn::Sigmoid(), tnn::Linear(84, kClasses));
 }
 
 // Bytes the process holds on glibc's heap and in its mmapped blocks (where LibTorch's CPU

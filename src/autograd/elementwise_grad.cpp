@@ -113,12 +113,11 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
   if (has_fused_backward(op) && is_floating(a.dtype())) {
     // One pass instead of two or three ops (and their temporaries).
     const Tensor saved = backward_saves_output(op) ? out : a.detach();
-    record(
-        name, out_in, {&a},
-        [op, saved](const Tensor& g) {
-          return std::vector<Tensor>{activation_backward(op, g, saved)};
-        },
-        {{backward_saves_output(op) ? "output" : "input", &saved}});
+    record(name, out_in, {&a},
+           [op, saved](const Tensor& g) {
+             return std::vector<Tensor>{activation_backward(op, g, saved)};
+           },
+           {{backward_saves_output(op) ? "output" : "input", &saved}});
     return;
   }
   BackwardFn fn;
@@ -137,7 +136,8 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
       break;
     case UnaryOp::kAbs:
       fn = [a](const Tensor& g) {
-        return std::vector<Tensor>{g * where(gt(a, 0.0), 1.0, where(lt(a, 0.0), -1.0, zeros_like(a)))};
+        return std::vector<Tensor>{g *
+                                   where(gt(a, 0.0), 1.0, where(lt(a, 0.0), -1.0, zeros_like(a)))};
       };
       break;
     case UnaryOp::kRelu:
@@ -150,8 +150,8 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
       fn = [out](const Tensor& g) { return std::vector<Tensor>{g * (1.0 - out * out)}; };
       break;
   }
-  const bool reads_out = op == UnaryOp::kExp || op == UnaryOp::kSqrt ||
-                         op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  const bool reads_out = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid ||
+                         op == UnaryOp::kTanh;
   const bool reads_in = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kRelu;
   record(name, out_in, {&a}, std::move(fn),
          {{"input", reads_in ? &a : nullptr}, {"output", reads_out ? &out : nullptr}});
@@ -160,13 +160,12 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
 void record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   const Shape sa = a.shape(), sb = b.shape();
   const bool ga = a.requires_grad(), gb = b.requires_grad();
-  record(
-      "where", out, {&a, &b},
-      [cond, sa, sb, ga, gb](const Tensor& g) {
-        return std::vector<Tensor>{ga ? sum_to(where(cond, g, 0.0), sa) : Tensor(),
-                                   gb ? sum_to(where(cond, 0.0, g), sb) : Tensor()};
-      },
-      {{"condition", &cond}});
+  record("where", out, {&a, &b},
+         [cond, sa, sb, ga, gb](const Tensor& g) {
+           return std::vector<Tensor>{ga ? sum_to(where(cond, g, 0.0), sa) : Tensor(),
+                                      gb ? sum_to(where(cond, 0.0, g), sb) : Tensor()};
+         },
+         {{"condition", &cond}});
 }
 
 }  // namespace tessera::detail

@@ -70,27 +70,31 @@ void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   // would cost as much as the weight's.
   const bool need_a = a.requires_grad(), need_b = b.requires_grad();
   const Saved saved_a{"self", need_b ? &a : nullptr}, saved_b{"other", need_a ? &b : nullptr};
-  record("matmul", out, {&a, &b}, [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
-    // As 2-D-or-more operands: a 1-D self is a row, a 1-D other is a column.
-    const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
-    const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
-    Shape g_shape(g.shape());
-    if (a.dim() == 1) g_shape.insert(g_shape.size() - (b.dim() == 1 ? 0 : 1), 1);
-    if (b.dim() == 1) g_shape.push_back(1);
-    const Tensor g2 = g.reshape(g_shape);
-    Tensor da, db;
-    if (need_a) da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
-    if (need_b) db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
-    return std::vector<Tensor>{da, db};
-  }, {saved_a, saved_b});
+  record("matmul", out, {&a, &b},
+         [a = a.detach(), b = b.detach(), need_a, need_b](const Tensor& g) {
+           // As 2-D-or-more operands: a 1-D self is a row, a 1-D other is a column.
+           const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+           const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+           Shape g_shape(g.shape());
+           if (a.dim() == 1) g_shape.insert(g_shape.size() - (b.dim() == 1 ? 0 : 1), 1);
+           if (b.dim() == 1) g_shape.push_back(1);
+           const Tensor g2 = g.reshape(g_shape);
+           Tensor da, db;
+           if (need_a) da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
+           if (need_b) db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());
+           return std::vector<Tensor>{da, db};
+         },
+         {saved_a, saved_b});
 }
 
 void record_softmax(const Tensor& a, int dim, bool log, const Tensor& out_in) {
   const Tensor out = out_in.detach();
-  record(log ? "log_softmax" : "softmax", out_in, {&a}, [out, dim, log](const Tensor& g) {
-    if (log) return std::vector<Tensor>{g - exp(out) * sum(g, {dim}, /*keepdim=*/true)};
-    return std::vector<Tensor>{out * (g - sum(g * out, {dim}, /*keepdim=*/true))};
-  }, {{"output", &out}});
+  record(log ? "log_softmax" : "softmax", out_in, {&a},
+         [out, dim, log](const Tensor& g) {
+           if (log) return std::vector<Tensor>{g - exp(out) * sum(g, {dim}, /*keepdim=*/true)};
+           return std::vector<Tensor>{out * (g - sum(g * out, {dim}, /*keepdim=*/true))};
+         },
+         {{"output", &out}});
 }
 
 }  // namespace tessera::detail

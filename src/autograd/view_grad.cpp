@@ -16,9 +16,8 @@ void record_permute(const Tensor& a, const std::vector<int>& dims, const Tensor&
   inverse.resize(static_cast<int>(dims.size()));
   const int n = static_cast<int>(dims.size());
   for (int i = 0; i < n; ++i) inverse[dims[i] < 0 ? dims[i] + n : dims[i]] = i;
-  record("permute", out, {&a}, [inverse](const Tensor& g) {
-    return std::vector<Tensor>{g.permute(inverse)};
-  });
+  record("permute", out, {&a},
+         [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
 }
 
 void record_subview(const char* name, const Tensor& a, const Tensor& out,

@@ -116,8 +116,8 @@ struct ProcessCollectiveCall {
 struct DeviceInfo {
   std::string name;  // "AMD EPYC", "NVIDIA H100 80GB HBM3"
   std::size_t total_memory = 0;
-  int cores = 0;        // CPU cores or GPU multiprocessors
-  std::string details;  // free-form extra lines for `tessera info`
+  int cores = 0;           // CPU cores or GPU multiprocessors
+  std::string details;     // free-form extra lines for `tessera info`
   std::string kernel_isa;  // the CPU kernels' instruction-set level (Note [CPU kernel variants])
 };
 
@@ -232,8 +232,8 @@ class Backend {
 
   // 2-D convolution (cross-correlation, like PyTorch) of contiguous NCHW x [N, C, H, W] with
   // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.
-  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                      const Tensor& out, const Window2d& w) = 0;
+  virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                      const Window2d& w) = 0;
   // Its gradients from grad_out [N, O, OH, OW], each written only when defined: grad_x like
   // x, grad_weight like weight, grad_bias [O]. All contiguous, one floating dtype.
   virtual void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
@@ -257,8 +257,8 @@ class Backend {
   // `step`, when defined, is the step count t (a float64 0-dim tensor on param's device,
   // already counting this step): the kernel reads it and computes the bias corrections
   // itself, so a recorded step replays correctly (Optimizer::set_capturable).
-  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                         const Tensor& v, const Tensor& step, const AdamParams& p) = 0;
+  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                         const Tensor& step, const AdamParams& p) = 0;
 
   // Collectives across devices of this backend (see CollectiveCall), queued on each device's
   // current stream or queue in group order; never a host wait. Every device's later work

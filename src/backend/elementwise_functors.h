@@ -56,7 +56,6 @@ TESSERA_BINARY_FN(SigmoidGradFn, static_cast<T>(a * b * (T(1) - b)))
 TESSERA_BINARY_FN(TanhGradFn, static_cast<T>(a * (T(1) - b * b)))
 #undef TESSERA_BINARY_FN
 
-
 // Whether unary_backward has a fused kernel for `op`, and which tensor it saves.
 constexpr bool has_fused_backward(UnaryOp op) {
   return op == UnaryOp::kRelu || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;

@@ -125,12 +125,11 @@ void configure_cpu_devices(const CpuDeviceOptions& options) {
   TESSERA_CHECK(options.count >= 0 && options.count <= kMaxDevicesPerKind, Error,
                 "[configure_cpu_devices] count {} is out of range; expected 0 to {}", options.count,
                 kMaxDevicesPerKind);
-  TESSERA_CHECK(options.threads_per_device >= 0 &&
-                    options.threads_per_device <= kMaxThreadsPerDevice,
-                Error,
-                "[configure_cpu_devices] threads_per_device {} is out of range; expected 0 "
-                "(an equal share of the cores) to {}",
-                options.threads_per_device, kMaxThreadsPerDevice);
+  TESSERA_CHECK(
+      options.threads_per_device >= 0 && options.threads_per_device <= kMaxThreadsPerDevice, Error,
+      "[configure_cpu_devices] threads_per_device {} is out of range; expected 0 "
+      "(an equal share of the cores) to {}",
+      options.threads_per_device, kMaxThreadsPerDevice);
   std::lock_guard lock(g_config_mutex);
   TESSERA_CHECK(!g_in_use.load(), Error,
                 "[configure_cpu_devices] called after the first tensor was created; call it "

@@ -58,7 +58,7 @@ void count_copy(Device src, Device dst, std::size_t bytes) {
 }
 
 void count_host_read(Device src, std::size_t bytes, const char* op,
-                      const std::source_location* where) {
+                     const std::source_location* where) {
   if (is_host(src)) {
     check_not_capturing(src, op, "a read of its data on the host");
     return;

@@ -38,7 +38,7 @@ void count_host_write(Device dst, std::size_t bytes);
 void count_collective(Device dst, std::size_t bytes);
 // A host read of `bytes` from `src`: a device-to-host copy plus a host wait.
 void count_host_read(Device src, std::size_t bytes, const char* op,
-                      const std::source_location* where);
+                     const std::source_location* where);
 // The host blocks until `device` catches up on behalf of `op` (implicitly). Counted, and
 // checked against this thread's SyncGuard (sync_guard.cpp); `where` may be null.
 void count_host_wait(Device device, const char* op, const std::source_location* where);

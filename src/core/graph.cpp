@@ -103,7 +103,8 @@ std::size_t Graph::node_count() const { return work_ ? work_->node_count() : 0; 
 namespace tessera::detail {
 
 void check_not_capturing(Device device, const char* op, const char* what) {
-  if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]] return;
+  if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]]
+    return;
   if (!backend_of(device).capturing(device.index())) return;
   throw GraphCaptureError(fmt::format(
       "[{}] {} is capturing a graph, and {} cannot be recorded: a replay would not repeat "

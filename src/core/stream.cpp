@@ -59,8 +59,8 @@ StreamGuard::StreamGuard(Stream stream) : stream_(stream) {
 }
 
 StreamGuard::~StreamGuard() {
-  detail::backend_of(stream_.device()).leave_stream(stream_.device().index(), stream_.id(),
-                                                    previous_);
+  detail::backend_of(stream_.device())
+      .leave_stream(stream_.device().index(), stream_.id(), previous_);
 }
 
 void synchronize(Stream stream) {

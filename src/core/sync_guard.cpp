@@ -39,7 +39,8 @@ void count_host_wait(Device device, const char* op, const std::source_location* 
   // how to find the line instead of "unknown".
   const bool printed = std::string_view(op) == "print";
   const std::string place =
-      where != nullptr && where->line() != 0 ? fmt::format("{}:{}", where->file_name(), where->line())
+      where != nullptr && where->line() != 0
+          ? fmt::format("{}:{}", where->file_name(), where->line())
       : printed ? std::string("a `std::cout << tensor` (t.str() reports its caller's line)")
                 : std::string("(location unknown)");
   const std::string message = fmt::format(

@@ -75,8 +75,7 @@ std::size_t checked_bytes(const Shape& shape, Dtype dtype, const char* op) {
 
 }  // namespace
 
-Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op,
-                   bool pinned) {
+Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op, bool pinned) {
   mark_devices_in_use();
   if (!is_available(device)) check_device(device, op);
   auto impl = std::make_shared<TensorImpl>();
@@ -108,10 +107,7 @@ using detail::impl_of;
 using detail::make_view;
 using detail::wrap_dim;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 const Shape& Tensor::shape() const {
   check_defined(*this, "shape");

@@ -41,8 +41,8 @@ void copy_data(const Tensor& src, const Tensor& dst, const char* op,
                           src.shape().str(), dst.shape().str());
   const Device from = src.device(), to = dst.device();
   if (from.kind() == to.kind()) {
-    if (writers == SourceWriters::kHostOnly && from.is_cpu() && from != to &&
-        src.is_contiguous() && dst.is_contiguous() && src.dtype() == dst.dtype()) {
+    if (writers == SourceWriters::kHostOnly && from.is_cpu() && from != to && src.is_contiguous() &&
+        dst.is_contiguous() && src.dtype() == dst.dtype()) {
       // A batch only the host wrote: dst's queue reads it, and src's queue is not involved.
       backend_of(to).copy_from_cpu(src, dst);
     } else if (from == to) {
@@ -146,8 +146,7 @@ void read_item(const Tensor& t, void* dst, Dtype as, const std::source_location&
   read_to_host(t, dst, as, "item", where);
 }
 
-void* cpu_data(const Tensor& t, Dtype expected, const char* op,
-               const std::source_location& where) {
+void* cpu_data(const Tensor& t, Dtype expected, const char* op, const std::source_location& where) {
   check_defined(t, op);
   TESSERA_CHECK(t.device().is_cpu(), DeviceError,
                 "[{}] raw pointers are only given for CPU tensors; this tensor is on {}. Copy it "

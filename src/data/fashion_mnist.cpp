@@ -39,7 +39,8 @@ void split(const std::filesystem::path& dir, const std::string& prefix, Tensor& 
                 s.str());
   TESSERA_CHECK(s[0] > 0, IOError,
                 "[load_fashion_mnist] '{}' holds no images (shape {}): the data set is empty, "
-                "and there is nothing to train or test on. Check the file", image_path, s.str());
+                "and there is nothing to train or test on. Check the file",
+                image_path, s.str());
   const Shape& ls = label_file.shape();
   TESSERA_CHECK(ls.size() == 1 && ls[0] == s[0], IOError,
                 "[load_fashion_mnist] '{}' holds {} labels for the {} images of '{}'", label_path,
@@ -48,7 +49,8 @@ void split(const std::filesystem::path& dir, const std::string& prefix, Tensor& 
   const Tensor raw_labels = label_file.read();
   const std::uint8_t* l = reinterpret_cast<const std::uint8_t*>(detail::impl_of(raw_labels).data());
   for (std::int64_t i = 0; i < raw_labels.numel(); ++i) {
-    TESSERA_CHECK(l[i] < 10, IOError, "[load_fashion_mnist] '{}': label {} of example {} is not a class 0-9",
+    TESSERA_CHECK(l[i] < 10, IOError,
+                  "[load_fashion_mnist] '{}': label {} of example {} is not a class 0-9",
                   label_path, int{l[i]}, i);
   }
   labels = raw_labels.to(kInt64);
@@ -58,8 +60,9 @@ void split(const std::filesystem::path& dir, const std::string& prefix, Tensor& 
 
 std::filesystem::path default_fashion_mnist_dir() {
   const char* env = std::getenv("TESSERA_DATA_DIR");
-  return env != nullptr && *env != '\0' ? std::filesystem::path(env)
-                                        : std::filesystem::path("/usr/share/datasets/fashion-mnist");
+  return env != nullptr && *env != '\0'
+             ? std::filesystem::path(env)
+             : std::filesystem::path("/usr/share/datasets/fashion-mnist");
 }
 
 FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
@@ -71,8 +74,8 @@ FashionMnist load_fashion_mnist(const std::filesystem::path& dir) {
 
 const std::array<std::string_view, 10>& fashion_mnist_classes() {
   static const std::array<std::string_view, 10> names = {
-      "t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
-      "ankle boot"};
+      "t-shirt", "trouser", "pullover", "dress", "coat",
+      "sandal",  "shirt",   "sneaker",  "bag",   "ankle boot"};
   return names;
 }
 

@@ -52,11 +52,14 @@ IdxReader::IdxReader(const std::filesystem::path& path) : path_(path), buffer_(k
   unsigned char magic[4];
   read_exactly(magic, 4, "magic number");
   if (magic[0] != 0 || magic[1] != 0) {
-    fail(fmt::format("bad magic number {:02x}{:02x}{:02x}{:02x}: an IDX file starts with two "
-                     "zero bytes", magic[0], magic[1], magic[2], magic[3]));
+    fail(
+        fmt::format("bad magic number {:02x}{:02x}{:02x}{:02x}: an IDX file starts with two "
+                    "zero bytes",
+                    magic[0], magic[1], magic[2], magic[3]));
   }
   if (magic[2] != 0x08) {
-    fail(fmt::format("element type 0x{:02x} is not supported (only unsigned bytes, 0x08)", magic[2]));
+    fail(fmt::format("element type 0x{:02x} is not supported (only unsigned bytes, 0x08)",
+                     magic[2]));
   }
   const int dims = magic[3];
   if (dims < 1 || dims > kMaxDims) fail(fmt::format("{} dims (expected 1 to {})", dims, kMaxDims));
@@ -71,16 +74,20 @@ IdxReader::IdxReader(const std::filesystem::path& path) : path_(path), buffer_(k
   }
   const std::uint64_t header = 4 + 4 * static_cast<std::uint64_t>(dims);
   if (!gzip_ && file_size_ - header < numel_) {
-    fail(fmt::format("its header declares shape {} ({} bytes of data) but the file holds {} "
-                     "after the header (truncated)", shape_.str(), numel_, file_size_ - header));
+    fail(
+        fmt::format("its header declares shape {} ({} bytes of data) but the file holds {} "
+                    "after the header (truncated)",
+                    shape_.str(), numel_, file_size_ - header));
   }
   if (!gzip_ && file_size_ - header > numel_) {
-    fail(fmt::format("has bytes after the {} its header declares (shape {})", numel_, shape_.str()));
+    fail(
+        fmt::format("has bytes after the {} its header declares (shape {})", numel_, shape_.str()));
   }
   if (gzip_ && numel_ + header > kMaxDeflateRatio * file_size_) {
-    fail(fmt::format("its header declares shape {} ({} bytes of data), more than its {} gzip "
-                     "bytes can inflate to (deflate expands at most {}:1); the file is corrupt",
-                     shape_.str(), numel_, file_size_, kMaxDeflateRatio));
+    fail(
+        fmt::format("its header declares shape {} ({} bytes of data), more than its {} gzip "
+                    "bytes can inflate to (deflate expands at most {}:1); the file is corrupt",
+                    shape_.str(), numel_, file_size_, kMaxDeflateRatio));
   }
 }
 
@@ -95,7 +102,8 @@ Tensor IdxReader::read() {
                fmt::format("data ({} bytes for shape {})", numel_, shape_.str()));
   unsigned char extra;
   if (pull(&extra, 1) != 0) {
-    fail(fmt::format("has bytes after the {} its header declares (shape {})", numel_, shape_.str()));
+    fail(
+        fmt::format("has bytes after the {} its header declares (shape {})", numel_, shape_.str()));
   }
   return out;
 }
@@ -154,8 +162,9 @@ void IdxReader::after_member() {
     inflateReset(&h_.z);  // another gzip member: the format allows several
     return;
   }
-  fail("has bytes after the end of its gzip stream that are not another gzip member; the file "
-       "is corrupt (or was appended to)");
+  fail(
+      "has bytes after the end of its gzip stream that are not another gzip member; the file "
+      "is corrupt (or was appended to)");
 }
 
 void IdxReader::read_exactly(void* dst, std::size_t n, const std::string& what) {

@@ -7,25 +7,24 @@
 #include <random>
 #include <string>
 
-#include "core/copy.h"
 #include "core/check.h"
+#include "core/copy.h"
 #include "core/tensor_impl.h"
 #include "data/prefetcher.h"
 #include "tessera/device.h"
 
 namespace tessera::data {
 
-DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options)
-    : options_(options) {
+DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options) : options_(options) {
   detail::check_defined(images, "DataLoader", "images");
   detail::check_defined(labels, "DataLoader", "labels");
   TESSERA_CHECK(images.dtype() == kUInt8 && images.dim() >= 2, DtypeError,
                 "[DataLoader] images must be uint8 [N, ...] (as read_idx returns), got {} {}",
                 dtype_name(images.dtype()), images.shape().str());
-  TESSERA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0) &&
-                    !is_floating(labels.dtype()),
-                ShapeError, "[DataLoader] labels must be integers [{}] to match the images, got {} {}",
-                images.size(0), dtype_name(labels.dtype()), labels.shape().str());
+  TESSERA_CHECK(
+      labels.dim() == 1 && labels.size(0) == images.size(0) && !is_floating(labels.dtype()),
+      ShapeError, "[DataLoader] labels must be integers [{}] to match the images, got {} {}",
+      images.size(0), dtype_name(labels.dtype()), labels.shape().str());
   TESSERA_CHECK(images.device().is_cpu() && labels.device().is_cpu(), DeviceError,
                 "[DataLoader] images and labels stay in host memory (batches move to the device "
                 "in Trainer::prepare_batch); got {} and {}",
@@ -189,7 +188,8 @@ Batch DataLoader::gather_images(const std::vector<Tensor>& sources,
     const std::int64_t e = order[static_cast<std::size_t>(start + k)];
     const std::uint8_t* px = src + e * example_numel_;
     float* out = x + k * example_numel_;
-    for (std::int64_t j = 0; j < example_numel_; ++j) out[j] = static_cast<float>(px[j]) * scale - shift;
+    for (std::int64_t j = 0; j < example_numel_; ++j)
+      out[j] = static_cast<float>(px[j]) * scale - shift;
     y[k] = label[e];
   }
   return b;
@@ -197,7 +197,10 @@ Batch DataLoader::gather_images(const std::vector<Tensor>& sources,
 
 DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index, std::int64_t part,
                                std::int64_t parts, std::shared_ptr<detail::Prefetcher> prefetcher)
-    : loader_(loader), index_(index), part_(part), parts_(parts),
+    : loader_(loader),
+      index_(index),
+      part_(part),
+      parts_(parts),
       prefetcher_(std::move(prefetcher)) {
   load();
 }
@@ -207,9 +210,9 @@ void DataLoader::iterator::load() {
     batch_ = Batch{};
     prefetcher_.reset();  // the epoch is over: its thread has finished; join it
   } else {
-    batch_ = prefetcher_ ? prefetcher_->next()
-                         : loader_->gather(loader_->sources_, *loader_->order_, index_, part_,
-                                           parts_);
+    batch_ = prefetcher_
+                 ? prefetcher_->next()
+                 : loader_->gather(loader_->sources_, *loader_->order_, index_, part_, parts_);
   }
 }
 

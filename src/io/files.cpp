@@ -24,7 +24,8 @@ std::string file_kind(mode_t mode) {
 void require_regular_file(const std::filesystem::path& path, const char* op) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    throw IOError(fmt::format("[{}] '{}': cannot open it: {}", op, path.string(), std::strerror(errno)));
+    throw IOError(
+        fmt::format("[{}] '{}': cannot open it: {}", op, path.string(), std::strerror(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
     throw IOError(fmt::format("[{}] '{}' is {}, not a regular file; give the path of a data file",
@@ -36,7 +37,8 @@ bool exists(const std::filesystem::path& path, const char* op) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return true;
   if (errno == ENOENT) return false;
-  throw IOError(fmt::format("[{}] '{}': cannot look it up: {}", op, path.string(), std::strerror(errno)));
+  throw IOError(
+      fmt::format("[{}] '{}': cannot look it up: {}", op, path.string(), std::strerror(errno)));
 }
 
 }  // namespace tessera::io

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -73,7 +73,9 @@ std::filesystem::path follow_links(const std::filesystem::path& path) {
     if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
     std::error_code ec;
     const std::filesystem::path next = std::filesystem::read_symlink(p, ec);
-    if (ec) fail("save_safetensors", path, "cannot read the symbolic link '" + p.string() + "': " + ec.message());
+    if (ec)
+      fail("save_safetensors", path,
+           "cannot read the symbolic link '" + p.string() + "': " + ec.message());
     p = next.is_absolute() ? next : p.parent_path() / next;
   }
   fail("save_safetensors", path, "too many levels of symbolic links; point it at a file");
@@ -95,12 +97,14 @@ class TempFile {
     struct stat st {};
     const bool replaces = ::stat(target.c_str(), &st) == 0;
     if (replaces && !S_ISREG(st.st_mode)) {
-      fail("save_safetensors", target, "it is " + io::file_kind(st.st_mode) + ", not a regular file; "
-           "choose the path of a file to write");
+      fail("save_safetensors", target,
+           "it is " + io::file_kind(st.st_mode) +
+               ", not a regular file; "
+               "choose the path of a file to write");
     }
 #ifdef O_TMPFILE
     fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);  // 0666 & ~umask
-    if (fd_ >= 0 && ::access("/proc/self/fd", X_OK) != 0) {  // no way to link it in
+    if (fd_ >= 0 && ::access("/proc/self/fd", X_OK) != 0) {             // no way to link it in
       ::close(fd_);
       fd_ = -1;
     }
@@ -110,7 +114,9 @@ class TempFile {
       name_.assign(pattern.begin(), pattern.end());
       name_.push_back('\0');
       fd_ = ::mkstemp(name_.data());  // mode 0600: set below
-      if (fd_ < 0) fail("save_safetensors", target, "cannot create a temporary file beside it: " + system_reason());
+      if (fd_ < 0)
+        fail("save_safetensors", target,
+             "cannot create a temporary file beside it: " + system_reason());
       named_ = true;
     }
     const mode_t mode = replaces ? (st.st_mode & 07777) : (0666 & ~current_umask());
@@ -144,7 +150,8 @@ class TempFile {
     fd_ = -1;
     if (::close(fd) != 0) fail("save_safetensors", target_, "close failed: " + system_reason());
     if (std::rename(name_.data(), target_.c_str()) != 0) {
-      fail("save_safetensors", target_, "cannot rename the temporary file over it: " + system_reason());
+      fail("save_safetensors", target_,
+           "cannot rename the temporary file over it: " + system_reason());
     }
     committed_ = true;
     const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
@@ -161,9 +168,9 @@ class TempFile {
     const std::string proc = fmt::format("/proc/self/fd/{}", fd_);
     static std::atomic<unsigned> counter{0};
     for (int attempt = 0; attempt < 100; ++attempt) {
-      const unsigned salt = static_cast<unsigned>(::getpid()) * 2654435761u ^
-                            counter.fetch_add(1) * 40503u ^
-                            static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+      const unsigned salt =
+          static_cast<unsigned>(::getpid()) * 2654435761u ^ counter.fetch_add(1) * 40503u ^
+          static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
       const std::string name = fmt::format("{}.tmp-{:06x}", target_.string(), salt & 0xffffff);
       if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
         name_.assign(name.begin(), name.end());
@@ -173,7 +180,8 @@ class TempFile {
       }
       if (errno != EEXIST) break;
     }
-    fail("save_safetensors", target_, "cannot link the written file in beside it: " + system_reason());
+    fail("save_safetensors", target_,
+         "cannot link the written file in beside it: " + system_reason());
   }
 
   std::filesystem::path target_;
@@ -190,11 +198,16 @@ std::size_t invalid_utf8_at(std::string_view s) {
     const auto b = static_cast<unsigned char>(s[i]);
     std::size_t len = 0;
     unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
-    if (b < 0x80) len = 1;
-    else if (b >= 0xc2 && b <= 0xdf) len = 2;
-    else if (b >= 0xe0 && b <= 0xef) len = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
-    else if (b >= 0xf0 && b <= 0xf4) len = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
-    else return i;
+    if (b < 0x80)
+      len = 1;
+    else if (b >= 0xc2 && b <= 0xdf)
+      len = 2;
+    else if (b >= 0xe0 && b <= 0xef)
+      len = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
+    else if (b >= 0xf0 && b <= 0xf4)
+      len = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
+    else
+      return i;
     if (i + len > s.size()) return i;
     for (std::size_t k = 1; k < len; ++k) {
       const auto c = static_cast<unsigned char>(s[i + k]);
@@ -210,8 +223,10 @@ std::string escaped(std::string_view s) {
   std::string out;
   for (const char ch : s) {
     const auto b = static_cast<unsigned char>(ch);
-    if (b >= 0x20 && b < 0x7f && b != '\\') out += ch;
-    else out += fmt::format("\\x{:02x}", b);
+    if (b >= 0x20 && b < 0x7f && b != '\\')
+      out += ch;
+    else
+      out += fmt::format("\\x{:02x}", b);
   }
   return out;
 }
@@ -222,7 +237,8 @@ void check_utf8(std::string_view s, const std::string& what, const std::filesyst
   TESSERA_CHECK(at == std::string_view::npos, Error,
                 "[save_safetensors] '{}': {} '{}' is not valid UTF-8 (byte {} is 0x{:02x}); a "
                 "safetensors header is JSON text, so names and metadata must be UTF-8: convert "
-                "or rename it", path.string(), what, escaped(s), at, static_cast<unsigned char>(s[at]));
+                "or rename it",
+                path.string(), what, escaped(s), at, static_cast<unsigned char>(s[at]));
 }
 
 // The first NaN or infinity in `n` floats, or -1.
@@ -248,7 +264,8 @@ Header read_header(std::ifstream& in, const std::filesystem::path& path) {
 
 }  // namespace
 
-void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
+void save_safetensors(const std::filesystem::path& path,
+                      const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata,
                       const SafetensorsSaveOptions& options) {
   for (const auto& [key, value] : metadata) {
@@ -284,7 +301,8 @@ void save_safetensors(const std::filesystem::path& path, const std::map<std::str
   std::vector<char> host;
   for (const auto& [name, t] : tensors) {
     host.resize(t.nbytes());
-    detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors", std::source_location::current());
+    detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors",
+                         std::source_location::current());
     if (!options.allow_non_finite && is_floating(t.dtype())) {
       const auto n = static_cast<std::size_t>(t.numel());
       const std::int64_t bad = t.dtype() == kFloat32   ? first_non_finite<float>(host.data(), n)
@@ -316,7 +334,8 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path, Device devic
   file.read_into(tensors);
   SafetensorsFile out;
   out.metadata = file.metadata();
-  for (std::size_t i = 0; i < tensors.size(); ++i) out.tensors.emplace(file.items()[i].name, tensors[i]);
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    out.tensors.emplace(file.items()[i].name, tensors[i]);
   return out;
 }
 
@@ -330,8 +349,8 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
   std::uint64_t size = h.data_start;
   for (Entry& e : h.entries) {
     size = std::max(size, h.data_start + e.end);
-    items_.push_back({std::move(e.name), e.dtype, std::move(e.shape), h.data_start + e.begin,
-                      e.end - e.begin});
+    items_.push_back(
+        {std::move(e.name), e.dtype, std::move(e.shape), h.data_start + e.begin, e.end - e.begin});
   }
   metadata_ = std::move(h.metadata);
   // The data is read with pread on a descriptor of its own; it must be the file whose header

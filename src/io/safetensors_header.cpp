@@ -11,8 +11,8 @@
 
 #include "io/files.h"
 #include "io/printable.h"
-#include "tessera/safetensors.h"
 #include "tessera/error.h"
+#include "tessera/safetensors.h"
 
 // Note [Parsing the header]
 // The header is parsed event by event (nlohmann's SAX interface) straight into the entries,
@@ -37,7 +37,8 @@ using Json = nlohmann::json;
 
 class HeaderParser {
  public:
-  HeaderParser(const std::filesystem::path& path, SafetensorsLayout& out) : path_(path), out_(out) {}
+  HeaderParser(const std::filesystem::path& path, SafetensorsLayout& out)
+      : path_(path), out_(out) {}
 
   // The SAX interface: each returns true to go on; a refusal throws.
   bool null() { return scalar("null"); }
@@ -58,17 +59,17 @@ class HeaderParser {
 
  private:
   enum class At {
-    kStart,          // before the header's object
-    kHeader,         // in it: a tensor name, "__metadata__" or its end
-    kTensorValue,    // after a tensor's name
-    kMetadataValue,  // after "__metadata__"
-    kTensor,         // in a tensor's object: a field name or its end
-    kField,          // after a field name
-    kShape,          // in a shape array
-    kOffsets,        // in a data_offsets array
-    kMetadata,       // in __metadata__: a key or its end
-    kMetadataString, // after a metadata key
-    kEnd,            // after the header's object
+    kStart,           // before the header's object
+    kHeader,          // in it: a tensor name, "__metadata__" or its end
+    kTensorValue,     // after a tensor's name
+    kMetadataValue,   // after "__metadata__"
+    kTensor,          // in a tensor's object: a field name or its end
+    kField,           // after a field name
+    kShape,           // in a shape array
+    kOffsets,         // in a data_offsets array
+    kMetadata,        // in __metadata__: a key or its end
+    kMetadataString,  // after a metadata key
+    kEnd,             // after the header's object
   };
   enum class Field { kDtype, kShape, kOffsets };
 
@@ -98,9 +99,12 @@ class HeaderParser {
 
 bool HeaderParser::scalar(const char* what) {
   switch (at_) {
-    case At::kStart: refuse("the header is not a JSON object");
-    case At::kTensorValue: needs_fields();
-    case At::kMetadataValue: refuse("__metadata__ is not an object of strings");
+    case At::kStart:
+      refuse("the header is not a JSON object");
+    case At::kTensorValue:
+      needs_fields();
+    case At::kMetadataValue:
+      refuse("__metadata__ is not an object of strings");
     case At::kMetadataString:
       refuse("__metadata__." + printable(name_) + " is not a string (metadata values are strings)");
     case At::kField:
@@ -153,8 +157,12 @@ bool HeaderParser::string(std::string& s) {
 
 bool HeaderParser::start_object(std::size_t) {
   switch (at_) {
-    case At::kStart: at_ = At::kHeader; return true;
-    case At::kMetadataValue: at_ = At::kMetadata; return true;
+    case At::kStart:
+      at_ = At::kHeader;
+      return true;
+    case At::kMetadataValue:
+      at_ = At::kMetadata;
+      return true;
     case At::kTensorValue:
       at_ = At::kTensor;
       has_dtype_ = has_shape_ = has_offsets_ = false;
@@ -162,7 +170,8 @@ bool HeaderParser::start_object(std::size_t) {
       numel_ = 1;
       offsets_.clear();
       return true;
-    default: return scalar("an object");
+    default:
+      return scalar("an object");
   }
 }
 
@@ -186,8 +195,10 @@ bool HeaderParser::end_array() {
 bool HeaderParser::key(std::string& k) {
   if (at_ == At::kHeader) {
     if (!names_.insert(k).second) {
-      refuse(fmt::format("the header names '{}' twice; each tensor (and __metadata__) appears "
-                         "once", printable(k)));
+      refuse(
+          fmt::format("the header names '{}' twice; each tensor (and __metadata__) appears "
+                      "once",
+                      printable(k)));
     }
     if (k == "__metadata__") {
       at_ = At::kMetadataValue;
@@ -195,9 +206,10 @@ bool HeaderParser::key(std::string& k) {
     }
     if (k.empty()) refuse("a tensor has an empty name; every tensor needs a name");
     if (has_control_character(k)) {
-      refuse(fmt::format("tensor name '{}' holds a control character; tessera refuses such "
-                         "names (they would reach terminals raw). Rename the tensor",
-                         printable(k)));
+      refuse(
+          fmt::format("tensor name '{}' holds a control character; tessera refuses such "
+                      "names (they would reach terminals raw). Rename the tensor",
+                      printable(k)));
     }
     name_ = std::move(k);
     at_ = At::kTensorValue;
@@ -212,8 +224,10 @@ bool HeaderParser::key(std::string& k) {
     return true;
   }
   // In a tensor's object: one of its three fields, each once.
-  bool* seen = k == "dtype" ? &has_dtype_ : k == "shape" ? &has_shape_
-             : k == "data_offsets" ? &has_offsets_ : nullptr;
+  bool* seen = k == "dtype"          ? &has_dtype_
+               : k == "shape"        ? &has_shape_
+               : k == "data_offsets" ? &has_offsets_
+                                     : nullptr;
   if (seen == nullptr) {
     refuse(fmt::format("{} has a field '{}'; a tensor has dtype, shape and data_offsets only",
                        tensor(), printable(k)));
@@ -264,7 +278,8 @@ SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesyst
   if (ec) fail(path, "cannot read its size: " + ec.message());
   if (size < 8) {
     fail(path, fmt::format("is {} bytes, too short for a safetensors file (the header length "
-                           "alone takes 8)", size));
+                           "alone takes 8)",
+                           size));
   }
   unsigned char len_bytes[8];
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) fail(path, "cannot read the header length");
@@ -277,13 +292,15 @@ SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesyst
   }
   if (n > size - 8) {
     fail(path, fmt::format("declares a {}-byte header, but the file has {} bytes after the "
-                           "length; the file is truncated or not safetensors", n, size - 8));
+                           "length; the file is truncated or not safetensors",
+                           n, size - 8));
   }
   std::string text(n, '\0');
   if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
   if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
     fail(path, fmt::format("the header holds a NUL byte at offset {} of {}; a header is JSON text, "
-                           "padded with spaces only", nul, n));
+                           "padded with spaces only",
+                           nul, n));
   }
   SafetensorsLayout layout;
   layout.data_start = 8 + n;
@@ -301,7 +318,8 @@ SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesyst
   for (const SafetensorsEntry* e : by_offset) {
     if (e->begin != at) {
       fail(path, fmt::format("tensor '{}' starts at byte {} of the data, expected {} (the byte "
-                             "ranges overlap or leave a gap)", printable(e->name), e->begin, at));
+                             "ranges overlap or leave a gap)",
+                             printable(e->name), e->begin, at));
     }
     at = e->end;
   }

@@ -25,7 +25,8 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Con
                 in, out, kernel[0], kernel[1]);
   const std::int64_t fan_in = in * kernel[0] * kernel[1];
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  weight = register_parameter("weight", uniform({out, in, kernel[0], kernel[1]}, -bound, bound, options));
+  weight = register_parameter("weight",
+                              uniform({out, in, kernel[0], kernel[1]}, -bound, bound, options));
   if (with_bias) bias = register_parameter("bias", uniform({out}, -bound, bound, options));
 }
 

@@ -99,8 +99,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
     const bool need_b = bias.defined() && bias.requires_grad();
     detail::record("linear", y, {&x, &weight, &bias},
-                   [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), out, need_x,
-                    need_w, need_b](const Tensor& g) {
+                   [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), out, need_x, need_w,
+                    need_b](const Tensor& g) {
                      const Tensor g2 = g.reshape({-1, out});
                      Tensor dx, dw, db;
                      if (need_x) dx = matmul(g2, w).reshape(x_shape);
@@ -147,14 +147,16 @@ Tensor LazyLinear::forward(const Tensor& x) {
                   "implicitly: move the input with x.to({}) or the model with model.to({})",
                   path(), device.str(), x.device().str(), device.str(), x.device().str());
     weight = register_parameter("weight", init_uniform({out_features, in}, in, {dtype, device}));
-    if (has_bias_) bias = register_parameter("bias", init_uniform({out_features}, in, {dtype, device}));
+    if (has_bias_)
+      bias = register_parameter("bias", init_uniform({out_features}, in, {dtype, device}));
     in_features = in;
   }
   return linear_forward(*this, x, weight, bias, in_features);
 }
 
 std::string LazyLinear::extra_repr() const {
-  if (!built()) return fmt::format("in_features=<lazy>, out_features={}, bias={}", out_features, has_bias_);
+  if (!built())
+    return fmt::format("in_features=<lazy>, out_features={}, bias={}", out_features, has_bias_);
   return linear_repr(in_features, out_features, bias.defined());
 }
 

@@ -188,7 +188,8 @@ Module& Module::register_module(const std::string& name, std::shared_ptr<Module>
 
 void Module::collect(const std::string& prefix, bool recurse, bool params,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(join_path(prefix, name), t);
+  for (const auto& [name, t] : params ? params_ : buffers_)
+    out.emplace_back(join_path(prefix, name), t);
   if (!recurse) return;
   for (const Child& c : children_) c.module->collect(join_path(prefix, c.name), true, params, out);
 }

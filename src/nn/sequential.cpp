@@ -18,9 +18,10 @@ Module& Sequential::operator[](std::size_t i) const {
 }
 
 void Sequential::throw_wrong_type(std::size_t i, const Module& m) const {
-  throw Error(fmt::format("[Sequential] {}[{}] is a {}, not the class asked for; use "
-                          "at<nn::{}>({})",
-                          path(), i, m.type_name(), m.type_name(), i));
+  throw Error(
+      fmt::format("[Sequential] {}[{}] is a {}, not the class asked for; use "
+                  "at<nn::{}>({})",
+                  path(), i, m.type_name(), m.type_name(), i));
 }
 
 Tensor Sequential::forward(const Tensor& x) {

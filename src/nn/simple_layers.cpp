@@ -25,8 +25,8 @@ Dropout::Dropout(double p) : Module("Dropout"), p(p) {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p == 0) return x;
-  TESSERA_CHECK(is_floating(x.dtype()), DtypeError,
-                "[Dropout] {} needs a floating input, got {}", path(), dtype_name(x.dtype()));
+  TESSERA_CHECK(is_floating(x.dtype()), DtypeError, "[Dropout] {} needs a floating input, got {}",
+                path(), dtype_name(x.dtype()));
   if (p == 1) return x * 0.0;
   // The mask holds 0 or 1/(1-p), so the forward and the backward are one multiply each.
   const Tensor keep = rand(x.shape(), {x.dtype(), x.device()}) >= p;

@@ -45,9 +45,8 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
                     op, j, i, d.str());
     }
     TESSERA_CHECK(t.dtype() == first.dtype(), DtypeError,
-                  "[{}] tensors[{}] is {} but tensors[0] is {}; convert it with .to({}) first",
-                  op, i, dtype_name(t.dtype()), dtype_name(first.dtype()),
-                  dtype_name(first.dtype()));
+                  "[{}] tensors[{}] is {} but tensors[0] is {}; convert it with .to({}) first", op,
+                  i, dtype_name(t.dtype()), dtype_name(first.dtype()), dtype_name(first.dtype()));
     TESSERA_CHECK(t.shape() == first.shape(), ShapeError,
                   "[{}] tensors[{}] has shape {} but tensors[0] has shape {}; every device "
                   "must hold the same shape",
@@ -79,9 +78,7 @@ Tensor with_rows(const Tensor& t, std::int64_t rows, const char* op) {
   return detail::make_tensor(shape, t.dtype(), t.device(), op);
 }
 
-void run(CollectiveCall call) {
-  detail::backend_of(call.inputs.front().device()).collective(call);
-}
+void run(CollectiveCall call) { detail::backend_of(call.inputs.front().device()).collective(call); }
 
 }  // namespace
 
@@ -96,7 +93,7 @@ void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
   for (int i = 0; i < k; ++i) {
     const std::int64_t c = n / k + (i < n % k ? 1 : 0);
     detail::count_collective(tensors[i].device(),
-                              static_cast<std::size_t>((k - 1) * c + (n - c)) * item);
+                             static_cast<std::size_t>((k - 1) * c + (n - c)) * item);
   }
   run({CollectiveKind::kAllReduce, tensors, tensors, op == ReduceKind::kMean, 0});
 }

@@ -29,8 +29,8 @@ void check_input(const char* op, const Tensor& x) {
 }
 
 // Output extent along one dim, with the checks a user needs to see.
-std::int64_t out_extent(const char* op, const char* dim, std::int64_t size, int kernel,
-                        int stride, int pad) {
+std::int64_t out_extent(const char* op, const char* dim, std::int64_t size, int kernel, int stride,
+                        int pad) {
   TESSERA_CHECK(stride > 0 && pad >= 0, ShapeError,
                 "[{}] stride must be positive and padding non-negative, got stride {} and "
                 "padding {} along {}",
@@ -62,12 +62,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   TESSERA_CHECK(weight.size(1) == x.size(1), ShapeError,
                 "[conv2d] input has {} channels but weight {} expects {}", x.size(1),
                 weight.shape().str(), weight.size(1));
-  TESSERA_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-                DtypeError,
-                "[conv2d] input, weight and bias must share one dtype, got input {}, weight {}{}; "
-                "convert the input with .to(dtype) or the layer with .to(dtype)",
-                dtype_name(x.dtype()), dtype_name(weight.dtype()),
-                bias.defined() ? fmt::format(", bias {}", dtype_name(bias.dtype())) : std::string());
+  TESSERA_CHECK(
+      weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DtypeError,
+      "[conv2d] input, weight and bias must share one dtype, got input {}, weight {}{}; "
+      "convert the input with .to(dtype) or the layer with .to(dtype)",
+      dtype_name(x.dtype()), dtype_name(weight.dtype()),
+      bias.defined() ? fmt::format(", bias {}", dtype_name(bias.dtype())) : std::string());
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({weight.size(0)}), ShapeError,
                 "[conv2d] bias must be [{}] for weight {}, got shape {}", weight.size(0),
                 weight.shape().str(), bias.shape().str());
@@ -79,8 +79,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                   options)
         .to(x.dtype());
   }
-  const Window2d w{static_cast<int>(weight.size(2)), static_cast<int>(weight.size(3)),
-                   options.stride[0], options.stride[1], options.padding[0], options.padding[1]};
+  const Window2d w{static_cast<int>(weight.size(2)),
+                   static_cast<int>(weight.size(3)),
+                   options.stride[0],
+                   options.stride[1],
+                   options.padding[0],
+                   options.padding[1]};
   const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
   const std::int64_t ow = out_extent("conv2d", "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   Tensor out =
@@ -101,9 +105,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                     bias_shape = bias.defined() ? bias.shape() : Shape()](const Tensor& g) {
                      const Device d = xc.device();
                      Tensor dx, dw, db;
-                     if (need_x) dx = detail::make_tensor(xc.shape(), xc.dtype(), d, "conv2d_backward");
-                     if (need_w) dw = detail::make_tensor(wc.shape(), wc.dtype(), d, "conv2d_backward");
-                     if (need_b) db = detail::make_tensor(bias_shape, wc.dtype(), d, "conv2d_backward");
+                     if (need_x)
+                       dx = detail::make_tensor(xc.shape(), xc.dtype(), d, "conv2d_backward");
+                     if (need_w)
+                       dw = detail::make_tensor(wc.shape(), wc.dtype(), d, "conv2d_backward");
+                     if (need_b)
+                       db = detail::make_tensor(bias_shape, wc.dtype(), d, "conv2d_backward");
                      detail::backend_of(d).conv2d_backward(xc, wc, g.contiguous(), dx, dw, db, w);
                      return std::vector<Tensor>{dx, dw, db};
                    },
@@ -145,12 +152,13 @@ Tensor pool2d(PoolKind kind, const char* op, const Tensor& x, const Pool2dOption
   }
   detail::backend_of(device).pool2d(kind, xc, out, indices, w);
   if (detail::needs_grad(x)) {
-    detail::record(op, out, {&x}, [kind, indices, w, x_shape = x.shape(), dtype = x.dtype(),
-                                   device](const Tensor& g) {
-      Tensor dx = detail::make_tensor(x_shape, dtype, device, "pool2d_backward");
-      detail::backend_of(device).pool2d_backward(kind, g.contiguous(), indices, dx, w);
-      return std::vector<Tensor>{dx};
-    });
+    detail::record(
+        op, out, {&x},
+        [kind, indices, w, x_shape = x.shape(), dtype = x.dtype(), device](const Tensor& g) {
+          Tensor dx = detail::make_tensor(x_shape, dtype, device, "pool2d_backward");
+          detail::backend_of(device).pool2d_backward(kind, g.contiguous(), indices, dx, w);
+          return std::vector<Tensor>{dx};
+        });
   }
   return out;
 }

@@ -1,10 +1,10 @@
 // Front end of the copies: to, copy_to, copy_, clone, contiguous. The bytes move in
 // core (copy_data, which counts them in the ledger); here they join the autograd graph and
 // in-place writes are checked.
+#include "core/copy.h"
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
-#include "core/copy.h"
 #include "core/tensor_impl.h"
 #include "tessera/autograd.h"
 

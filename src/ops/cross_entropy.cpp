@@ -39,14 +39,16 @@ Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
   Tensor probs = make_tensor({n, c}, x.dtype(), device, "cross_entropy");
   backend_of(device).cross_entropy(x, t, losses, probs);
   if (needs_grad(x)) {
-    record("cross_entropy", losses, {&x}, [probs, t](const Tensor& grad) {
-      Tensor g = make_tensor(probs.shape(), probs.dtype(), probs.device(),
-                                     "cross_entropy_backward");
-      const Tensor grad_losses = grad.dtype() == probs.dtype() ? grad.contiguous()
-                                                                : grad.to(probs.dtype());
-      backend_of(probs.device()).cross_entropy_backward(probs, t, grad_losses, g);
-      return std::vector<Tensor>{g};
-    }, {{"targets", &t}});
+    record("cross_entropy", losses, {&x},
+           [probs, t](const Tensor& grad) {
+             Tensor g = make_tensor(probs.shape(), probs.dtype(), probs.device(),
+                                    "cross_entropy_backward");
+             const Tensor grad_losses =
+                 grad.dtype() == probs.dtype() ? grad.contiguous() : grad.to(probs.dtype());
+             backend_of(probs.device()).cross_entropy_backward(probs, t, grad_losses, g);
+             return std::vector<Tensor>{g};
+           },
+           {{"targets", &t}});
   }
   return losses;
 }

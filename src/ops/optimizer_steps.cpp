@@ -21,18 +21,21 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
   const std::string p_name = fmt::format("parameter {}", site.index);
   const std::string g_name = fmt::format("parameter {}'s grad", site.index);
   std::vector<std::string> names;
-  for (const auto& [what, t] : state) names.push_back(fmt::format("parameter {}'s {}", site.index, what));
+  for (const auto& [what, t] : state)
+    names.push_back(fmt::format("parameter {}'s {}", site.index, what));
   // The one device rule: parameter, grad and state on one device.
   switch (state.size()) {
     case 0:
       common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad}});
       break;
     case 1:
-      common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad},
+      common_device(site.op, {{p_name.c_str(), &param},
+                              {g_name.c_str(), &grad},
                               {names[0].c_str(), state.begin()->second}});
       break;
     default:
-      common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad},
+      common_device(site.op, {{p_name.c_str(), &param},
+                              {g_name.c_str(), &grad},
                               {names[0].c_str(), state.begin()->second},
                               {names[1].c_str(), (state.begin() + 1)->second}});
       break;
@@ -81,8 +84,8 @@ void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
 void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& step,
                const AdamParams& p) {
-  const Tensor g = checked_grad(site, param, grad,
-                                {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  const Tensor g =
+      checked_grad(site, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   if (is_half(param.dtype())) [[unlikely]] {  // as sgd_step
     NoGradGuard no_grad;
     const Tensor p32 = to_float32(param), m32 = to_float32(exp_avg), v32 = to_float32(exp_avg_sq);

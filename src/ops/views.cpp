@@ -18,7 +18,6 @@ using detail::wrap_dim;
 
 namespace {
 
-
 // Views join the graph like any op (see autograd/view_grad.cpp).
 Tensor with_reshape_grad(const char* name, const Tensor& self, Tensor out) {
   if (detail::needs_grad(self)) detail::record_reshape(name, self, out);
@@ -74,7 +73,8 @@ Tensor Tensor::view(const Shape& new_shape) const {
                 "[view] shape {} has {} elements but the tensor of shape {} has {}",
                 new_shape.str(), known, shape().str(), n);
   if (impl_->contiguous) {
-  return with_reshape_grad("view", *this, make_view(*this, target, detail::contiguous_strides(target), impl_->offset));
+    return with_reshape_grad(
+        "view", *this, make_view(*this, target, detail::contiguous_strides(target), impl_->offset));
   }
   // Non-contiguous: a view exists when every run of old dims that merges into new dims is
   // itself contiguous (the rule of PyTorch's computeStride). Walk the old dims from the end
@@ -132,7 +132,8 @@ Tensor Tensor::transpose(int dim0, int dim1) const {
     std::swap(s[a], s[b]);
     std::swap(st[a], st[b]);
   }
-  return with_permute_grad(*this, transpose_dims(dim(), a, b), make_view(*this, s, st, impl_->offset));
+  return with_permute_grad(*this, transpose_dims(dim(), a, b),
+                           make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::t() const {
@@ -157,7 +158,8 @@ Tensor Tensor::permute(const Shape& dims) const {
     s.push_back(impl_->shape[d]);
     st.push_back(impl_->strides[d]);
   }
-  return with_permute_grad(*this, std::vector<int>(dims.begin(), dims.end()), make_view(*this, s, st, impl_->offset));
+  return with_permute_grad(*this, std::vector<int>(dims.begin(), dims.end()),
+                           make_view(*this, s, st, impl_->offset));
 }
 
 Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
@@ -171,8 +173,10 @@ Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
                 start + length, d, n, shape().str());
   Shape s = impl_->shape;
   s[d] = length;
-  return with_subview_grad("narrow", *this, make_view(*this, s, impl_->strides, impl_->offset + start * impl_->strides[d]),
-                           [d, start, length](const Tensor& z) { return z.narrow(d, start, length); });
+  return with_subview_grad(
+      "narrow", *this,
+      make_view(*this, s, impl_->strides, impl_->offset + start * impl_->strides[d]),
+      [d, start, length](const Tensor& z) { return z.narrow(d, start, length); });
 }
 
 Tensor Tensor::slice(int d, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -192,8 +196,9 @@ Tensor Tensor::slice(int d, std::int64_t start, std::int64_t end, std::int64_t s
   Strides st = impl_->strides;
   s[d] = length;
   st[d] *= step;
-  return with_subview_grad("slice", *this, make_view(*this, s, st, impl_->offset + start * impl_->strides[d]),
-                           [d, start, end, step](const Tensor& z) { return z.slice(d, start, end, step); });
+  return with_subview_grad(
+      "slice", *this, make_view(*this, s, st, impl_->offset + start * impl_->strides[d]),
+      [d, start, end, step](const Tensor& z) { return z.slice(d, start, end, step); });
 }
 
 Tensor Tensor::select(int d, std::int64_t index) const {

@@ -177,8 +177,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     // Each rank gathers only its own rows of every batch (its part of `ranks`).
-    for (const data::Batch& mine : train.shard(static_cast<std::int64_t>(rank),
-                                               static_cast<std::int64_t>(ranks))) {
+    for (const data::Batch& mine :
+         train.shard(static_cast<std::int64_t>(rank), static_cast<std::int64_t>(ranks))) {
       const std::int64_t batch = train.batch_length(done);
       check_splittable(batch, ranks * k);
       const std::vector<std::int64_t> sizes = shard_sizes(mine.examples(), k);
@@ -236,7 +236,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   Tensor total = logs[0].to_host();
   for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
   if (group != nullptr) {
-    AllowSync deliberate;  // the fit's last exchange
+    AllowSync deliberate;      // the fit's last exchange
     group->all_reduce(total);  // each rank logged its shards' share
   }
   step_losses_ = total;

@@ -22,8 +22,7 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> params,
       bytes = 0;
     }
     Bucket& b = buckets_.back();
-    const std::int64_t offset =
-        b.slots.empty() ? 0 : b.slots.back().offset + b.slots.back().numel;
+    const std::int64_t offset = b.slots.empty() ? 0 : b.slots.back().offset + b.slots.back().numel;
     b.slots.push_back({p, offset, t.numel()});
     bytes += t.nbytes();
   }

@@ -17,7 +17,9 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
     std::fprintf(stderr, " (%.2f s)\n", m.seconds);
   }
   if (metrics_file.is_open()) {
-    auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null"); };
+    auto num = [](double v) {
+      return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null");
+    };
     metrics_file << fmt::format(
         "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
         "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}\n",

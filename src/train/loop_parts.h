@@ -2,13 +2,13 @@
 // Parts of the training loop shared by the one-device and the data-parallel fit: the
 // progress bar, the metric sums kept on the device (Note [Metrics on the device] in
 // trainer.cpp), and the per-epoch report.
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <string>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -37,13 +37,17 @@ inline AutocastGuard precision_scope(Device device, Dtype precision) {
 class Progress {
  public:
   Progress(bool enabled, int epoch, int epochs, std::int64_t total)
-      : enabled_(enabled && ::isatty(STDERR_FILENO)), epoch_(epoch), epochs_(epochs),
-        total_(total), start_(Clock::now()) {}
+      : enabled_(enabled && ::isatty(STDERR_FILENO)),
+        epoch_(epoch),
+        epochs_(epochs),
+        total_(total),
+        start_(Clock::now()) {}
   void update(std::int64_t done) {
     if (!enabled_ || total_ == 0) return;
     const double elapsed = seconds_since(start_);
     const int width = 30, filled = static_cast<int>(width * done / total_);
-    const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0;
+    const double eta =
+        done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - done) : 0;
     std::fprintf(stderr, "\repoch %d/%d [%s%s] %lld/%lld  %.1fs  ETA %.1fs ", epoch_, epochs_,
                  std::string(static_cast<std::size_t>(filled), '=').c_str(),
                  std::string(static_cast<std::size_t>(width - filled), ' ').c_str(),

@@ -30,10 +30,9 @@ std::int64_t fingerprint(const std::string& name, const Tensor& t) {
 
 void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
                        const std::vector<std::pair<std::string, Tensor>>& params) {
-  const std::vector<std::int64_t> mine = {
-      facts.batch_size, facts.batches, facts.max_epochs,
-      std::bit_cast<std::int64_t>(facts.gradient_clip_val),
-      static_cast<std::int64_t>(params.size())};
+  const std::vector<std::int64_t> mine = {facts.batch_size, facts.batches, facts.max_epochs,
+                                          std::bit_cast<std::int64_t>(facts.gradient_clip_val),
+                                          static_cast<std::int64_t>(params.size())};
   const char* names[] = {"batch size", "batches per epoch", "epochs", "gradient clip value",
                          "parameter count"};
   const std::vector<std::int64_t> all = gather(group, mine);
@@ -46,7 +45,8 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
       throw Error(fmt::format(
           "[Trainer] rank {}'s {} is {} but rank 0's is {}; every rank must run the same "
           "training (same command-line options and data)",
-          r, names[i], clip ? fmt::format("{}", std::bit_cast<double>(other)) : std::to_string(other),
+          r, names[i],
+          clip ? fmt::format("{}", std::bit_cast<double>(other)) : std::to_string(other),
           clip ? fmt::format("{}", std::bit_cast<double>(first)) : std::to_string(first)));
     }
   }

@@ -16,8 +16,8 @@
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/nn/loss.h"
-#include "tessera/ops.h"
 #include "tessera/operators.h"
+#include "tessera/ops.h"
 #include "tessera/optim/clip.h"
 #include "tessera/sync_guard.h"
 #include "train/loop_parts.h"
@@ -61,12 +61,11 @@ void check_has_batches(const data::DataLoader& loader, const char* what) {
 StepResult Task::training_step(const data::Batch& batch) { return classify(model(), batch); }
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
-  TESSERA_CHECK(options_.max_epochs >= 0 && options_.num_gpus >= 0 &&
-                    options_.gradient_clip_val >= 0,
-                Error,
-                "[Trainer] max_epochs ({}), num_gpus ({}) and gradient_clip_val ({}) must not be "
-                "negative",
-                options_.max_epochs, options_.num_gpus, options_.gradient_clip_val);
+  TESSERA_CHECK(
+      options_.max_epochs >= 0 && options_.num_gpus >= 0 && options_.gradient_clip_val >= 0, Error,
+      "[Trainer] max_epochs ({}), num_gpus ({}) and gradient_clip_val ({}) must not be "
+      "negative",
+      options_.max_epochs, options_.num_gpus, options_.gradient_clip_val);
   TESSERA_CHECK(options_.precision == kFloat32 || is_half(options_.precision), DtypeError,
                 "[Trainer] precision must be float32, bfloat16 or float16, got {}",
                 dtype_name(options_.precision));
@@ -103,8 +102,7 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
     devices_ = options_.devices;
   }
   if (devices_.empty()) devices_.push_back(cpu());
-  TESSERA_CHECK(!(options_.graph && devices_.size() > 1 && devices_.front().is_cuda()),
-                DeviceError,
+  TESSERA_CHECK(!(options_.graph && devices_.size() > 1 && devices_.front().is_cuda()), DeviceError,
                 "[Trainer] graph records the step of one GPU, and this Trainer has {}; train "
                 "with graph=false on several GPUs, or on one GPU per process (mpirun) with "
                 "graph=true",

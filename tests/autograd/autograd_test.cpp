@@ -24,8 +24,8 @@ TEST_P(Autograd, GradientsAccumulateUntilCleared) {
 
 TEST_P(Autograd, SharedSubexpressionsSumTheirGradients) {
   Tensor x = tensor({2.0}, device()).requires_grad_();
-  const Tensor y = x * x;          // used twice below
-  const Tensor z = y * y + y;      // x^4 + x^2
+  const Tensor y = x * x;      // used twice below
+  const Tensor z = y * y + y;  // x^4 + x^2
   z.backward(ones_like(z));
   EXPECT_FLOAT_EQ(x.grad().item<float>(), 4 * 8 + 2 * 2);
   EXPECT_FALSE(z.is_leaf());
@@ -59,8 +59,11 @@ TEST_P(Autograd, ErrorsNameTheFix) {
                                 {"[backward] without a gradient argument", "shape [2]"});
   expect_throw_with<Error>([&] { ones({1}, device()).backward(); },
                            {"[backward] this tensor does not require grad"});
-  expect_throw_with<DtypeError>([&] { tensor({1, 2}, device()).requires_grad_(); },
-                                {"[requires_grad_]", "int64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        tensor({1, 2}, device()).requires_grad_();
+      },
+      {"[requires_grad_]", "int64"});
   expect_throw_with<Error>([&] { y.requires_grad_(); }, {"[requires_grad_]", "only leaves"});
   Tensor loss = sum(w * w);
   loss.backward();

@@ -27,7 +27,8 @@ void gradcheck(const char* name, Device device, const std::vector<Input>& inputs
     xs.push_back(from_vector(values.back(), inputs[i].shape, {kFloat64, device}).requires_grad_());
   }
   const Tensor out = f(xs);
-  const Tensor w = from_vector(random_values(out.numel(), seed + 100), out.shape(), {kFloat64, device});
+  const Tensor w =
+      from_vector(random_values(out.numel(), seed + 100), out.shape(), {kFloat64, device});
   sum(out * w).backward();
   auto loss = [&](const std::vector<std::vector<double>>& v) {
     NoGradGuard no_grad;
@@ -83,9 +84,8 @@ TEST_P(GradCheck, LinearLayerAndLosses) {
   gradcheck("linear through a transposed input", d, {{{4, 3}}, {{2, 4}}},
             [](auto& x) { return nn::linear(x[0].t(), x[1]); });
   const Tensor targets = from_vector(std::vector<std::int64_t>{2, 0, 1}, {3}, d);
-  gradcheck("cross_entropy", d, {{{3, 4}, -3, 3}}, [&](auto& x) {
-    return nn::cross_entropy(x[0], targets, nn::Reduction::kNone);
-  });
+  gradcheck("cross_entropy", d, {{{3, 4}, -3, 3}},
+            [&](auto& x) { return nn::cross_entropy(x[0], targets, nn::Reduction::kNone); });
   gradcheck("mse_loss", d, {{{3, 2}}, {{3, 2}}}, [](auto& x) { return nn::mse_loss(x[0], x[1]); });
 }
 
@@ -96,8 +96,9 @@ TEST_P(GradCheck, ConvolutionAndPooling) {
   });
   gradcheck("conv2d 1x1 without bias", d, {{{2, 3, 2, 3}}, {{2, 3, 1, 1}}},
             [](auto& x) { return conv2d(x[0], x[1]); });
-  gradcheck("conv2d of a permuted input", d, {{{2, 4, 4, 1}}, {{1, 1, 2, 2}}},
-            [](auto& x) { return conv2d(x[0].permute({0, 3, 1, 2}), x[1]); });
+  gradcheck("conv2d of a permuted input", d, {{{2, 4, 4, 1}}, {{1, 1, 2, 2}}}, [](auto& x) {
+    return conv2d(x[0].permute({0, 3, 1, 2}), x[1]);
+  });
   gradcheck("max_pool2d", d, {{{2, 2, 5, 5}}}, [](auto& x) {
     return max_pool2d(x[0], {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
   });
@@ -106,10 +107,12 @@ TEST_P(GradCheck, ConvolutionAndPooling) {
   });
   // LeNet's 2x2 windows (a loop of their own on the CPU), on a plane with a row and a column
   // left over.
-  gradcheck("avg_pool2d 2x2", d, {{{2, 1, 5, 7}}},
-            [](auto& x) { return avg_pool2d(x[0], {.kernel = {2, 2}}); });
-  gradcheck("conv2d 3x3, padding 1", d, {{{2, 2, 4, 5}}, {{3, 2, 3, 3}}, {{3}}},
-            [](auto& x) { return conv2d(x[0], x[1], x[2], {.padding = {1, 1}}); });
+  gradcheck("avg_pool2d 2x2", d, {{{2, 1, 5, 7}}}, [](auto& x) {
+    return avg_pool2d(x[0], {.kernel = {2, 2}});
+  });
+  gradcheck("conv2d 3x3, padding 1", d, {{{2, 2, 4, 5}}, {{3, 2, 3, 3}}, {{3}}}, [](auto& x) {
+    return conv2d(x[0], x[1], x[2], {.padding = {1, 1}});
+  });
 }
 
 TEST_P(GradCheck, UnaryOps) {
@@ -154,7 +157,8 @@ TEST_P(GradCheck, MatmulAndSoftmax) {
 TEST_P(GradCheck, Views) {
   const Device d = device();
   gradcheck("view", d, {{{2, 6}}}, [](auto& x) { return x[0].view({3, 4}) * 2.0; });
-  gradcheck("reshape_t", d, {{{3, 4}}}, [](auto& x) { return x[0].t().reshape({12}) * x[0].reshape({12}); });
+  gradcheck("reshape_t", d, {{{3, 4}}},
+            [](auto& x) { return x[0].t().reshape({12}) * x[0].reshape({12}); });
   gradcheck("permute", d, {{{2, 3, 4}}}, [](auto& x) { return x[0].permute({2, 0, 1}) * 1.5; });
   gradcheck("narrow", d, {{{4, 3}}}, [](auto& x) { return x[0].narrow(0, 1, 2); });
   gradcheck("slice", d, {{{3, 6}}}, [](auto& x) { return x[0].slice(1, 1, 6, 2); });
@@ -171,9 +175,8 @@ TEST_P(GradCheck, AcrossDevicesTheGradientComesBack) {
   for (Device c : available_devices()) {
     if (c != device()) other = c;
   }
-  gradcheck("to", device(), {{{3}}}, [other](auto& x) {
-    return (x[0].to(other) * 2.0).to(x[0].device());
-  });
+  gradcheck("to", device(), {{{3}}},
+            [other](auto& x) { return (x[0].to(other) * 2.0).to(x[0].device()); });
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(GradCheck);

@@ -13,7 +13,7 @@ TEST(CpuAllocator, SizesRoundToQuarterPowerOfTwoClasses) {
   EXPECT_EQ(CpuAllocator::round_size(64), 64u);
   EXPECT_EQ(CpuAllocator::round_size(65), 128u);
   EXPECT_EQ(CpuAllocator::round_size(256), 256u);
-  EXPECT_EQ(CpuAllocator::round_size(257), 320u);   // 256 + 64
+  EXPECT_EQ(CpuAllocator::round_size(257), 320u);    // 256 + 64
   EXPECT_EQ(CpuAllocator::round_size(1000), 1024u);  // 896 < 1000 <= 1024
   EXPECT_EQ(CpuAllocator::round_size(1025), 1280u);
   for (std::size_t n : {300u, 5000u, 123457u, 3u << 20}) {

@@ -55,8 +55,8 @@ TEST(CpuThreads, KernelsOfALogicalDeviceRunWithItsThreadCount) {
     return;
   }
   const int expected = backend.kernel_threads();
-  EXPECT_EQ(expected, threads_per_device(static_cast<int>(allowed_cores().size()),
-                                         num_cpu_devices(), 0));
+  EXPECT_EQ(expected,
+            threads_per_device(static_cast<int>(allowed_cores().size()), num_cpu_devices(), 0));
   const int before = omp_get_max_threads();
   for (int i = 0; i < num_cpu_devices(); ++i) {
     int seen = -1;

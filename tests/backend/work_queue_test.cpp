@@ -62,7 +62,8 @@ TEST(WorkQueue, ManyWaitersOnManyTicketsAllWakeUp) {
   });
   std::vector<std::uint64_t> tickets;
   // Fewer than kMaxPending, or submit() itself would wait behind the blocked task.
-  for (std::uint64_t i = 0; i + 1 < WorkQueue::kMaxPending; ++i) tickets.push_back(queue.submit([] {}));
+  for (std::uint64_t i = 0; i + 1 < WorkQueue::kMaxPending; ++i)
+    tickets.push_back(queue.submit([] {}));
   std::vector<std::thread> waiters;
   std::atomic<int> woken{0};
   for (std::size_t i = 0; i < tickets.size(); i += tickets.size() / 8 + 1) {

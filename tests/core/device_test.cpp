@@ -67,9 +67,11 @@ TEST(Device, MissingGpuErrorSaysWhy) {
   // Built without CUDA, or with it but no driver or no GPU: the reason says which.
   const std::string reason = gpu_unavailable_reason();
   EXPECT_FALSE(reason.empty());
-  expect_throw_with<DeviceError>([] { ones({2, 3}, gpu(0)); },
-                                 {"[ones]", "cuda:0 is not available", reason,
-                                  "Available devices: ", "try_gpu(0)"});
+  expect_throw_with<DeviceError>(
+      [] {
+        ones({2, 3}, gpu(0));
+      },
+      {"[ones]", "cuda:0 is not available", reason, "Available devices: ", "try_gpu(0)"});
 #if !TESSERA_TEST_WITH_CUDA
   EXPECT_NE(reason.find("without CUDA"), std::string::npos);
 #endif

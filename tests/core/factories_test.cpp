@@ -34,7 +34,8 @@ TEST_P(Factories, ConstantsAndRanges) {
 // count must not overflow (undefined behaviour, caught by UBSan in CI before the fix).
 TEST_P(Factories, EmptyTensorsWithHugeOtherSizes) {
   constexpr std::int64_t kHuge = std::int64_t{1} << 40;
-  for (const Shape& shape : {Shape{0, kHuge, kHuge}, Shape{kHuge, kHuge, 0}, Shape{kHuge, 0, kHuge}}) {
+  for (const Shape& shape :
+       {Shape{0, kHuge, kHuge}, Shape{kHuge, kHuge, 0}, Shape{kHuge, 0, kHuge}}) {
     const Tensor t = zeros(shape, device());
     EXPECT_EQ(t.numel(), 0) << shape.str();
     EXPECT_TRUE(t.is_contiguous()) << shape.str();

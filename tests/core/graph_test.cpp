@@ -21,11 +21,13 @@ TEST_P(Graphs, ReplayGivesTheEagerResults) {
   Tensor w = randn({100, 100}, device()) * 0.1;
   constexpr int kSteps = 50;
   Tensor eager = zeros({kSteps}, device());
-  for (int i = 0; i < kSteps; ++i) eager.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
+  for (int i = 0; i < kSteps; ++i)
+    eager.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
   Tensor log = zeros({kSteps}, device());
   reset_transfer_stats();
   Graph graph = Graph::capture(device(), [&] {
-    for (int i = 0; i < kSteps; ++i) log.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
+    for (int i = 0; i < kSteps; ++i)
+      log.narrow(0, i, 1).copy_(norm(matmul(x, w) * (i + 1.0)).reshape({1}));
   });
   EXPECT_EQ(transfer_stats(device()), TransferStats{}) << "capturing neither copies nor waits";
   EXPECT_GE(graph.node_count(), static_cast<std::size_t>(2 * kSteps));
@@ -47,8 +49,8 @@ TEST_P(Graphs, TensorsMadeDuringCaptureHoldTheLatestReplay) {
   Tensor x = full({4096}, 1.0, device());
   Tensor y;
   Graph graph = Graph::capture(device(), [&] {
-    Tensor t = x * 2.0;   // freed inside the capture: its block is the graph's
-    y = t + 1.0;          // outlives the capture
+    Tensor t = x * 2.0;  // freed inside the capture: its block is the graph's
+    y = t + 1.0;         // outlives the capture
   });
   graph.replay();
   EXPECT_DOUBLE_EQ(max(y).item<double>(), 3.0);
@@ -74,7 +76,9 @@ TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {
       {"is capturing a graph", "outside the captured code"});
   if (device().is_cuda()) {
     expect_throw_with<GraphCaptureError>(
-        [&] { Graph::capture(device(), [&] { (void)tensor({1.0, 2.0}).to(device()); }); },
+        [&] { Graph::capture(device(), [&] {
+                (void)tensor({1.0, 2.0}).to(device());
+              }); },
         {"[copy_]", "a copy from the host"});
   } else {
     expect_throw_with<GraphCaptureError>(
@@ -95,11 +99,7 @@ TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {
       [&] { Graph::capture(device(), [&] { synchronize(device()); }); },
       {"[synchronize]", "a host wait"});
   expect_throw_with<GraphCaptureError>(
-      [&] {
-        Graph::capture(device(), [&] {
-          Graph::capture(device(), [] {});
-        });
-      },
+      [&] { Graph::capture(device(), [&] { Graph::capture(device(), [] {}); }); },
       {"already capturing", "do not nest"});
   if (device().is_cuda()) {  // CPU devices have no side streams
     expect_throw_with<GraphCaptureError>(
@@ -174,7 +174,9 @@ TEST_P(Graphs, GroupsAreChecked) {
   expect_throw_with<DeviceError>([&] { Graph::capture(std::vector<Device>{}, [] {}); },
                                  {"[Graph::capture]", "no devices"});
   expect_throw_with<DeviceError>(
-      [&] { Graph::capture(std::vector<Device>{device(), device()}, [] {}); },
+      [&] {
+        Graph::capture(std::vector<Device>{device(), device()}, [] {});
+      },
       {"[Graph::capture]", "twice"});
   const std::vector<Device> group = same_kind_devices();
   if (device().is_cuda() && group.size() > 1) {

@@ -28,9 +28,9 @@ TEST_P(Streams, DefaultStreamIsCurrentAndPrintable) {
 
 TEST_P(Streams, CpuDevicesHaveNoSideStreams) {
   if (!device().is_cpu()) GTEST_SKIP() << "a GPU has side streams";
-  expect_throw_with<DeviceError>([&] { new_stream(device()); },
-                                 {"[new_stream] " + device().str(), "single in-order queue",
-                                  "TESSERA_CPU_DEVICES=2"});
+  expect_throw_with<DeviceError>(
+      [&] { new_stream(device()); },
+      {"[new_stream] " + device().str(), "single in-order queue", "TESSERA_CPU_DEVICES=2"});
 }
 
 TEST_P(Streams, TwoSideStreamsComputeWhatTheDefaultStreamDoes) {

@@ -25,17 +25,20 @@ TEST_P(SyncGuardTest, ErrorScopeRejectsImplicitReadsWithTheCallersLine) {
     return;
   }
   reset_transfer_stats();
-  const int line = __LINE__ + 2;
-  expect_throw_with<SyncError>(
-      [&] { (void)loss.item<float>(); },
-      {"[item] the host waits for " + device().str(), "sync_guard_test.cpp:" + std::to_string(line),
-       "AllowSync"});
+  const int line = __LINE__ + 1;  // the line of the item() call
+  expect_throw_with<SyncError>([&] { (void)loss.item<float>(); },
+                               {"[item] the host waits for " + device().str(),
+                                "sync_guard_test.cpp:" + std::to_string(line), "AllowSync"});
   expect_throw_with<SyncError>([&] { (void)loss.to_vector<float>(); }, {"[to_vector]"});
   const int str_line = __LINE__ + 1;
   expect_throw_with<SyncError>([&] { (void)loss.str(); },
                                {"[print]", "sync_guard_test.cpp:" + std::to_string(str_line)});
-  expect_throw_with<SyncError>([&] { std::ostringstream os; os << loss; },
-                               {"[print]", "std::cout << tensor", "t.str() reports its caller"});
+  expect_throw_with<SyncError>(
+      [&] {
+        std::ostringstream os;
+        os << loss;
+      },
+      {"[print]", "std::cout << tensor", "t.str() reports its caller"});
   // Nothing waited, so nothing was counted.
   EXPECT_EQ(transfer_stats(device()).host_waits, 0u);
   // Deliberate reads and explicit synchronization are allowed.
@@ -80,7 +83,8 @@ TEST_P(SyncGuardTest, WarnScopeReportsAndGoesOn) {
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(2, 1.0f));
   const std::string err = ::testing::internal::GetCapturedStderr();
   if (waits()) {
-    EXPECT_NE(err.find("tessera warning: [to_vector] the host waits for"), std::string::npos) << err;
+    EXPECT_NE(err.find("tessera warning: [to_vector] the host waits for"), std::string::npos)
+        << err;
   } else {
     EXPECT_EQ(err, "");
   }

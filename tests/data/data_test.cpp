@@ -92,7 +92,8 @@ TEST_F(DataFiles, FashionMnistChecksItsFiles) {
   write("t10k-labels-idx1-ubyte", idx({2}, std::string{1, 12}));
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"label 12 of example 1"});
   write("t10k-labels-idx1-ubyte", idx({3}, std::string{1, 2, 3}));
-  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); }, {"3 labels for the 2 images"});
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
+                             {"3 labels for the 2 images"});
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "nowhere"); },
                              {"dataset-fashion-mnist", "TESSERA_DATA_DIR"});
 }
@@ -105,8 +106,10 @@ TEST_F(DataFiles, DeclaredSizesAreCheckedBeforeReading) {
   const MemoryStats before = memory_stats(cpu());
   reset_peak_memory(cpu());
   expect_throw_with<IOError>([&] { data::read_idx(bomb); },
-                             {"[read_idx]", "declares shape [100000, 28, 28] (78400000 bytes of "
-                              "data), more than its", "gzip bytes can inflate to"});
+                             {"[read_idx]",
+                              "declares shape [100000, 28, 28] (78400000 bytes of "
+                              "data), more than its",
+                              "gzip bytes can inflate to"});
   EXPECT_LT(memory_stats(cpu()).peak, before.in_use + (std::size_t{1} << 20));
   const fs::path plain = write("plain", idx({1000, 1000}, std::string(10, '\0')));
   expect_throw_with<IOError>([&] { data::read_idx(plain); },
@@ -131,7 +134,8 @@ TEST_F(DataFiles, AGzipStreamMustEndTheFile) {
   const fs::path p = write("a.gz", content, true);
   std::ofstream(p, std::ios::binary | std::ios::app) << "garbage";
   expect_throw_with<IOError>([&] { data::read_idx(p); },
-                             {"[read_idx]", "has bytes after the end of its gzip stream that are "
+                             {"[read_idx]",
+                              "has bytes after the end of its gzip stream that are "
                               "not another gzip member"});
   // Inflating stops one byte past what the header declares, however much more there is.
   const fs::path longer = write("b.gz", content + std::string(5'000'000, 'y'), true);
@@ -140,7 +144,8 @@ TEST_F(DataFiles, AGzipStreamMustEndTheFile) {
   // Several gzip members are one stream (gzip's format allows it).
   write("first.gz", content.substr(0, 9), true);
   write("second.gz", content.substr(9), true);
-  std::ifstream first(dir_ / "first.gz", std::ios::binary), second(dir_ / "second.gz", std::ios::binary);
+  std::ifstream first(dir_ / "first.gz", std::ios::binary),
+      second(dir_ / "second.gz", std::ios::binary);
   std::ostringstream both;
   both << first.rdbuf() << second.rdbuf();
   const Tensor t = data::read_idx(write("both.gz", both.str()));
@@ -153,10 +158,13 @@ TEST_F(DataFiles, AnEmptyDataSetIsRefused) {
   write("train-images-idx3-ubyte", idx({0, 28, 28}, ""));
   write("train-labels-idx1-ubyte", idx({0}, ""));
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
-                             {"[load_fashion_mnist]", "train-images-idx3-ubyte' holds no images "
+                             {"[load_fashion_mnist]",
+                              "train-images-idx3-ubyte' holds no images "
                               "(shape [0, 28, 28]): the data set is empty"});
   expect_throw_with<ShapeError>(
-      [&] { data::DataLoader(zeros({0, 2, 2}, kUInt8), zeros({0}, kInt64)); },
+      [&] {
+        data::DataLoader(zeros({0, 2, 2}, kUInt8), zeros({0}, kInt64));
+      },
       {"[DataLoader] the data set is empty (images [0, 2, 2])"});
 }
 
@@ -174,7 +182,8 @@ TEST_F(DataFiles, BadDataDirectoriesAreIOErrors) {
   write("plain-file", "not a directory");
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "plain-file"); },
                              {"[load_fashion_mnist]", "Not a directory"});
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads any directory: the unreadable case needs a user";
+  if (::geteuid() == 0)
+    GTEST_SKIP() << "root reads any directory: the unreadable case needs a user";
   fs::create_directory(dir_ / "locked");
   fs::permissions(dir_ / "locked", fs::perms::none);
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "locked"); },
@@ -186,15 +195,17 @@ TEST_F(DataFiles, BadDataDirectoriesAreIOErrors) {
 TEST_F(DataFiles, FifosAreRefusedNotRead) {
   ASSERT_TRUE(testing::make_fifo(dir_ / "pipe-idx"));
   testing::FifoUnblocker unblock(dir_ / "pipe-idx");
-  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "pipe-idx"); },
-                             {"[read_idx]", "pipe-idx' is a FIFO (named pipe), not a regular file"});
+  expect_throw_with<IOError>(
+      [&] { data::read_idx(dir_ / "pipe-idx"); },
+      {"[read_idx]", "pipe-idx' is a FIFO (named pipe), not a regular file"});
   ASSERT_TRUE(testing::make_fifo(dir_ / "train-images-idx3-ubyte.gz"));
   testing::FifoUnblocker unblock_images(dir_ / "train-images-idx3-ubyte.gz");
   write("train-labels-idx1-ubyte.gz", idx({1}, std::string{0}), true);
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
                              {"train-images-idx3-ubyte.gz' is a FIFO (named pipe)"});
   fs::create_directory(dir_ / "d");
-  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "d"); }, {"is a directory, not a regular file"});
+  expect_throw_with<IOError>([&] { data::read_idx(dir_ / "d"); },
+                             {"is a directory, not a regular file"});
 }
 
 TEST(FashionMnist, TheInstalledDataSetHasItsSizes) {
@@ -248,12 +259,17 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
   const data::Batch b0 = *ordered.begin();
   EXPECT_EQ(b0.y.to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2}));
   EXPECT_NEAR(b0.x.to_vector<double>()[4], (10 / 255.0 - 0.5) / 0.5, 1e-6);
-  expect_throw_with<DtypeError>([&] { data::DataLoader(zeros({4, 2}), from_vector(labels, {n})); },
-                                {"uint8"});
-  expect_throw_with<ShapeError>([&] { data::DataLoader(images, from_vector(labels, {n}).narrow(0, 0, 3)); },
-                                {"labels must be integers [10] to match the images", "[3]"});
-  expect_throw_with<Error>([&] { data::DataLoader(images, from_vector(labels, {n}), {.batch_size = 0}); },
-                           {"batch_size (0) and std (1) must be positive"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        data::DataLoader(zeros({4, 2}), from_vector(labels, {n}));
+      },
+      {"uint8"});
+  expect_throw_with<ShapeError>(
+      [&] { data::DataLoader(images, from_vector(labels, {n}).narrow(0, 0, 3)); },
+      {"labels must be integers [10] to match the images", "[3]"});
+  expect_throw_with<Error>(
+      [&] { data::DataLoader(images, from_vector(labels, {n}), {.batch_size = 0}); },
+      {"batch_size (0) and std (1) must be positive"});
 }
 
 // DataLoader::shard: the parts of a batch, stacked in part order, are the whole batch (same

@@ -41,9 +41,7 @@ int main(int argc, char** argv) {
     data::DataLoader loader(from_vector(pixels, {64, 8, 8}), from_vector(labels, {64}),
                             {.batch_size = 4});
     FailingTask task(
-        [] {
-          return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4));
-        },
+        [] { return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4)); },
         [](const std::vector<Tensor>& p) {
           return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.1});
         },

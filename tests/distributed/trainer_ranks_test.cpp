@@ -30,7 +30,8 @@ struct TrainRun {
 };
 
 std::vector<std::vector<double>> train(const TrainRun& run) {
-  const auto [images, labels] = random_images(25);  // batches of 7, 7, 7, 4: uneven over 2 or 4 devices
+  const auto [images, labels] =
+      random_images(25);  // batches of 7, 7, 7, 4: uneven over 2 or 4 devices
   data::DataLoader loader(images, labels, {.batch_size = run.batch, .seed = 5});
   manual_seed(0);
   train::Classifier task(
@@ -47,7 +48,9 @@ std::vector<std::vector<double>> train(const TrainRun& run) {
         if (run.adam) return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01});
         return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
       });
-  train::TrainerOptions o{.max_epochs = 3, .gradient_clip_val = run.clip, .progress = false,
+  train::TrainerOptions o{.max_epochs = 3,
+                          .gradient_clip_val = run.clip,
+                          .progress = false,
                           .metrics_path = run.metrics};
   o.devices = run.devices;
   o.process_group = run.group;

@@ -30,13 +30,27 @@ void mutate(std::string& s, std::mt19937_64& gen) {
   auto pick = [&](std::size_t n) { return n == 0 ? 0 : static_cast<std::size_t>(gen() % n); };
   const std::size_t at = pick(s.size() + 1);
   switch (gen() % 7) {
-    case 0: if (at < s.size()) s[at] = static_cast<char>(gen()); break;
-    case 1: s.insert(at, 1, static_cast<char>(gen())); break;
-    case 2: if (at < s.size()) s.erase(at, 1 + pick(8)); break;
-    case 3: if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(16))); break;
-    case 4: s.resize(at); break;
-    case 5: if (at < s.size()) s[at] = kInteresting[pick(kInteresting.size())]; break;
-    default: s.insert(at, 1, kInteresting[pick(kInteresting.size())]); break;
+    case 0:
+      if (at < s.size()) s[at] = static_cast<char>(gen());
+      break;
+    case 1:
+      s.insert(at, 1, static_cast<char>(gen()));
+      break;
+    case 2:
+      if (at < s.size()) s.erase(at, 1 + pick(8));
+      break;
+    case 3:
+      if (at < s.size()) s.insert(at, s.substr(at, 1 + pick(16)));
+      break;
+    case 4:
+      s.resize(at);
+      break;
+    case 5:
+      if (at < s.size()) s[at] = kInteresting[pick(kInteresting.size())];
+      break;
+    default:
+      s.insert(at, 1, kInteresting[pick(kInteresting.size())]);
+      break;
   }
 }
 
@@ -92,18 +106,20 @@ class ParserFuzz : public ::testing::Test {
 };
 
 TEST_F(ParserFuzz, SafetensorsMutantsLoadOrAreRefused) {
-  fuzz("safetensors", 250, [](const fs::path& p) { load_safetensors(p); },
-       [](std::string& s, const std::string& seed, std::mt19937_64& gen) {
-         // The data section of the seeds is at most 24 bytes: keep the prefix honest mostly.
-         std::uint64_t n = 0;
-         for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(seed[i]);
-         if (gen() % 4 != 0) fix_length(s, seed.size() - 8 - n);
-       });
+  fuzz(
+      "safetensors", 250, [](const fs::path& p) { load_safetensors(p); },
+      [](std::string& s, const std::string& seed, std::mt19937_64& gen) {
+        // The data section of the seeds is at most 24 bytes: keep the prefix honest mostly.
+        std::uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(seed[i]);
+        if (gen() % 4 != 0) fix_length(s, seed.size() - 8 - n);
+      });
 }
 
 TEST_F(ParserFuzz, IdxMutantsLoadOrAreRefused) {
-  fuzz("idx", 250, [](const fs::path& p) { data::read_idx(p); },
-       [](std::string&, const std::string&, std::mt19937_64&) {});
+  fuzz(
+      "idx", 250, [](const fs::path& p) { data::read_idx(p); },
+      [](std::string&, const std::string&, std::mt19937_64&) {});
 }
 
 // The libFuzzer targets' own inputs (fuzz/, scripts/fuzz), run here so that the suite and

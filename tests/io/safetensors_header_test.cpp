@@ -66,7 +66,8 @@ TEST_F(SafetensorsHeaders, DeeplyNestedHeadersAreRefusedAtOnce) {
   EXPECT_LT(seconds, 2.0) << "refusing costs reading the header, not parsing it into a tree";
   // Nesting where the format has a plain value: inside a tensor, beside its fields.
   write(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"extra":[[[[1]]]]}})", kEight);
-  expect_refused({"tensor 'w' has a field 'extra'; a tensor has dtype, shape and data_offsets only"});
+  expect_refused(
+      {"tensor 'w' has a field 'extra'; a tensor has dtype, shape and data_offsets only"});
   write(R"({"w":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", kEight);
   expect_refused({"tensor 'w' has a shape entry that is not a non-negative integer"});
   write(R"([[{"w":1}]])");
@@ -112,7 +113,9 @@ TEST_F(SafetensorsHeaders, EmptyNamesAndControlCharactersAreRefusedAndEscaped) {
   expect_refused({R"(__metadata__.k\x07 is not a string)"});
   // tessera does not write what it would refuse to read.
   expect_throw_with<Error>(
-      [&] { save_safetensors(dir_ / "out.safetensors", {{"a\nb", zeros({1})}}); },
+      [&] {
+        save_safetensors(dir_ / "out.safetensors", {{"a\nb", zeros({1})}});
+      },
       {R"(tensor name 'a\x0ab' holds a control character)"});
 }
 
@@ -133,14 +136,15 @@ TEST_F(SafetensorsHeaders, ACheckpointIsMatchedFromItsHeaderBeforeAnyDataIsRead)
   nn::Sequential net(nn::Linear(2, 1, /*bias=*/false));
   const std::uint64_t huge = std::uint64_t{1} << 30;
   write(R"({"0.weight":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]},)"
-        R"("unknown":{"dtype":"U8","shape":[)" + std::to_string(huge) +
-            R"(],"data_offsets":[8,)" + std::to_string(8 + huge) + "]}}",
+        R"("unknown":{"dtype":"U8","shape":[)" +
+            std::to_string(huge) + R"(],"data_offsets":[8,)" + std::to_string(8 + huge) + "]}}",
         kEight);
   fs::resize_file(path_, fs::file_size(path_) + huge);  // sparse: no disk used
   const MemoryStats before = memory_stats(cpu());
   reset_peak_memory(cpu());
-  expect_throw_with<Error>([&] { nn::load_checkpoint(net, path_); },
-                           {"[load_state_dict] the state dict does not match", "unexpected unknown"});
+  expect_throw_with<Error>(
+      [&] { nn::load_checkpoint(net, path_); },
+      {"[load_state_dict] the state dict does not match", "unexpected unknown"});
   EXPECT_LT(memory_stats(cpu()).peak, before.in_use + (std::size_t{1} << 20))
       << "the unknown tensor's data was allocated";
   // Shapes and dtypes too: a file for a wider layer is refused from its header.

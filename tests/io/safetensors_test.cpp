@@ -88,7 +88,8 @@ TEST_P(Safetensors, RoundTripsEveryDtypeOntoAnyDevice) {
 }
 
 TEST_P(Safetensors, ReadsTheReferencePackagesFile) {
-  const fs::path fixture = fs::path(TESSERA_TEST_FIXTURES) / "safetensors" / "reference.safetensors";
+  const fs::path fixture =
+      fs::path(TESSERA_TEST_FIXTURES) / "safetensors" / "reference.safetensors";
   const SafetensorsFile file = load_safetensors(fixture, device());
   EXPECT_EQ(file.metadata, testing::interop_metadata());
   for (const auto& [name, t] : testing::interop_tensors(device())) {
@@ -106,11 +107,16 @@ TEST_P(Safetensors, SavingIsAtomic) {
   EXPECT_THROW(save_safetensors(path, {{"a", ones({2}, device())}, {"b", Tensor()}}), Error);
   EXPECT_EQ(read_bytes(path), good);
   expect_throw_with<IOError>(
-      [&] { save_safetensors(dir / "missing" / "x.safetensors", {{"w", ones({1}, device())}}); },
+      [&] {
+        save_safetensors(dir / "missing" / "x.safetensors", {{"w", ones({1}, device())}});
+      },
       {"[save_safetensors]", "missing/x.safetensors", "temporary file"});
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
-  expect_throw_with<Error>([&] { save_safetensors(path, {{"__metadata__", ones({1}, device())}}); },
-                           {"[save_safetensors] '__metadata__' cannot name a tensor"});
+  expect_throw_with<Error>(
+      [&] {
+        save_safetensors(path, {{"__metadata__", ones({1}, device())}});
+      },
+      {"[save_safetensors] '__metadata__' cannot name a tensor"});
 }
 
 std::set<std::string> names_in(const fs::path& dir) {
@@ -140,7 +146,8 @@ TEST(SafetensorsFiles, AKilledSaveLeavesNothingBehind) {
     if (pid == 0) {  // only async-signal-safe calls before exec
       ::dup2(out[1], STDOUT_FILENO);
       ::close(out[0]);
-      ::execl(TESSERA_TEST_SAVE_UNTIL_KILLED, TESSERA_TEST_SAVE_UNTIL_KILLED, path.c_str(), nullptr);
+      ::execl(TESSERA_TEST_SAVE_UNTIL_KILLED, TESSERA_TEST_SAVE_UNTIL_KILLED, path.c_str(),
+              nullptr);
       ::_exit(127);
     }
     ::close(out[1]);
@@ -198,8 +205,11 @@ TEST(SafetensorsFiles, SavingThroughASymbolicLinkReplacesItsTarget) {
   // A loop of links is an IOError, not a hang.
   fs::create_symlink("loop2", dir / "loop1");
   fs::create_symlink("loop1", dir / "loop2");
-  expect_throw_with<IOError>([&] { save_safetensors(dir / "loop1", {{"w", ones({2})}}); },
-                             {"[save_safetensors]", "too many levels of symbolic links"});
+  expect_throw_with<IOError>(
+      [&] {
+        save_safetensors(dir / "loop1", {{"w", ones({2})}});
+      },
+      {"[save_safetensors]", "too many levels of symbolic links"});
 }
 
 // A FIFO would block the reader for ever: refused before it is opened.
@@ -209,12 +219,17 @@ TEST(SafetensorsFiles, LoadRefusesAFifoAndADirectory) {
   {
     testing::FifoUnblocker unblock(dir / "pipe.safetensors");
     expect_throw_with<IOError>([&] { load_safetensors(dir / "pipe.safetensors"); },
-                               {"[load_safetensors]", "pipe.safetensors' is a FIFO (named pipe), "
-                                                      "not a regular file"});
+                               {"[load_safetensors]",
+                                "pipe.safetensors' is a FIFO (named pipe), "
+                                "not a regular file"});
   }
-  expect_throw_with<IOError>([&] { load_safetensors(dir.path()); }, {"is a directory, not a regular file"});
-  expect_throw_with<IOError>([&] { save_safetensors(dir / "pipe.safetensors", {{"w", ones({1})}}); },
-                             {"[save_safetensors]", "is a FIFO (named pipe), not a regular file"});
+  expect_throw_with<IOError>([&] { load_safetensors(dir.path()); },
+                             {"is a directory, not a regular file"});
+  expect_throw_with<IOError>(
+      [&] {
+        save_safetensors(dir / "pipe.safetensors", {{"w", ones({1})}});
+      },
+      {"[save_safetensors]", "is a FIFO (named pipe), not a regular file"});
 }
 
 // JSON holds UTF-8 text: other bytes in a name or metadata are a tessera::Error naming the
@@ -223,16 +238,26 @@ TEST(SafetensorsFiles, NamesAndMetadataMustBeUtf8) {
   TempDir dir;
   const fs::path path = dir / "t.safetensors";
   expect_throw_with<Error>(
-      [&] { save_safetensors(path, {{"bad\xff\x01name", ones({1})}}); },
+      [&] {
+        save_safetensors(path, {{"bad\xff\x01name", ones({1})}});
+      },
       {"[save_safetensors]", "tensor name 'bad\\xff\\x01name' is not valid UTF-8 (byte 3 is 0xff)",
        "must be UTF-8"});
-  expect_throw_with<Error>([&] { save_safetensors(path, {{"w", ones({1})}}, {{"k\xc3", "v"}}); },
-                           {"metadata key 'k\\xc3' is not valid UTF-8 (byte 1 is 0xc3)"});
   expect_throw_with<Error>(
-      [&] { save_safetensors(path, {{"w", ones({1})}}, {{"note", "\xed\xa0\x80"}}); },  // a surrogate
+      [&] {
+        save_safetensors(path, {{"w", ones({1})}}, {{"k\xc3", "v"}});
+      },
+      {"metadata key 'k\\xc3' is not valid UTF-8 (byte 1 is 0xc3)"});
+  expect_throw_with<Error>(
+      [&] {
+        save_safetensors(path, {{"w", ones({1})}}, {{"note", "\xed\xa0\x80"}});
+      },  // a surrogate
       {"the value of metadata key 'note' '\\xed\\xa0\\x80' is not valid UTF-8 (byte 0 is 0xed)"});
-  expect_throw_with<Error>([&] { save_safetensors(path, {{"\xc0\xaf", ones({1})}}); },  // overlong '/'
-                           {"tensor name '\\xc0\\xaf' is not valid UTF-8"});
+  expect_throw_with<Error>(
+      [&] {
+        save_safetensors(path, {{"\xc0\xaf", ones({1})}});
+      },  // overlong '/'
+      {"tensor name '\\xc0\\xaf' is not valid UTF-8"});
   EXPECT_FALSE(fs::exists(path));
   const std::string name = "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80";  // "café ✓ 😀"
   save_safetensors(path, {{name, ones({1})}}, {{name, name}});
@@ -261,7 +286,8 @@ TEST_P(Safetensors, CorruptFilesGiveClearErrors) {
   expect_bad(file_with(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
              "needs 12 bytes");
   expect_bad(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                       eight),
              "overlap or leave a gap");
   expect_bad(file_with(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
              "not a non-negative integer");
@@ -282,7 +308,8 @@ TEST_P(Safetensors, ModuleCheckpointsMoveBetweenDevicesAndRefuseOtherModels) {
   TempDir dir;
   const fs::path path = dir / "mlp.safetensors";
   manual_seed(1);
-  nn::Sequential net(nn::Linear(4, 8, true, device()), nn::ReLU(), nn::Linear(8, 2, true, device()));
+  nn::Sequential net(nn::Linear(4, 8, true, device()), nn::ReLU(),
+                     nn::Linear(8, 2, true, device()));
   nn::save_checkpoint(net, path, {{"epoch", "3"}});
   manual_seed(2);
   nn::Sequential other(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 2));  // on the CPU
@@ -309,8 +336,9 @@ TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
   net.tensor("0.bias").fill_(std::nan(""));
   expect_throw_with<NonFiniteError>(
       [&] { nn::save_checkpoint(net, path); },
-      {"[save_safetensors]", "tensor '0.bias' holds a non-finite value (NaN or infinity) at "
-                             "element 0 of 2; nothing was written and the file is as it was",
+      {"[save_safetensors]",
+       "tensor '0.bias' holds a non-finite value (NaN or infinity) at "
+       "element 0 of 2; nothing was written and the file is as it was",
        "allow_non_finite"});
   EXPECT_EQ(read_bytes(path), good);
   EXPECT_EQ(names_in(dir.path()), std::set<std::string>{"net.safetensors"});

@@ -32,7 +32,8 @@ std::vector<double> reference_conv(const std::vector<double>& x, Dims d,
               for (int j = 0; j < kw; ++j) {
                 const int iy = y * sh - ph + i, ix = xx * sw - pw + j;
                 if (iy < 0 || iy >= d.h || ix < 0 || ix >= d.w) continue;
-                acc += x[((n * d.c + c) * d.h + iy) * d.w + ix] * wt[((k * d.c + c) * kh + i) * kw + j];
+                acc += x[((n * d.c + c) * d.h + iy) * d.w + ix] *
+                       wt[((k * d.c + c) * kh + i) * kw + j];
               }
           out[((n * o + k) * oh + y) * ow + xx] = acc;
         }
@@ -129,16 +130,13 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
     Dims d;
     int o, kh, kw, sh, sw, ph, pw;
   };
-  for (const Case& k : {Case{{3, 1, 28, 28}, 6, 5, 5, 1, 1, 2, 2},
-                        Case{{11, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0},
-                        Case{{5, 3, 7, 5}, 5, 3, 3, 1, 1, 1, 1},
-                        Case{{2, 2, 4, 9}, 9, 2, 3, 1, 1, 3, 0},
-                        Case{{1, 4, 6, 6}, 3, 1, 6, 1, 1, 0, 2},
-                        Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1},
-                        // Batches of 32 or more: small planes take images in lanes.
-                        Case{{37, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0},
-                        Case{{33, 2, 6, 5}, 3, 3, 3, 1, 1, 1, 1},
-                        Case{{34, 1, 4, 9}, 4, 2, 4, 1, 1, 2, 1}}) {
+  for (const Case& k :
+       {Case{{3, 1, 28, 28}, 6, 5, 5, 1, 1, 2, 2}, Case{{11, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0},
+        Case{{5, 3, 7, 5}, 5, 3, 3, 1, 1, 1, 1}, Case{{2, 2, 4, 9}, 9, 2, 3, 1, 1, 3, 0},
+        Case{{1, 4, 6, 6}, 3, 1, 6, 1, 1, 0, 2}, Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1},
+        // Batches of 32 or more: small planes take images in lanes.
+        Case{{37, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0}, Case{{33, 2, 6, 5}, 3, 3, 3, 1, 1, 1, 1},
+        Case{{34, 1, 4, 9}, 4, 2, 4, 1, 1, 2, 1}}) {
     const std::size_t nx = static_cast<std::size_t>(k.d.n) * k.d.c * k.d.h * k.d.w;
     const auto xs = random_values(nx, 4);
     const auto ws = random_values(static_cast<std::size_t>(k.o) * k.d.c * k.kh * k.kw, 5);
@@ -156,8 +154,8 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
       const double tol = dtype == kFloat32 ? 2e-5 : 1e-12;
       const Tensor y = conv2d(x, w, b, {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}});
       ASSERT_EQ(y.shape(), Shape({k.d.n, k.o, oh, ow})) << what;
-      expect_close(y, reference_conv(xs, k.d, ws, k.o, k.kh, k.kw, bs, k.sh, k.sw, k.ph, k.pw),
-                   tol, tol, what + " y");
+      expect_close(y, reference_conv(xs, k.d, ws, k.o, k.kh, k.kw, bs, k.sh, k.sw, k.ph, k.pw), tol,
+                   tol, what + " y");
       y.backward(from_vector(gs, {k.d.n, k.o, oh, ow}, {dtype, dev}));
       expect_close(x.grad(), expected.dx, tol, tol, what + " dx");
       expect_close(w.grad(), expected.dw, tol, tol, what + " dw");
@@ -176,8 +174,8 @@ TEST_P(Conv, PoolingMatchesReference) {
   const Dims d{2, 3, 7, 8};
   const auto xs = random_values(2 * 3 * 7 * 8, 5);
   const Tensor x = from_vector(xs, {2, 3, 7, 8}, {kFloat64, dev});
-  for (auto [kh, kw, sh, sw, ph, pw] : {std::array{2, 2, 2, 2, 0, 0}, std::array{3, 3, 2, 2, 1, 1},
-                                        std::array{3, 2, 1, 2, 1, 0}}) {
+  for (auto [kh, kw, sh, sw, ph, pw] :
+       {std::array{2, 2, 2, 2, 0, 0}, std::array{3, 3, 2, 2, 1, 1}, std::array{3, 2, 1, 2, 1, 0}}) {
     const Pool2dOptions o{{kh, kw}, {sh, sw}, {ph, pw}};
     expect_close(max_pool2d(x, o), reference_pool(true, xs, d, kh, kw, sh, sw, ph, pw), 0, 0,
                  "max_pool2d");
@@ -224,25 +222,46 @@ TEST_P(Conv, LeNetLossFallsOnAFewBatches) {
 TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
   const Device d = device();
   const Tensor x = zeros({2, 3, 8, 8}, d);
-  expect_throw_with<ShapeError>([&] { conv2d(zeros({3, 8, 8}, d), zeros({4, 3, 3, 3}, d)); },
-                                {"[conv2d]", "[N, C, H, W]", "[3, 8, 8]", "unsqueeze(0)"});
-  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({6, 1, 5, 5}, d)); },
-                                {"input has 3 channels but weight [6, 1, 5, 5] expects 1"});
-  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({4, 3, 9, 9}, d)); },
-                                {"kernel (9 along H) is larger than the padded input"});
-  expect_throw_with<ShapeError>([&] { conv2d(x, zeros({4, 3, 3, 3}, d), zeros({5}, d)); },
-                                {"bias must be [4]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(zeros({3, 8, 8}, d), zeros({4, 3, 3, 3}, d));
+      },
+      {"[conv2d]", "[N, C, H, W]", "[3, 8, 8]", "unsqueeze(0)"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(x, zeros({6, 1, 5, 5}, d));
+      },
+      {"input has 3 channels but weight [6, 1, 5, 5] expects 1"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(x, zeros({4, 3, 9, 9}, d));
+      },
+      {"kernel (9 along H) is larger than the padded input"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(x, zeros({4, 3, 3, 3}, d), zeros({5}, d));
+      },
+      {"bias must be [4]"});
   expect_throw_with<DtypeError>(
-      [&] { conv2d(zeros({2, 3, 8, 8}, {kInt32, d}), zeros({4, 3, 3, 3}, {kInt32, d})); },
+      [&] {
+        conv2d(zeros({2, 3, 8, 8}, {kInt32, d}), zeros({4, 3, 3, 3}, {kInt32, d}));
+      },
       {"floating"});
-  expect_throw_with<ShapeError>([&] { max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 2}}); },
-                                {"[max_pool2d]", "at most half the kernel"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 2}});
+      },
+      {"[max_pool2d]", "at most half the kernel"});
   expect_throw_with<ShapeError>([&] { nn::Conv2d(4, 2, 3, {}, true, d)(x); },
                                 {"Conv2d expects inputs [N, 4, H, W]", "[2, 3, 8, 8]"});
   if (available_devices().size() > 1) {
-    const Device other = available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
-    expect_throw_with<DeviceMismatchError>([&] { conv2d(x, zeros({4, 3, 3, 3}, other)); },
-                                           {"[conv2d]"});
+    const Device other =
+        available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
+    expect_throw_with<DeviceMismatchError>(
+        [&] {
+          conv2d(x, zeros({4, 3, 3, 3}, other));
+        },
+        {"[conv2d]"});
   }
 }
 

@@ -93,18 +93,31 @@ TEST_P(Losses, CrossEntropyErrors) {
   const Device d = device();
   const Tensor logits = zeros({4, 3}, d);
   const Tensor targets = zeros({4}, {kInt64, d});
-  expect_throw_with<ShapeError>([&] { nn::cross_entropy(zeros({4, 3, 2}, d), targets); },
-                                {"[cross_entropy]", "[batch, classes]", "[4, 3, 2]"});
-  expect_throw_with<ShapeError>([&] { nn::cross_entropy(logits, zeros({5}, {kInt64, d})); },
-                                {"targets must be [batch] = [4]", "[5]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::cross_entropy(zeros({4, 3, 2}, d), targets);
+      },
+      {"[cross_entropy]", "[batch, classes]", "[4, 3, 2]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::cross_entropy(logits, zeros({5}, {kInt64, d}));
+      },
+      {"targets must be [batch] = [4]", "[5]"});
   expect_throw_with<DtypeError>([&] { nn::cross_entropy(logits, zeros({4}, d)); },
                                 {"integer dtype", "float32"});
-  expect_throw_with<DtypeError>([&] { nn::cross_entropy(zeros({4, 3}, {kInt64, d}), targets); },
-                                {"logits must be floating"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::cross_entropy(zeros({4, 3}, {kInt64, d}), targets);
+      },
+      {"logits must be floating"});
   if (available_devices().size() > 1) {
-    const Device other = available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
+    const Device other =
+        available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
     expect_throw_with<DeviceMismatchError>(
-        [&] { nn::cross_entropy(logits, zeros({4}, {kInt64, other})); }, {"[cross_entropy]"});
+        [&] {
+          nn::cross_entropy(logits, zeros({4}, {kInt64, other}));
+        },
+        {"[cross_entropy]"});
   }
 }
 
@@ -124,8 +137,11 @@ TEST_P(Losses, MseMatchesReferenceAndRefusesBroadcasting) {
   loss.backward();
   expect_close(x.grad(), grad, 1e-12, 1e-12);
   expect_close(nn::mse_loss(x, y, nn::Reduction::kSum), {total}, 1e-12, 1e-12);
-  expect_throw_with<ShapeError>([&] { nn::mse_loss(x, zeros({4}, {kFloat64, d})); },
-                                {"[mse_loss]", "[3, 4]", "[4]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::mse_loss(x, zeros({4}, {kFloat64, d}));
+      },
+      {"[mse_loss]", "[3, 4]", "[4]"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Losses);

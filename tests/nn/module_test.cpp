@@ -62,7 +62,8 @@ TEST_P(Modules, LinearMatchesReferenceOnItsDevice) {
 }
 
 TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
-  nn::Sequential net(nn::Linear(2, 8, true, device()), nn::ReLU(), nn::Linear(8, 1, true, device()));
+  nn::Sequential net(nn::Linear(2, 8, true, device()), nn::ReLU(),
+                     nn::Linear(8, 1, true, device()));
   ASSERT_EQ(net.size(), 3u);
   EXPECT_EQ(net[1].type_name(), "ReLU");
   // The seed's net[0].weight.data.device, in two spellings.
@@ -79,8 +80,8 @@ TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
       << net.str();
   expect_throw_with<Error>([&] { net.at<nn::Linear>(1); }, {"Sequential[1] is a ReLU"});
   expect_throw_with<Error>([&] { net[3]; }, {"has 3 modules", "[3]"});
-  expect_throw_with<Error>([&] { net.tensor("0.scale"); }, {"no parameter or buffer 'scale'",
-                                                           "weight"});
+  expect_throw_with<Error>([&] { net.tensor("0.scale"); },
+                           {"no parameter or buffer 'scale'", "weight"});
   const Tensor y = net(rand({5, 2}, device()));
   EXPECT_EQ(y.shape(), Shape({5, 1}));
 }
@@ -126,8 +127,11 @@ TEST_P(Modules, ToConvertsDtypeInPlace) {
   EXPECT_TRUE(w.requires_grad());
   expect_close(w.to_vector<double>(), before, 0, 0);
   expect_throw_with<DtypeError>([&] { net.to(kInt32); }, {"floating dtypes only"});
-  expect_throw_with<DtypeError>([&] { net(rand({1, 3}, device())); },
-                                {"float64 parameters but the input is float32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        net(rand({1, 3}, device()));
+      },
+      {"float64 parameters but the input is float32"});
 }
 
 TEST_P(Modules, DeviceAuditListsTensorsThatDiffer) {
@@ -147,7 +151,9 @@ TEST_P(Modules, CallingOnAnotherDeviceNamesTheParameter) {
   nn::Sequential net(nn::Linear(2, 2, true, d));
   net.set_name("net");
   expect_throw_with<DeviceMismatchError>(
-      [&] { net(rand({1, 2}, other)); },
+      [&] {
+        net(rand({1, 2}, other));
+      },
       {"net[0].weight is on " + d.str(), "input is on " + other.str(), "x.to("});
 }
 
@@ -168,8 +174,11 @@ TEST_P(Modules, LazyLinearBuildsOnTheInputsDeviceOrWhereItWasMoved) {
     placed.to(target);
     EXPECT_EQ(placed.device(), target);
     if (target != d) {
-      expect_throw_with<DeviceMismatchError>([&] { placed(rand({2, 5}, d)); },
-                                             {"was moved to " + target.str()});
+      expect_throw_with<DeviceMismatchError>(
+          [&] {
+            placed(rand({2, 5}, d));
+          },
+          {"was moved to " + target.str()});
       EXPECT_FALSE(placed.at<nn::LazyLinear>(0).built()) << "a failed call must build nothing";
     }
     EXPECT_EQ(placed(rand({2, 5}, target)).device(), target);
@@ -205,7 +214,8 @@ TEST_P(Modules, StateDictRoundTripsAndBadStateLeavesTheModelUntouched) {
 }
 
 TEST_P(Modules, ZeroGradAndApply) {
-  nn::Sequential net(nn::Linear(3, 4, true, device()), nn::Tanh(), nn::Linear(4, 1, true, device()));
+  nn::Sequential net(nn::Linear(3, 4, true, device()), nn::Tanh(),
+                     nn::Linear(4, 1, true, device()));
   sum(net(rand({2, 3}, device()))).backward();
   for (const Tensor& p : net.parameters()) EXPECT_TRUE(p.grad().defined());
   net.zero_grad();
@@ -246,20 +256,23 @@ TEST_P(Modules, FlattenAndActivations) {
   EXPECT_EQ(nn::Flatten()(x).shape(), Shape({1, 6}));
   EXPECT_EQ(nn::Flatten(0)(x).shape(), Shape({6}));
   expect_close(nn::ReLU()(x), {0, 0, 2, 0, 4, 5}, 0, 0);
-  expect_close(nn::Sigmoid()(x).flatten(), {1 / (1 + std::exp(1.0)), 0.5, 1 / (1 + std::exp(-2.0)),
-                                            1 / (1 + std::exp(3.0)), 1 / (1 + std::exp(-4.0)),
-                                            1 / (1 + std::exp(-5.0))},
+  expect_close(nn::Sigmoid()(x).flatten(),
+               {1 / (1 + std::exp(1.0)), 0.5, 1 / (1 + std::exp(-2.0)), 1 / (1 + std::exp(3.0)),
+                1 / (1 + std::exp(-4.0)), 1 / (1 + std::exp(-5.0))},
                1e-6, 1e-7);
-  expect_close(nn::Tanh()(x).flatten(), {std::tanh(-1.0), 0, std::tanh(2.0), std::tanh(-3.0),
-                                         std::tanh(4.0), std::tanh(5.0)},
-               1e-6, 1e-7);
+  expect_close(
+      nn::Tanh()(x).flatten(),
+      {std::tanh(-1.0), 0, std::tanh(2.0), std::tanh(-3.0), std::tanh(4.0), std::tanh(5.0)}, 1e-6,
+      1e-7);
 }
 
 TEST_P(Modules, ShapeErrorsNameTheLayer) {
   nn::Sequential net(nn::Linear(4, 2, true, device()));
-  expect_throw_with<ShapeError>([&] { net(rand({3, 5}, device())); },
-                                {"Sequential[0] expects inputs whose last dim is in_features=4",
-                                 "[3, 5]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        net(rand({3, 5}, device()));
+      },
+      {"Sequential[0] expects inputs whose last dim is in_features=4", "[3, 5]"});
   EXPECT_THROW(nn::Linear(0, 3), ShapeError);
 }
 
@@ -309,8 +322,11 @@ TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
                            {"[Registering]", "named 'w' exists already"});
   expect_throw_with<Error>([&] { m.register_parameter("a.b", zeros({1}, device())); },
                            {"'a.b' must be non-empty and contain no '.'"});
-  expect_throw_with<DtypeError>([&] { m.register_parameter("i", zeros({1}, {kInt64, device()})); },
-                                {"parameter 'i' must be floating", "int64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        m.register_parameter("i", zeros({1}, {kInt64, device()}));
+      },
+      {"parameter 'i' must be floating", "int64"});
   auto child = std::make_shared<nn::ReLU>();
   m.register_module("act", child);
   Registering other;
@@ -319,12 +335,17 @@ TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
   nn::StateDict wrong_kind{{"w", zeros({2}, {kInt64, device()})}};
   expect_throw_with<DtypeError>([&] { m.load_state_dict(wrong_kind); },
                                 {"[load_state_dict] w is float32 in the module but int64"});
-  expect_throw_with<Error>([] { nn::Dropout(1.5); }, {"[Dropout] p is a probability in [0, 1], got 1.5"});
-  expect_throw_with<ShapeError>([] { nn::Linear(0, 3); },
-                                {"[Linear] in_features and out_features must be positive, got 0 and 3"});
+  expect_throw_with<Error>([] { nn::Dropout(1.5); },
+                           {"[Dropout] p is a probability in [0, 1], got 1.5"});
+  expect_throw_with<ShapeError>(
+      [] { nn::Linear(0, 3); },
+      {"[Linear] in_features and out_features must be positive, got 0 and 3"});
   expect_throw_with<ShapeError>([] { nn::Conv2d(1, 0, 3); }, {"[Conv2d]", "out_channels=0"});
-  expect_throw_with<DtypeError>([&] { nn::Dropout(0.5)(zeros({2}, {kInt32, device()})); },
-                                {"[Dropout]", "floating input", "int32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::Dropout(0.5)(zeros({2}, {kInt32, device()}));
+      },
+      {"[Dropout]", "floating input", "int32"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Modules);

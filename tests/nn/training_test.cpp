@@ -13,7 +13,8 @@ using testing::expect_close;
 class Training : public DeviceTest {};
 
 nn::Sequential make_mlp(Device d, int in, int hidden, int out) {
-  return nn::Sequential(nn::Linear(in, hidden, true, d), nn::Tanh(), nn::Linear(hidden, out, true, d));
+  return nn::Sequential(nn::Linear(in, hidden, true, d), nn::Tanh(),
+                        nn::Linear(hidden, out, true, d));
 }
 
 TEST_P(Training, MlpFitsXor) {
@@ -87,7 +88,7 @@ TEST_P(Training, LossFallsAndParametersStayOnTheirDevice) {
   nn::Sequential net(nn::Flatten(), nn::LazyLinear(16), nn::Sigmoid(), nn::LazyLinear(4));
   const Tensor x = randn({64, 2, 3}, d);
   const Tensor y = argmax(x.flatten(1).narrow(1, 0, 4), 1);  // a learnable rule
-  net(x);  // builds the lazy layers
+  net(x);                                                    // builds the lazy layers
   optim::SGD opt(net.parameters(), {.lr = 0.5});
   double first = 0, last = 0;
   for (int step = 0; step < 50; ++step) {

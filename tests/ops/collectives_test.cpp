@@ -91,31 +91,49 @@ TEST_P(Collectives, ErrorsNameTheTensorAndTheFix) {
   const auto g = group();
   expect_throw_with<Error>([&] { all_reduce({}); }, {"[all_reduce] got no tensors"});
   const Tensor a = ones({2, 3}, device());
-  expect_throw_with<DeviceError>([&] { all_reduce({a, ones({2, 3}, device())}); },
-                                 {"[all_reduce] tensors[0] and tensors[1] are both on",
-                                  device().str(), "one tensor per device"});
-  expect_throw_with<DtypeError>([&] { all_reduce({ones({2}, {kBool, device()})}); },
-                                {"[all_reduce] bool tensors cannot be summed"});
-  expect_throw_with<Error>([&] { broadcast({a.t()}); }, {"[broadcast] tensors[0] is not contiguous"});
+  expect_throw_with<DeviceError>(
+      [&] {
+        all_reduce({a, ones({2, 3}, device())});
+      },
+      {"[all_reduce] tensors[0] and tensors[1] are both on", device().str(),
+       "one tensor per device"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        all_reduce({ones({2}, {kBool, device()})});
+      },
+      {"[all_reduce] bool tensors cannot be summed"});
+  expect_throw_with<Error>([&] { broadcast({a.t()}); },
+                           {"[broadcast] tensors[0] is not contiguous"});
   expect_throw_with<Error>([&] { broadcast({a}, 3); }, {"[broadcast] root 3"});
   Tensor w = ones({2}, device()).requires_grad_();
   expect_throw_with<Error>([&] { all_reduce({w}); }, {"[all_reduce] cannot write in place"});
   expect_throw_with<ShapeError>([&] { all_gather({ones({}, device())}); },
                                 {"[all_gather] needs tensors with at least one dim"});
   if (g.size() >= 2) {
-    expect_throw_with<ShapeError>([&] { all_reduce({a, ones({3, 2}, g[1])}); },
-                                  {"[all_reduce] tensors[1] has shape [3, 2]", "[2, 3]"});
-    expect_throw_with<DtypeError>([&] { all_reduce({a, ones({2, 3}, {kFloat64, g[1]})}); },
-                                  {"[all_reduce] tensors[1] is float64", "tensors[0] is float32"});
-    expect_throw_with<ShapeError>([&] { reduce_scatter({ones({3, 1}, g[0]), ones({3, 1}, g[1])}); },
-                                  {"[reduce_scatter] the tensors have 3 rows", "over 2 devices"});
+    expect_throw_with<ShapeError>(
+        [&] {
+          all_reduce({a, ones({3, 2}, g[1])});
+        },
+        {"[all_reduce] tensors[1] has shape [3, 2]", "[2, 3]"});
+    expect_throw_with<DtypeError>(
+        [&] {
+          all_reduce({a, ones({2, 3}, {kFloat64, g[1]})});
+        },
+        {"[all_reduce] tensors[1] is float64", "tensors[0] is float32"});
+    expect_throw_with<ShapeError>(
+        [&] {
+          reduce_scatter({ones({3, 1}, g[0]), ones({3, 1}, g[1])});
+        },
+        {"[reduce_scatter] the tensors have 3 rows", "over 2 devices"});
   }
 }
 
 TEST_P(Collectives, MixedKindsAreRefused) {
   if (!device().is_cuda()) GTEST_SKIP() << "needs a GPU beside the CPU";
   expect_throw_with<DeviceError>(
-      [&] { all_reduce({ones({2}, device()), ones({2}, cpu())}); },
+      [&] {
+        all_reduce({ones({2}, device()), ones({2}, cpu())});
+      },
       {"[all_reduce] tensors[1] is on cpu", "tensors[0] is on " + device().str(), "one kind"});
 }
 

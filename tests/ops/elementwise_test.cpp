@@ -240,7 +240,9 @@ TEST_P(Elementwise, BoolBytesFromTheHostMustBeBools) {
   // Any byte but 0 or 1 is refused, so where() never selects with an undefined bool.
   const unsigned char bytes[3] = {1, 0, 2};
   expect_throw_with<DtypeError>(
-      [&] { from_vector(bytes, kBool, 3, {3}, {kBool, device()}); },
+      [&] {
+        from_vector(bytes, kBool, 3, {3}, {kBool, device()});
+      },
       {"[from_vector]", "bool value 2 is the byte 2", "0 or 1"});
   const unsigned char good[3] = {1, 0, 1};
   const Tensor c = from_vector(good, kBool, 3, {3}, {kBool, device()});

@@ -60,7 +60,8 @@ TEST_P(TensorMethods, EyeDiagAndTraceMatchAFloat64Reference) {
   EXPECT_EQ(i.device(), device());
   const std::vector<float> ivals = i.to_vector<float>();
   for (int r = 0; r < 3; ++r) {
-    for (int c = 0; c < 4; ++c) EXPECT_EQ(ivals[static_cast<std::size_t>(r * 4 + c)], r == c ? 1.0F : 0.0F);
+    for (int c = 0; c < 4; ++c)
+      EXPECT_EQ(ivals[static_cast<std::size_t>(r * 4 + c)], r == c ? 1.0F : 0.0F);
   }
   EXPECT_EQ(eye(2, -1, {kInt64, device()}).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{1, 0, 0, 1}));
@@ -78,8 +79,7 @@ TEST_P(TensorMethods, EyeDiagAndTraceMatchAFloat64Reference) {
   }
   EXPECT_NEAR(a.narrow(0, 0, 3).trace().item<double>(), tr, 1e-12);
   const Tensor v = tensor({2.0, -1.0, 0.5}, device());
-  EXPECT_EQ(diag(v).to_vector<float>(),
-            (std::vector<float>{2, 0, 0, 0, -1, 0, 0, 0, 0.5}));
+  EXPECT_EQ(diag(v).to_vector<float>(), (std::vector<float>{2, 0, 0, 0, -1, 0, 0, 0, 0.5}));
   expect_equal(diag(diag(v)), v);
 }
 

@@ -255,7 +255,7 @@ TEST_P(Optim, AStepBetweenForwardAndBackwardIsRefused) {
   Tensor loss = sum(matmul(x, w));
   sgd.step();
   testing::expect_throw_with<Error>([&] { loss.backward(); },
-                           {"[backward] matmul saved its other", "written in place"});
+                                    {"[backward] matmul saved its other", "written in place"});
   optim::Adam adam({w}, {.lr = 0.1});
   Tensor again = sum(matmul(x, w));
   adam.step();

@@ -35,6 +35,8 @@ class FifoUnblocker {
 };
 
 // Makes a FIFO at `path`; true on success.
-inline bool make_fifo(const std::filesystem::path& path) { return ::mkfifo(path.c_str(), 0600) == 0; }
+inline bool make_fifo(const std::filesystem::path& path) {
+  return ::mkfifo(path.c_str(), 0600) == 0;
+}
 
 }  // namespace tessera::testing

@@ -24,8 +24,7 @@ class DataParallel : public DeviceTest {
 std::shared_ptr<nn::Module> make_net(bool conv) {
   if (conv) {
     return std::make_shared<nn::Sequential>(nn::Conv2d(1, 3, 3, {.padding = {1, 1}}), nn::Sigmoid(),
-                                            nn::AvgPool2d(2), nn::Flatten(),
-                                            nn::Linear(48, 4));
+                                            nn::AvgPool2d(2), nn::Flatten(), nn::Linear(48, 4));
   }
   return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(),
                                           nn::Linear(16, 4));
@@ -39,8 +38,8 @@ train::OptimizerFactory make_opt(bool adam) {
 }
 
 // The parameters after `epochs` epochs on `devices` (one: plain training) from seed 0.
-std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv,
-                                          bool adam, double clip, int epochs,
+std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv, bool adam,
+                                          double clip, int epochs,
                                           std::vector<std::shared_ptr<nn::Module>>* made = nullptr,
                                           bool graph = false, Tensor* step_losses = nullptr) {
   const auto [images, labels] = random_images(23);
@@ -81,7 +80,8 @@ TEST_P(DataParallel, ReplicasEndWhereOneDeviceEnds) {
         const auto many = train_on(g, conv, adam, clip, 1);
         ASSERT_EQ(one.size(), many.size());
         for (std::size_t i = 0; i < one.size(); ++i) {
-          testing::expect_close(many[i], one[i], 1e-4, 1e-5, what + " parameter " + std::to_string(i));
+          testing::expect_close(many[i], one[i], 1e-4, 1e-5,
+                                what + " parameter " + std::to_string(i));
         }
       }
     }
@@ -136,21 +136,25 @@ TEST_P(DataParallel, RefusesWhatCannotWork) {
   const auto g = group();
   expect_throw_with<Error>([&] { train::Trainer({.device = device(), .devices = {device()}}); },
                            {"[Trainer] got both device", "devices"});
-  expect_throw_with<DeviceError>([&] { train::Trainer({.devices = {device(), device()}}); },
-                                 {"[Trainer] devices lists " + device().str() + " twice"});
+  expect_throw_with<DeviceError>(
+      [&] {
+        train::Trainer({.devices = {device(), device()}});
+      },
+      {"[Trainer] devices lists " + device().str() + " twice"});
   if (g.size() < 2) return;
   const auto [images, labels] = random_images(5);
   data::DataLoader loader(images, labels, {.batch_size = 4, .shuffle = false});  // 4, then 1
   train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g});
   train::Classifier good([] { return make_net(false); }, make_opt(false));
-  expect_throw_with<Error>([&] { trainer.fit(good, loader); },
-                           {"[Trainer] a batch of 1 example(s) cannot be split over 2 devices",
-                            "drop_last"});
+  expect_throw_with<Error>(
+      [&] { trainer.fit(good, loader); },
+      {"[Trainer] a batch of 1 example(s) cannot be split over 2 devices", "drop_last"});
   nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
   optim::SGD opt(net.parameters(), {.lr = 0.1});
   train::Classifier by_reference(net, opt);
-  expect_throw_with<Error>([&] { trainer.fit(by_reference, loader); },
-                           {"needs a replica of the task", "Classifier(make_model, make_optimizer)"});
+  expect_throw_with<Error>(
+      [&] { trainer.fit(by_reference, loader); },
+      {"needs a replica of the task", "Classifier(make_model, make_optimizer)"});
   bool first = true;
   train::Classifier differs(
       [&first]() -> std::shared_ptr<nn::Module> {
@@ -159,9 +163,9 @@ TEST_P(DataParallel, RefusesWhatCannotWork) {
         return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, wide ? 5 : 4));
       },
       make_opt(false));
-  expect_throw_with<Error>([&] { trainer.fit(differs, loader); },
-                           {"[Trainer] replica 1's parameter 0 is '1.weight' float32 [4, 64]",
-                            "[5, 64]"});
+  expect_throw_with<Error>(
+      [&] { trainer.fit(differs, loader); },
+      {"[Trainer] replica 1's parameter 0 is '1.weight' float32 [4, 64]", "[5, 64]"});
 }
 
 // Batches of 7, 7, 7, 2 per epoch: the first full batch runs eagerly, the next two replay
@@ -171,11 +175,12 @@ void expect_recorded_equals_eager(const std::vector<Device>& devices) {
   for (bool conv : {false, true}) {
     for (bool adam : {false, true}) {
       for (double clip : {0.0, 0.05}) {
-        const std::string what = fmt::format("{} device(s) conv={} adam={} clip={}",
-                                             devices.size(), conv, adam, clip);
+        const std::string what =
+            fmt::format("{} device(s) conv={} adam={} clip={}", devices.size(), conv, adam, clip);
         Tensor eager_losses, recorded_losses;
         const auto eager = train_on(devices, conv, adam, clip, 2, nullptr, false, &eager_losses);
-        const auto recorded = train_on(devices, conv, adam, clip, 2, nullptr, true, &recorded_losses);
+        const auto recorded =
+            train_on(devices, conv, adam, clip, 2, nullptr, true, &recorded_losses);
         ASSERT_EQ(eager.size(), recorded.size());
         for (std::size_t i = 0; i < eager.size(); ++i) {
           testing::expect_close(recorded[i], eager[i], 1e-5, 1e-6,
@@ -212,10 +217,9 @@ TEST_P(DataParallel, AStepThatDrawsRandomNumbersIsNotRecorded) {
   optim::SGD sgd(net->parameters(), {.lr = 0.1});
   train::Classifier task(*net, sgd);
   train::Trainer trainer({.max_epochs = 1, .progress = false, .device = device(), .graph = true});
-  expect_throw_with<GraphCaptureError>(
-      [&] { trainer.fit(task, loader); },
-      {"[Trainer] the training step cannot be recorded as a graph", "drawing random numbers",
-       "without the graph option"});
+  expect_throw_with<GraphCaptureError>([&] { trainer.fit(task, loader); },
+                                       {"[Trainer] the training step cannot be recorded as a graph",
+                                        "drawing random numbers", "without the graph option"});
   // Nothing is left capturing: the device trains eagerly as before.
   train::Trainer eager({.max_epochs = 1, .progress = false, .device = device()});
   EXPECT_EQ(eager.fit(task, loader).size(), 1u);

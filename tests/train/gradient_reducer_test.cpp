@@ -29,10 +29,8 @@ struct Replica {
 
 Replica make_replica(Device d, double scale) {
   manual_seed(1);
-  return {(randn({4, 3}, d) * scale).requires_grad_(),
-          (randn({3}, d) * scale).requires_grad_(),
-          (randn({3, 2}, d) * scale).requires_grad_(),
-          ones({5}, d).requires_grad_()};
+  return {(randn({4, 3}, d) * scale).requires_grad_(), (randn({3}, d) * scale).requires_grad_(),
+          (randn({3, 2}, d) * scale).requires_grad_(), ones({5}, d).requires_grad_()};
 }
 
 Tensor loss_of(const Replica& m, const Tensor& x) {

@@ -35,8 +35,8 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
   optim::SGD opt(net.parameters(), {.lr = 0.5});
   train::Classifier task(net, opt);
-  train::Trainer trainer({.max_epochs = 3, .gradient_clip_val = 5, .progress = false,
-                          .device = device()});
+  train::Trainer trainer(
+      {.max_epochs = 3, .gradient_clip_val = 5, .progress = false, .device = device()});
   std::vector<train::EpochMetrics> history;
   {
     SyncGuard strict(SyncMode::kError);  // an implicit host wait anywhere in fit() throws
@@ -174,7 +174,8 @@ TEST(Trainer, SaysOnceWhenAskedForMoreGpusThanExist) {
   ::testing::internal::CaptureStderr();
   train::Trainer trainer({.num_gpus = num_gpus() + 2, .progress = false});
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("asked for " + std::to_string(num_gpus() + 2) + " GPU(s)"), std::string::npos) << err;
+  EXPECT_NE(err.find("asked for " + std::to_string(num_gpus() + 2) + " GPU(s)"), std::string::npos)
+      << err;
   if (num_gpus() == 0) EXPECT_EQ(trainer.device(), cpu());
   testing::expect_throw_with<Error>([] { train::Trainer({.max_epochs = -1}); },
                                     {"[Trainer] max_epochs (-1)", "must not be negative"});

@@ -58,8 +58,10 @@ void line_chart(const std::filesystem::path& path, const std::string& title,
     }
   }
   if (!(x_hi > 0)) x_lo = 1, x_hi = 2, y_lo = 1, y_hi = 10;
-  const double lx0 = std::floor(std::log2(x_lo)), lx1 = std::max(std::ceil(std::log2(x_hi)), lx0 + 1);
-  const double ly0 = std::floor(std::log10(y_lo)), ly1 = std::max(std::ceil(std::log10(y_hi)), ly0 + 1);
+  const double lx0 = std::floor(std::log2(x_lo)),
+               lx1 = std::max(std::ceil(std::log2(x_hi)), lx0 + 1);
+  const double ly0 = std::floor(std::log10(y_lo)),
+               ly1 = std::max(std::ceil(std::log10(y_hi)), ly0 + 1);
   const auto px = [&](double x) { return kLeft + (std::log2(x) - lx0) / (lx1 - lx0) * kPlotW; };
   const auto py = [&](double y) {
     return kTop + kPlotH - (std::log10(y) - ly0) / (ly1 - ly0) * kPlotH;
@@ -113,7 +115,8 @@ void bar_chart(const std::filesystem::path& path, const std::string& title,
     for (std::size_t s = 0; s < groups[g].values.size(); ++s) {
       const double v = groups[g].values[s];
       if (!std::isfinite(v)) continue;
-      c.rect(x0 + s * bar_w, py(v), bar_w * 0.92, py(0) - py(v), palette(static_cast<int>(s)), true);
+      c.rect(x0 + s * bar_w, py(v), bar_w * 0.92, py(0) - py(v), palette(static_cast<int>(s)),
+             true);
       c.text(x0 + (s + 0.46) * bar_w, py(v) - 3, tick_label(v), 0.5, 1, 10);
     }
     c.text(x0 + group_w * 0.4, kTop + kPlotH + 8, groups[g].label, 0.5, 0, 11);

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <system_error>
 #include <vector>
@@ -64,8 +64,9 @@ void run_checkpoint(Context& ctx) {
     items.push_back({"raw_d2h_pinned", time_calls([&] { back.copy_(on_gpu); },
                                                   [&] { synchronize(dev); }, 0.05, ctx.reps())});
   } else {
-    ctx.report.note("checkpoint: no GPU, so the model lives on the CPU; load is compared with "
-                    "raw_read, read(2) of the same file from the page cache");
+    ctx.report.note(
+        "checkpoint: no GPU, so the model lives on the CPU; load is compared with "
+        "raw_read, read(2) of the same file from the page cache");
     // The floor under a load from the page cache: read(2) of the whole file into a buffer
     // already touched, one call (as many as it takes). Timed interleaved with the loads so
     // that a busy machine slows both alike; the load's row above is replaced by these runs.
@@ -89,7 +90,8 @@ void run_checkpoint(Context& ctx) {
     const auto time_one = [](const std::function<void()>& run, std::vector<double>& times) {
       const auto start = std::chrono::steady_clock::now();
       run();
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      times.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     };
     for (int r = 0; r < reps; ++r) {
       time_one(load_file, loads);
@@ -103,8 +105,9 @@ void run_checkpoint(Context& ctx) {
     items[1].t = timing(loads);
     items.push_back({"load_safetensors", timing(tensors)});
     items.push_back({"raw_read", timing(reads)});
-    std::cout << fmt::format("load_checkpoint / read(2) time: {:.2f} (median of {} interleaved runs)\n",
-                             items[1].t.median / items.back().t.median, reps);
+    std::cout << fmt::format(
+        "load_checkpoint / read(2) time: {:.2f} (median of {} interleaved runs)\n",
+        items[1].t.median / items.back().t.median, reps);
   }
   std::cout << fmt::format("{:<16} {:>12} {:>12} {:>10}\n", "what", "bytes", "time", "GB/s");
   BarGroup group{dev.str(), {}};

@@ -36,7 +36,8 @@ std::string crossover(const std::map<int, double>& cpu_s, const std::map<int, do
       break;
     }
   }
-  return from < 0 ? "no size (up to the largest n measured on both)" : fmt::format("n = {} up", from);
+  return from < 0 ? "no size (up to the largest n measured on both)"
+                  : fmt::format("n = {} up", from);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ using Json = nlohmann::ordered_json;
 struct Timing {
   double median = 0;  // seconds per call
   double min = 0;
-  int inner = 0;      // calls per repetition
+  int inner = 0;  // calls per repetition
 };
 
 // Warm-up (3 calls, then wait), one timed call to size `inner` so that a repetition takes
@@ -50,7 +50,9 @@ struct Context {
   std::string chart_ext = ".svg";
   double target_s() const { return quick ? 0.01 : 0.02; }
   int reps() const { return quick ? 3 : 5; }
-  std::filesystem::path chart(const std::string& name) const { return out_dir / (name + chart_ext); }
+  std::filesystem::path chart(const std::string& name) const {
+    return out_dir / (name + chart_ext);
+  }
 };
 
 // "12.3 us", "4.56 ms", "1.2 s".

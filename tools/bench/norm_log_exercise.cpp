@@ -40,8 +40,8 @@ Variant measure(const char* name, Device dev, const Context& ctx,
 void run_norm_log(Context& ctx) {
   std::cout << fmt::format("\n== 3. norm_log: {} steps of ||X @ W||_F, 100 x 100, float32\n",
                            kSteps)
-            << fmt::format("{:<8} {:<16} {:>12} {:>11} {:>10}\n", "device", "variant",
-                           "per step", "host waits", "vs (a)");
+            << fmt::format("{:<8} {:<16} {:>12} {:>11} {:>10}\n", "device", "variant", "per step",
+                           "host waits", "vs (a)");
   std::vector<BarGroup> groups;
   const std::vector<std::string> names{"host_each_step", "device_log", "graph", "matmul_only"};
   for (const Device dev : bench_devices()) {

@@ -25,19 +25,17 @@ void run_parallel(Context& ctx) {
     mode = "two logical CPU devices", first = available_devices()[0],
     second = available_devices()[1];
   } else {
-    ctx.report.note("parallel: skipped: needs two devices; with no GPU, split the CPU "
-                    "(TESSERA_CPU_DEVICES=2 tessera bench parallel)");
+    ctx.report.note(
+        "parallel: skipped: needs two devices; with no GPU, split the CPU "
+        "(TESSERA_CPU_DEVICES=2 tessera bench parallel)");
     return;
   }
   std::cout << fmt::format("measured: {} ({} and {})\n", mode, first.str(), second.str());
   if (first.is_cpu()) {  // each owns half the cores (Note [Devices own their cores])
-    std::cout << fmt::format("  {}: {}\n  {}: {}\n", first.str(),
-                             device_properties(first).details, second.str(),
-                             device_properties(second).details);
+    std::cout << fmt::format("  {}: {}\n  {}: {}\n", first.str(), device_properties(first).details,
+                             second.str(), device_properties(second).details);
   }
-  std::cout
-            << fmt::format("{:>5} {:>12} {:>12} {:>8}\n", "n", "sequential", "parallel",
-                           "scaling");
+  std::cout << fmt::format("{:>5} {:>12} {:>12} {:>8}\n", "n", "sequential", "parallel", "scaling");
   std::optional<Stream> s1, s2;
   if (streams) s1 = new_stream(first), s2 = new_stream(first);
   const auto wait_both = [&] {

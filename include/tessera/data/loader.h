@@ -70,8 +70,8 @@ class TESSERA_API DataLoader {
   /// N is 0, DeviceError for a tensor not on the CPU, Error for no tensor.
   DataLoader(std::vector<Tensor> tensors, LoaderOptions options = {});
 
-  std::int64_t size() const { return n_; }   ///< examples
-  std::int64_t batches() const;              ///< batches per epoch
+  std::int64_t size() const { return n_; }  ///< examples
+  std::int64_t batches() const;             ///< batches per epoch
   const LoaderOptions& options() const { return options_; }
   /// Batches gathered ahead on the background thread: options().prefetch, or what -1 chose.
   std::int64_t prefetch() const { return prefetch_; }

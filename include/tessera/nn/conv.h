@@ -34,7 +34,8 @@ class TESSERA_API Conv2d : public Module {
 class TESSERA_API MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0)
-      : MaxPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}
+      : MaxPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {
+  }
   explicit MaxPool2d(Pool2dOptions options) : Module("MaxPool2d"), options(options) {}
   Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
   std::string extra_repr() const override;
@@ -45,7 +46,8 @@ class TESSERA_API MaxPool2d : public Module {
 class TESSERA_API AvgPool2d : public Module {
  public:
   explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0)
-      : AvgPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {}
+      : AvgPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {
+  }
   explicit AvgPool2d(Pool2dOptions options) : Module("AvgPool2d"), options(options) {}
   Tensor forward(const Tensor& x) override { return avg_pool2d(x, options); }
   std::string extra_repr() const override;

@@ -49,8 +49,8 @@ class TESSERA_API Adam : public Optimizer {
  private:
   AdamOptions options_;
   bool decoupled_;
-  std::vector<std::int64_t> steps_;  // while not capturable
-  std::vector<Tensor> device_steps_;  // while capturable: float64 0-dim, beside each param
+  std::vector<std::int64_t> steps_;           // while not capturable
+  std::vector<Tensor> device_steps_;          // while capturable: float64 0-dim, beside each param
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // m and v per parameter
 };
 

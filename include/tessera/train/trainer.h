@@ -95,7 +95,8 @@ using OptimizerFactory =
 /// also build the replicas of data-parallel training.
 class TESSERA_API Classifier : public Task {
  public:
-  Classifier(nn::Module& model, optim::Optimizer& optimizer) : model_(&model), optimizer_(&optimizer) {}
+  Classifier(nn::Module& model, optim::Optimizer& optimizer)
+      : model_(&model), optimizer_(&optimizer) {}
   Classifier(ModelFactory make_model, OptimizerFactory make_optimizer);
   nn::Module& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
@@ -114,8 +115,8 @@ struct TESSERA_API EpochMetrics {
   int epoch = 0;  ///< 1-based
   double train_loss = 0, train_acc = 0;
   double val_loss = 0, val_acc = 0;  ///< NaN without validation data
-  double seconds = 0;        ///< the whole epoch, validation included
-  double train_seconds = 0;  ///< the pass over the training data alone (throughput)
+  double seconds = 0;                ///< the whole epoch, validation included
+  double train_seconds = 0;          ///< the pass over the training data alone (throughput)
 };
 
 class TESSERA_API Trainer {
@@ -151,7 +152,8 @@ class TESSERA_API Trainer {
   /// NonFiniteError naming the epoch when its mean training loss (or validation loss) is NaN
   /// or infinite: checked once per epoch on the sums already read, so no step waits; every
   /// rank throws the same. The model is left as the diverged run made it.
-  std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train, data::DataLoader* val = nullptr);
+  std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train,
+                                data::DataLoader* val = nullptr);
 
   /// Every training step's loss of the last fit(), float32 on the CPU.
   const Tensor& step_losses() const { return step_losses_; }

@@ -275,4 +275,4 @@ class BackwardSums {
   std::vector<T> partial_, flipped_;
 };
 
-}  // namespace tessera::detail::conv_tiles
+}  // namespace tessera::detail::TESSERA_CPU_ISA::conv_tiles

@@ -23,7 +23,7 @@ class CpuAllocator {
 
  private:
   mutable SpinLock mutex_;  // the host allocates while device queues free
-  BlockCache cache_;  // freed blocks by rounded size
+  BlockCache cache_;        // freed blocks by rounded size
   std::size_t reserved_bytes_ = 0;
 };
 

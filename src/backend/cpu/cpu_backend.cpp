@@ -13,11 +13,11 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/copy_kernel.h"
-#include "tessera/graph.h"
-#include "tessera/memory.h"
 #include "backend/cpu/cpu_threads.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "tessera/graph.h"
+#include "tessera/memory.h"
 
 namespace tessera::detail {
 
@@ -39,9 +39,15 @@ namespace tessera::detail {
 // (-DTESSERA_CPU_DISPATCH=OFF) compiles everything once with -march=native, as before.
 
 #if TESSERA_CPU_DISPATCH
-namespace cpu_x86_64 { CpuBackendBase* make_cpu_backend(); }
-namespace cpu_x86_64_v3 { CpuBackendBase* make_cpu_backend(); }
-namespace cpu_x86_64_v4 { CpuBackendBase* make_cpu_backend(); }
+namespace cpu_x86_64 {
+CpuBackendBase* make_cpu_backend();
+}
+namespace cpu_x86_64_v3 {
+CpuBackendBase* make_cpu_backend();
+}
+namespace cpu_x86_64_v4 {
+CpuBackendBase* make_cpu_backend();
+}
 #endif
 
 namespace {
@@ -56,11 +62,10 @@ struct KernelLevel {
 std::vector<KernelLevel> kernel_levels() {
 #if TESSERA_CPU_DISPATCH
   __builtin_cpu_init();
-  return {{"x86-64", &cpu_x86_64::make_cpu_backend, true},
-          {"x86-64-v3", &cpu_x86_64_v3::make_cpu_backend,
-           __builtin_cpu_supports("x86-64-v3") != 0},
-          {"x86-64-v4", &cpu_x86_64_v4::make_cpu_backend,
-           __builtin_cpu_supports("x86-64-v4") != 0}};
+  return {
+      {"x86-64", &cpu_x86_64::make_cpu_backend, true},
+      {"x86-64-v3", &cpu_x86_64_v3::make_cpu_backend, __builtin_cpu_supports("x86-64-v3") != 0},
+      {"x86-64-v4", &cpu_x86_64_v4::make_cpu_backend, __builtin_cpu_supports("x86-64-v4") != 0}};
 #else
   return {{"native", &TESSERA_CPU_ISA::make_cpu_backend, true}};
 #endif
@@ -72,7 +77,8 @@ const KernelLevel& chosen_level() {
   static const KernelLevel* chosen = [] {
     const char* env = std::getenv("TESSERA_CPU_ISA");
     std::string names;
-    for (const KernelLevel& l : levels) names += fmt::format("{}{}", names.empty() ? "" : ", ", l.name);
+    for (const KernelLevel& l : levels)
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", l.name);
     if (env == nullptr || *env == '\0') {
       const KernelLevel* best = &levels.front();
       for (const KernelLevel& l : levels) {
@@ -88,9 +94,10 @@ const KernelLevel& chosen_level() {
                     env, names);
       return &l;
     }
-    throw Error(fmt::format("[cpu] TESSERA_CPU_ISA='{}' is not a kernel level of this build; "
-                            "use one of: {}",
-                            env, names));
+    throw Error(
+        fmt::format("[cpu] TESSERA_CPU_ISA='{}' is not a kernel level of this build; "
+                    "use one of: {}",
+                    env, names));
   }();
   return *chosen;
 }
@@ -120,10 +127,9 @@ WorkQueue* CpuBackendBase::queue(int index) {
     const int threads = kernel_threads();
     const std::vector<int> cores = allowed_cores();
     for (int i = 0; i < options.count; ++i) {
-      queues_[i] = std::make_unique<WorkQueue>(
-          [own = cores_of_device(cores, i, options.count, threads), threads] {
-            enter_device_thread(own, threads);
-          });
+      queues_[i] =
+          std::make_unique<WorkQueue>([own = cores_of_device(cores, i, options.count, threads),
+                                       threads] { enter_device_thread(own, threads); });
     }
   });
   return queues_[index].get();
@@ -150,8 +156,8 @@ int CpuBackendBase::kernel_threads() {
   std::call_once(threads_once_, [&] {
     const CpuDeviceOptions& options = cpu_options();
     if (options.count == 0) return;
-    kernel_threads_ = threads_per_device(static_cast<int>(allowed_cores().size()),
-                                         options.count, options.threads_per_device);
+    kernel_threads_ = threads_per_device(static_cast<int>(allowed_cores().size()), options.count,
+                                         options.threads_per_device);
   });
   return kernel_threads_;
 }
@@ -191,8 +197,7 @@ DeviceInfo CpuBackendBase::info(int index) const {
   const CpuDeviceOptions& options = cpu_options();
   if (options.count > 0) {
     const int threads = cpu_backend_impl().kernel_threads();
-    const std::vector<int> own =
-        cores_of_device(allowed_cores(), index, options.count, threads);
+    const std::vector<int> own = cores_of_device(allowed_cores(), index, options.count, threads);
     info.details = fmt::format(
         "logical device {} of {}, {} kernel thread(s), {}", index, options.count, threads,
         !options.async_queues ? "runs on the calling thread"

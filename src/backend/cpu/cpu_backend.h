@@ -165,8 +165,8 @@ class CpuBackend final : public CpuBackendBase {
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cpu_loss.cpp
-  void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                              const Tensor& grad_losses, const Tensor& grad_logits) override;
+  void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
+                              const Tensor& grad_logits) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const Window2d& w) override;  // cpu_conv.cpp
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
@@ -181,7 +181,6 @@ class CpuBackend final : public CpuBackendBase {
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const Tensor& step, const AdamParams& p) override;
   void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
-
 };
 
 // A new CpuBackend of this level (cpu_kernel_variant.cpp).

@@ -150,4 +150,4 @@ void CpuBackend::collective(const CollectiveCall& call) {
   }
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

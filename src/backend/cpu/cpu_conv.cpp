@@ -98,8 +98,8 @@ void col2im_add(const Geometry& g, const T* col, T* dx) {
 
 // Row-major C [m, n] = op(A) op(B) + beta C, single-threaded inside a parallel region.
 template <typename T>
-void gemm(bool ta, bool tb, i64 m, i64 n, i64 k, const T* a, i64 lda, const T* b, i64 ldb,
-          T beta, T* c, i64 ldc) {
+void gemm(bool ta, bool tb, i64 m, i64 n, i64 k, const T* a, i64 lda, const T* b, i64 ldb, T beta,
+          T* c, i64 ldc) {
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
@@ -247,4 +247,4 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Te
       x, weight, grad_out, grad_x, grad_weight, grad_bias);
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

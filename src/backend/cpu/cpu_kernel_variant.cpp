@@ -6,4 +6,4 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backe
 
 CpuBackendBase* make_cpu_backend() { return new CpuBackend(); }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

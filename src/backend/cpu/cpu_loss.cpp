@@ -44,15 +44,14 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tenso
     const T scale = static_cast<T>(1.0 / sum);
     for (i64 c = 0; c < classes; ++c) pr[c] *= scale;
     const i64 target = t[r];
-    loss[r] = target >= 0 && target < classes
-                  ? static_cast<T>(std::log(sum)) - (xr[target] - mx)
-                  : std::numeric_limits<T>::quiet_NaN();
+    loss[r] = target >= 0 && target < classes ? static_cast<T>(std::log(sum)) - (xr[target] - mx)
+                                              : std::numeric_limits<T>::quiet_NaN();
   }
 }
 
 template <typename T>
-void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets,
-                             const Tensor& grad_losses, const Tensor& grad_logits) {
+void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
+                             const Tensor& grad_logits) {
   const i64 rows = probs.size(0), classes = probs.size(1);
   const T* p = data_of<T>(probs);
   const i64* t = data_of<i64>(targets);
@@ -95,4 +94,4 @@ void CpuBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targe
       probs, targets, grad_losses, grad_logits);
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -116,4 +116,4 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   });
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -99,4 +99,4 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
       param, grad, m, v, step);
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

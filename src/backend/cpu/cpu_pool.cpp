@@ -217,4 +217,4 @@ void CpuBackend::pool2d_backward(PoolKind kind, const Tensor& grad_out, const Te
       grad_out, indices, grad_x);
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

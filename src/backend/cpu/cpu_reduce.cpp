@@ -218,4 +218,4 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, c
   });
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

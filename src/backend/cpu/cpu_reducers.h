@@ -121,4 +121,4 @@ struct ArgReducer {
   static Out finish(Acc acc, i64) { return acc.index; }
 };
 
-}  // namespace tessera::detail::reducers
+}  // namespace tessera::detail::TESSERA_CPU_ISA::reducers

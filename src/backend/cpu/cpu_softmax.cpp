@@ -115,4 +115,4 @@ void CpuBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out)
   });
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -76,8 +76,8 @@ struct Planes {
 
 // out [cout][nq * L] = the flat convolution of in [cin][in_plane] by w [cout][cin][kh][kw].
 template <typename T>
-void conv_planes(const T* in, i64 in_plane, i64 cin, const T* w, i64 cout, i64 kh, i64 kw,
-                 i64 row, i64 nq, T* out) {
+void conv_planes(const T* in, i64 in_plane, i64 cin, const T* w, i64 cout, i64 kh, i64 kw, i64 row,
+                 i64 nq, T* out) {
   constexpr i64 L = kLanes<T>;
   const TileStrides s{in_plane, row, 1, nq * L};
   for_each_block(cout, kMaxChannels, [&](i64 o0, int ob) {
@@ -181,14 +181,14 @@ void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T
         // One run per image of the group.
         const RunStrides s{p.g_plane, g_image, in_image, 1, count, p.nq};
         for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad + o0 * p.g_plane + p.front, in, p.in_plane, p.row,
-                            o0, ob, g.c, g.kh, g.kw, s, pdw);
+          weight_grad_tiles(grad + o0 * p.g_plane + p.front, in, p.in_plane, p.row, o0, ob, g.c,
+                            g.kh, g.kw, s, pdw);
         });
       }
       if (dx != nullptr) {
         for (i64 k = 0; k < count; ++k) {
-          conv_planes(grad + k * g_image, p.g_plane, g.o, sums.flipped(), g.c, g.kh, g.kw,
-                      p.row, p.nr, dxp);
+          conv_planes(grad + k * g_image, p.g_plane, g.o, sums.flipped(), g.c, g.kh, g.kw, p.row,
+                      p.nr, dxp);
           T* dxn = dx + (n0 + k) * g.c * g.h * g.w;
           for (i64 c = 0; c < g.c; ++c) {
             for (i64 yy = 0; yy < g.h; ++yy) {
@@ -231,8 +231,8 @@ void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T*
 }
 
 template <typename T>
-void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
-                          T* dw, T* db) {
+void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                          T* db) {
   if (prefers_lanes<T>(g)) return lanes_conv_backward(g, x, w, gy, dx, dw, db);
   flat_backward(g, x, w, gy, dx, dw, db);
 }
@@ -246,4 +246,4 @@ template void direct_conv_backward<float>(const ConvGeometry&, const float*, con
 template void direct_conv_backward<double>(const ConvGeometry&, const double*, const double*,
                                            const double*, double*, double*, double*);
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

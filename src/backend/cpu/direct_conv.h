@@ -20,7 +20,7 @@ void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T*
 // From gy [N, O, OH, OW]: dx [N, C, H, W], dw [O, C, kH, kW] and db [O], each overwritten,
 // and skipped when null.
 template <typename T>
-void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
-                          T* dw, T* db);
+void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                          T* db);
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -110,9 +110,9 @@ void from_lanes(T* src, i64 count, i64 planes, i64 h, i64 w, const T* add, T* ds
 // of channels x up to 4 positions along a row. Row y of the output reads input row
 // y + in_top + i for tap i, column x + in_left + j, restricted to taps [i_lo(y), i_hi(y)).
 template <typename T, typename Rows>
-void conv_lane_rows(const T* in, const TileStrides& s, i64 in_cols, i64 cin, const T* w,
-                    i64 cout, i64 kh, i64 kw, i64 rows, i64 cols, i64 in_top, i64 in_left,
-                    Rows tap_rows, T* out) {
+void conv_lane_rows(const T* in, const TileStrides& s, i64 in_cols, i64 cin, const T* w, i64 cout,
+                    i64 kh, i64 kw, i64 rows, i64 cols, i64 in_top, i64 in_left, Rows tap_rows,
+                    T* out) {
   constexpr i64 L = kLanes<T>;
   for_each_block(cout, kMaxChannels, [&](i64 o0, int ob) {
     for (i64 y = 0; y < rows; ++y) {
@@ -151,19 +151,17 @@ void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* 
 #pragma omp for schedule(static)
     for (i64 gi = 0; gi < groups; ++gi) {
       const i64 n0 = gi * L, count = std::min(L, g.n - n0);
-      to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp,
-               wp, g.win.pad_h, g.win.pad_w, scratch);
-      conv_lane_rows(in, s, wp, g.c, w, g.o, g.kh, g.kw, g.oh, g.ow, 0, 0, all_taps,
-                     out);
-      from_lanes(out, count, g.o, g.oh, g.ow, b, y + n0 * g.o * g.positions(),
-                 g.o * g.positions());
+      to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp, wp,
+               g.win.pad_h, g.win.pad_w, scratch);
+      conv_lane_rows(in, s, wp, g.c, w, g.o, g.kh, g.kw, g.oh, g.ow, 0, 0, all_taps, out);
+      from_lanes(out, count, g.o, g.oh, g.ow, b, y + n0 * g.o * g.positions(), g.o * g.positions());
     }
   }
 }
 
 template <typename T>
-void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
-                         T* dw, T* db) {
+void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                         T* db) {
   constexpr i64 L = kLanes<T>;
   const i64 hp = g.h + 2 * g.win.pad_h, wp = g.w + 2 * g.win.pad_w;
   // The output gradient with kH - 1 rows and kW - 1 columns of zeros on each side.
@@ -196,26 +194,26 @@ void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T*
     for (i64 gi = 0; gi < groups; ++gi) {
       const i64 n0 = gi * L, count = std::min(L, g.n - n0);
       const T* gn = gy + n0 * g.o * positions;
-      to_lanes(gn, g.o * positions, count, g.o, g.oh, g.ow, grad, gh, gw, g.kh - 1,
-               g.kw - 1, scratch);
+      to_lanes(gn, g.o * positions, count, g.o, g.oh, g.ow, grad, gh, gw, g.kh - 1, g.kw - 1,
+               scratch);
       if (db != nullptr) {
         for (i64 k = 0; k < count * g.o; ++k) pdb[k % g.o] += sum_of(gn + k * positions, positions);
       }
       if (dw != nullptr) {
-        to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp,
-                 wp, g.win.pad_h, g.win.pad_w, scratch);
+        to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp, wp,
+                 g.win.pad_h, g.win.pad_w, scratch);
         // One run per output row: dw[o][c][i][j] = sum over (y, x) of
         // gy[o][y][x] * in[c][y + i][x + j].
         const RunStrides s{gh * gw * L, gw * L, wp * L, L, g.oh, g.ow};
         for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad + (o0 * gh * gw + (g.kh - 1) * gw + g.kw - 1) * L,
-                            in, hp * wp * L, wp * L, o0, ob, g.c, g.kh, g.kw, s, pdw);
+          weight_grad_tiles(grad + (o0 * gh * gw + (g.kh - 1) * gw + g.kw - 1) * L, in, hp * wp * L,
+                            wp * L, o0, ob, g.c, g.kh, g.kw, s, pdw);
         });
       }
       if (dx != nullptr) {
         const TileStrides s{gh * gw * L, gw * L, L, g.h * g.w * L};
-        conv_lane_rows(grad, s, gw, g.o, sums.flipped(), g.c, g.kh, g.kw, g.h, g.w,
-                       g.win.pad_h, g.win.pad_w, gradient_taps, dxl);
+        conv_lane_rows(grad, s, gw, g.o, sums.flipped(), g.c, g.kh, g.kw, g.h, g.w, g.win.pad_h,
+                       g.win.pad_w, gradient_taps, dxl);
         from_lanes(dxl, count, g.c, g.h, g.w, static_cast<const T*>(nullptr),
                    dx + n0 * g.c * g.h * g.w, g.c * g.h * g.w);
       }
@@ -233,4 +231,4 @@ template void lanes_conv_backward<float>(const ConvGeometry&, const float*, cons
 template void lanes_conv_backward<double>(const ConvGeometry&, const double*, const double*,
                                           const double*, double*, double*, double*);
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -10,7 +10,7 @@ template <typename T>
 void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y);
 
 template <typename T>
-void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx,
-                         T* dw, T* db);
+void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                         T* db);
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -61,4 +61,4 @@ inline void sigmoid_vectorizable(const float* x, std::int64_t n, float* y) {
   reciprocal_of_at_least_one(y, n);
 }
 
-}  // namespace tessera::detail
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -46,14 +46,15 @@ std::string describe_probe_failure(cudaError_t status) {
   cudaDriverGetVersion(&driver);
   switch (status) {
     case cudaErrorNoDevice:
-      return "no NVIDIA GPU was found (the CUDA runtime reports no device)" + visible_devices_note();
+      return "no NVIDIA GPU was found (the CUDA runtime reports no device)" +
+             visible_devices_note();
     case cudaErrorInsufficientDriver:
       return driver == 0
                  ? "no NVIDIA driver is installed (libcuda could not be loaded)"
-                 : fmt::format("the NVIDIA driver supports CUDA {}.{} but tessera was built with "
-                               "CUDA {}.{}; update the driver",
-                               driver / 1000, driver % 1000 / 10, runtime / 1000,
-                               runtime % 1000 / 10);
+                 : fmt::format(
+                       "the NVIDIA driver supports CUDA {}.{} but tessera was built with "
+                       "CUDA {}.{}; update the driver",
+                       driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
     default:
       return fmt::format("the CUDA runtime could not list GPUs: {} ({})",
                          cudaGetErrorString(status), cudaGetErrorName(status)) +
@@ -178,11 +179,12 @@ std::string CudaBackend::memory_report(int index) const {
   const_cast<CudaBackend*>(this)->activate(index);
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) (void)cudaGetLastError();
   const PerDevice& d = devices_[index];
-  return fmt::format("reserved by tessera {}, largest free cached block {}, the driver reports {} "
-                     "free of {}",
-                     format_bytes(d.allocator ? d.allocator->reserved() : 0),
-                     format_bytes(d.allocator ? d.allocator->largest_cached_block() : 0),
-                     format_bytes(free), format_bytes(total));
+  return fmt::format(
+      "reserved by tessera {}, largest free cached block {}, the driver reports {} "
+      "free of {}",
+      format_bytes(d.allocator ? d.allocator->reserved() : 0),
+      format_bytes(d.allocator ? d.allocator->largest_cached_block() : 0), format_bytes(free),
+      format_bytes(total));
 }
 
 void* CudaBackend::allocate_pinned(std::size_t bytes) { return pinned_.allocate(bytes); }

@@ -76,8 +76,8 @@ class CudaBackend final : public Backend {
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cuda_ops.cpp
-  void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                              const Tensor& grad_losses, const Tensor& grad_logits) override;
+  void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
+                              const Tensor& grad_logits) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const Window2d& w) override;  // cuda_conv.cpp
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
@@ -136,7 +136,8 @@ class CudaBackend final : public Backend {
   PerDevice& device(int index);
   void apply_joins(PerDevice& d);
   // The streams a freed block may still be used on (empty when only the default runs).
-  std::span<const cudaStream_t> streams_in_use(PerDevice& d, cudaStream_t (&buf)[1 + kExtraStreams]);
+  std::span<const cudaStream_t> streams_in_use(PerDevice& d,
+                                               cudaStream_t (&buf)[1 + kExtraStreams]);
   friend class CudaGraph;
 
   int count_ = 0;

@@ -20,20 +20,20 @@ bool launch_blocking();
 
 }  // namespace tessera::detail::cuda
 
-#define TESSERA_CUDA_CHECK(call)                                                      \
-  do {                                                                                \
-    const cudaError_t tessera_status_ = (call);                                       \
-    if (tessera_status_ != cudaSuccess) [[unlikely]] {                                \
+#define TESSERA_CUDA_CHECK(call)                                                             \
+  do {                                                                                       \
+    const cudaError_t tessera_status_ = (call);                                              \
+    if (tessera_status_ != cudaSuccess) [[unlikely]] {                                       \
       ::tessera::detail::cuda::throw_cuda_error(tessera_status_, #call, __FILE__, __LINE__); \
-    }                                                                                 \
+    }                                                                                        \
   } while (false)
 
-#define TESSERA_CUBLAS_CHECK(call)                                                      \
-  do {                                                                                  \
-    const cublasStatus_t tessera_status_ = (call);                                      \
-    if (tessera_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                        \
+#define TESSERA_CUBLAS_CHECK(call)                                                             \
+  do {                                                                                         \
+    const cublasStatus_t tessera_status_ = (call);                                             \
+    if (tessera_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]] {                               \
       ::tessera::detail::cuda::throw_cublas_error(tessera_status_, #call, __FILE__, __LINE__); \
-    }                                                                                   \
+    }                                                                                          \
   } while (false)
 
 #define TESSERA_CUDA_CHECK_LAUNCH(stream, what) \

@@ -31,8 +31,8 @@ constexpr i64 kColBudget = i64{1} << 26;  // elements of col per chunk (256 MiB 
 cuda::ConvShape conv_shape(const Tensor& x, const Tensor& weight, const Window2d& w) {
   const i64 oh = (x.size(2) + 2 * w.pad_h - weight.size(2)) / w.stride_h + 1;
   const i64 ow = (x.size(3) + 2 * w.pad_w - weight.size(3)) / w.stride_w + 1;
-  return {x.size(0), x.size(1), x.size(2), x.size(3), weight.size(0), weight.size(2),
-          weight.size(3), oh, ow, w};
+  return {x.size(0),      x.size(1),      x.size(2), x.size(3), weight.size(0),
+          weight.size(2), weight.size(3), oh,        ow,        w};
 }
 
 i64 chunk_images(const cuda::ConvShape& g) {
@@ -47,8 +47,8 @@ i64 chunk_images(const cuda::ConvShape& g) {
 
 // Row-major C [m, n] = op(A) op(B) + beta C through column-major cuBLAS (see Note [cuBLAS
 // operands] in cuda_matmul.cpp: swap the operands, keep the flags).
-void gemm(cublasHandle_t handle, Dtype dtype, bool ta, bool tb, i64 m, i64 n, i64 k,
-          const void* a, i64 lda, const void* b, i64 ldb, double beta, void* c, i64 ldc) {
+void gemm(cublasHandle_t handle, Dtype dtype, bool ta, bool tb, i64 m, i64 n, i64 k, const void* a,
+          i64 lda, const void* b, i64 ldb, double beta, void* c, i64 ldc) {
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
@@ -124,8 +124,8 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const T
       cuda::launch_row_sums(stream, dtype, ptr(gt), ptr(grad_bias), g.o, nb * p, !first);
     }
     if (grad_x.defined()) {
-      gemm(cublas(index), dtype, true, false, ck, nb * p, g.o, ptr(weight), ck, ptr(gt), nb * p,
-           0, ptr(col), nb * p);
+      gemm(cublas(index), dtype, true, false, ck, nb * p, g.o, ptr(weight), ck, ptr(gt), nb * p, 0,
+           ptr(col), nb * p);
       cuda::launch_col2im(stream, dtype, ptr(col), ptr(grad_x), g, n0, nb);
     }
   }

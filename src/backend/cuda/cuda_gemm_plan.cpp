@@ -48,10 +48,10 @@ std::uint32_t pointer_alignment(const void* p) {
 
 std::size_t GemmPlans::Hash::operator()(const GemmShape& s) const {
   std::size_t h = static_cast<std::size_t>(s.op_a) * 31 + static_cast<std::size_t>(s.op_b);
-  for (std::int64_t v : {s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.batches, s.stride_a, s.stride_b,
-                         s.stride_c, static_cast<std::int64_t>(s.type),
-                         static_cast<std::int64_t>(s.compute), std::int64_t{s.align_a},
-                         std::int64_t{s.align_b}, std::int64_t{s.align_c}}) {
+  for (std::int64_t v :
+       {s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.batches, s.stride_a, s.stride_b, s.stride_c,
+        static_cast<std::int64_t>(s.type), static_cast<std::int64_t>(s.compute),
+        std::int64_t{s.align_a}, std::int64_t{s.align_b}, std::int64_t{s.align_c}}) {
     h = h * 1000003u ^ static_cast<std::size_t>(v);
   }
   return h;
@@ -65,10 +65,10 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   if (s.batches > INT32_MAX) return plans_.emplace(s, p).first->second;  // cuBLAS's 64-bit API
   const cudaDataType scale = s.compute == CUBLAS_COMPUTE_64F ? CUDA_R_64F : CUDA_R_32F;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, s.compute, scale));
-  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                      &s.op_a, sizeof(s.op_a)));
-  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                      &s.op_b, sizeof(s.op_b)));
+  TESSERA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &s.op_a, sizeof(s.op_a)));
+  TESSERA_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &s.op_b, sizeof(s.op_b)));
   const bool ta = s.op_a != CUBLAS_OP_N, tb = s.op_b != CUBLAS_OP_N;
   p.a = layout(s.type, ta ? s.k : s.m, ta ? s.m : s.k, s.lda, s.batches, s.stride_a);
   p.b = layout(s.type, tb ? s.n : s.k, tb ? s.k : s.n, s.ldb, s.batches, s.stride_b);
@@ -84,8 +84,8 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, s.align_c);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c,
-                                                               pref, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   // No algorithm (or an unsupported layout) is not an error: cuBLAS handles the shape.
   p.ok = status == CUBLAS_STATUS_SUCCESS && found > 0;

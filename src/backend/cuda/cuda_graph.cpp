@@ -25,9 +25,7 @@ class CudaGraph final : public CapturedWork {
     backend_.devices_[index_].allocator->release(pool_);
   }
 
-  void replay() override {
-    TESSERA_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.activate(index_)));
-  }
+  void replay() override { TESSERA_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.activate(index_))); }
 
   std::size_t node_count() const override {
     std::size_t n = 0;
@@ -98,10 +96,10 @@ std::unique_ptr<CapturedWork> CudaBackend::end_capture(const std::vector<int>& i
     (void)cudaGetLastError();
     (void)cudaGraphDestroy(graph);
     d.allocator->release(pool);
-    throw GraphCaptureError(fmt::format("[Graph::capture] cuda:{} could not instantiate the "
-                                        "recorded graph: {} ({})",
-                                        index, cudaGetErrorString(status),
-                                        cudaGetErrorName(status)));
+    throw GraphCaptureError(
+        fmt::format("[Graph::capture] cuda:{} could not instantiate the "
+                    "recorded graph: {} ({})",
+                    index, cudaGetErrorString(status), cudaGetErrorName(status)));
   }
   return std::make_unique<CudaGraph>(*this, index, graph, exec, std::move(pool));
 }

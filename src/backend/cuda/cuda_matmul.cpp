@@ -49,14 +49,13 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (kc.numel == 0) return;
   const cudaStream_t stream = activate(out.device().index());
   if (k == 0) {  // an empty sum; cuBLAS would also reject the leading dimensions
-    TESSERA_CUDA_CHECK(
-        cudaMemsetAsync(kc.data, 0, static_cast<std::size_t>(kc.numel) * itemsize(kc.dtype),
-                        stream));
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(
+        kc.data, 0, static_cast<std::size_t>(kc.numel) * itemsize(kc.dtype), stream));
     return;
   }
   TESSERA_INTERNAL_ASSERT(kc.contiguous, "matmul output must be contiguous");
   if (is_half(kc.dtype)) half_reached_kernel(kc.dtype);  // the front end widens
-  if (cuda::small_gemm_fits(batches, m, n, k)) {  // Note [Small matmuls]
+  if (cuda::small_gemm_fits(batches, m, n, k)) {         // Note [Small matmuls]
     cuda::launch_small_gemm(stream, ka, kb, kc);
     return;
   }
@@ -78,10 +77,20 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   // 0) stays with cuBLAS, which documents that case.
   if (batches == 1 || (ga.batch_stride != 0 && gb.batch_stride != 0)) {
     // cuBLAS's m and n are tessera's n and m (Note [cuBLAS operands]).
-    const GemmShape shape{.op_a = gb.op, .op_b = ga.op, .m = n, .n = m, .k = k,
-                          .lda = gb.ld, .ldb = ga.ld, .ldc = n, .batches = batches,
-                          .stride_a = gb.batch_stride, .stride_b = ga.batch_stride,
-                          .stride_c = m * n, .type = type, .compute = compute,
+    const GemmShape shape{.op_a = gb.op,
+                          .op_b = ga.op,
+                          .m = n,
+                          .n = m,
+                          .k = k,
+                          .lda = gb.ld,
+                          .ldb = ga.ld,
+                          .ldc = n,
+                          .batches = batches,
+                          .stride_a = gb.batch_stride,
+                          .stride_b = ga.batch_stride,
+                          .stride_c = m * n,
+                          .type = type,
+                          .compute = compute,
                           .align_a = pointer_alignment(gb.data),
                           .align_b = pointer_alignment(ga.data),
                           .align_c = pointer_alignment(kc.data)};
@@ -91,9 +100,9 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     }
   }
   if (batches == 1) {  // the plain GEMM entry point, as PyTorch's mm uses
-    TESSERA_CUBLAS_CHECK(cublasGemmEx_64(cublas(out.device().index()), gb.op, ga.op, n, m, k,
-                                         alpha, gb.data, type, gb.ld, ga.data, type, ga.ld, beta,
-                                         kc.data, type, n, compute, CUBLAS_GEMM_DEFAULT));
+    TESSERA_CUBLAS_CHECK(cublasGemmEx_64(cublas(out.device().index()), gb.op, ga.op, n, m, k, alpha,
+                                         gb.data, type, gb.ld, ga.data, type, ga.ld, beta, kc.data,
+                                         type, n, compute, CUBLAS_GEMM_DEFAULT));
     return;
   }
   TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(

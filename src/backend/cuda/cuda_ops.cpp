@@ -12,8 +12,8 @@ void CudaBackend::arange(const Tensor& out, double start, double step) {
   cuda::launch_arange(activate(out.device().index()), kernel_arg(out), start, step);
 }
 
-void CudaBackend::random(const Tensor& out, RandomKind kind, double a, double b,
-                         std::uint64_t seed, std::uint64_t offset) {
+void CudaBackend::random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
+                         std::uint64_t offset) {
   cuda::launch_random(activate(out.device().index()), kernel_arg(out), kind, a, b, seed, offset);
 }
 
@@ -39,12 +39,11 @@ void CudaBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, boo
 }
 
 void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  cuda::launch_where(activate(out.device().index()), kernel_arg(cond), kernel_arg(a),
-                     kernel_arg(b), kernel_arg(out));
+  cuda::launch_where(activate(out.device().index()), kernel_arg(cond), kernel_arg(a), kernel_arg(b),
+                     kernel_arg(out));
 }
 
-void CudaBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask,
-                         const Tensor& out) {
+void CudaBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) {
   cuda::launch_reduce(activate(out.device().index()), op, kernel_arg(in), dim_mask,
                       kernel_arg(out));
 }
@@ -53,8 +52,8 @@ void CudaBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out
   cuda::launch_softmax(activate(out.device().index()), kernel_arg(in), dim, log, kernel_arg(out));
 }
 
-void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
-                                const Tensor& losses, const Tensor& probs) {
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
+                                const Tensor& probs) {
   cuda::launch_cross_entropy(activate(logits.device().index()), kernel_arg(logits),
                              kernel_arg(targets), kernel_arg(losses), kernel_arg(probs));
 }

@@ -63,9 +63,8 @@ void launch_softmax(StreamHandle s, const KernelArg& in, int dim, bool log, cons
 // Same contract as Backend::cross_entropy and Backend::cross_entropy_backward.
 void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelArg& targets,
                           const KernelArg& losses, const KernelArg& probs);
-void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs,
-                                   const KernelArg& targets, const KernelArg& grad_losses,
-                                   const KernelArg& grad_logits);
+void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const KernelArg& targets,
+                                   const KernelArg& grad_losses, const KernelArg& grad_logits);
 
 }  // namespace tessera::detail::cuda
 

@@ -18,12 +18,11 @@ constexpr bool kIsComparison =
 // takes maximum/minimum and compares; integer division is computed in float32. The rest
 // are not instantiated.
 template <typename T, typename Fn>
-constexpr bool kBinaryReachable = std::is_same_v<T, bool>
-                                      ? (kIsComparison<Fn> || std::is_same_v<Fn, AddFn> ||
-                                         std::is_same_v<Fn, MulFn> ||
-                                         std::is_same_v<Fn, MaximumFn> ||
-                                         std::is_same_v<Fn, MinimumFn>)
-                                      : (std::is_floating_point_v<T> || !std::is_same_v<Fn, DivFn>);
+constexpr bool kBinaryReachable =
+    std::is_same_v<T, bool>
+        ? (kIsComparison<Fn> || std::is_same_v<Fn, AddFn> || std::is_same_v<Fn, MulFn> ||
+           std::is_same_v<Fn, MaximumFn> || std::is_same_v<Fn, MinimumFn>)
+        : (std::is_floating_point_v<T> || !std::is_same_v<Fn, DivFn>);
 
 // Integer pow by squaring: the CPU goes through double pow, which is exact wherever the
 // result fits in 53 bits, but CUDA's pow may be off by an ulp (3^4 -> 80.99999...), which

@@ -13,8 +13,8 @@ namespace {
 
 using i64 = std::int64_t;
 
-#define TESSERA_GRID_STRIDE(i, n)                                                     \
-  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < (n);      \
+#define TESSERA_GRID_STRIDE(i, n)                                                \
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<i64>(gridDim.x) * blockDim.x)
 
 template <typename T>
@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ double partial[kThreads];
   const i64 row = blockIdx.x;
   double acc = 0;
-  for (i64 j = threadIdx.x; j < cols; j += blockDim.x) acc += static_cast<double>(in[row * cols + j]);
+  for (i64 j = threadIdx.x; j < cols; j += blockDim.x)
+    acc += static_cast<double>(in[row * cols + j]);
   partial[threadIdx.x] = acc;
   __syncthreads();
   for (int half = blockDim.x / 2; half > 0; half /= 2) {
@@ -187,8 +188,8 @@ void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const 
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_elements<im2col_kernel<T>>(static_cast<cudaStream_t>(s), g.ck() * nb * g.positions(),
-                                      "im2col", static_cast<const T*>(x), static_cast<T*>(col),
-                                      g, n0, nb);
+                                      "im2col", static_cast<const T*>(x), static_cast<T*>(col), g,
+                                      n0, nb);
   });
 }
 
@@ -196,9 +197,8 @@ void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const
                    i64 n0, i64 nb) {
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_elements<col2im_kernel<T>>(static_cast<cudaStream_t>(s), nb * g.c * g.h * g.w,
-                                      "col2im", static_cast<const T*>(col), static_cast<T*>(dx),
-                                      g, n0, nb);
+    launch_elements<col2im_kernel<T>>(static_cast<cudaStream_t>(s), nb * g.c * g.h * g.w, "col2im",
+                                      static_cast<const T*>(col), static_cast<T*>(dx), g, n0, nb);
   });
 }
 
@@ -236,8 +236,8 @@ void launch_row_sums(StreamHandle s, Dtype dtype, const void* in, void* out, i64
 
 void launch_pool2d(StreamHandle s, PoolKind kind, const KernelArg& x, const KernelArg& out,
                    void* indices, const Window2d& w) {
-  const PoolShape shape{x.sizes[0] * x.sizes[1], x.sizes[2], x.sizes[3], out.sizes[2],
-                        out.sizes[3], w};
+  const PoolShape shape{
+      x.sizes[0] * x.sizes[1], x.sizes[2], x.sizes[3], out.sizes[2], out.sizes[3], w};
   dispatch_floating(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_elements<pool_kernel<T>>(static_cast<cudaStream_t>(s), out.numel, "pool2d", kind,
@@ -248,8 +248,12 @@ void launch_pool2d(StreamHandle s, PoolKind kind, const KernelArg& x, const Kern
 
 void launch_pool2d_backward(StreamHandle s, PoolKind kind, const KernelArg& grad_out,
                             const void* indices, const KernelArg& grad_x, const Window2d& w) {
-  const PoolShape shape{grad_x.sizes[0] * grad_x.sizes[1], grad_x.sizes[2], grad_x.sizes[3],
-                        grad_out.sizes[2], grad_out.sizes[3], w};
+  const PoolShape shape{grad_x.sizes[0] * grad_x.sizes[1],
+                        grad_x.sizes[2],
+                        grad_x.sizes[3],
+                        grad_out.sizes[2],
+                        grad_out.sizes[3],
+                        w};
   dispatch_floating(grad_x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_elements<pool_backward_kernel<T>>(

@@ -48,10 +48,10 @@ struct WhereFn {
 // Unary ops the front end sends for each dtype: bool has none, integers only the ops that
 // are not float_only in ops/elementwise.cpp (neg, abs, relu). The rest are not instantiated.
 template <typename T, typename Fn>
-constexpr bool kUnaryReachable = std::is_floating_point_v<T> ||
-                                 (!std::is_same_v<T, bool> &&
-                                  (std::is_same_v<Fn, NegFn> || std::is_same_v<Fn, AbsFn> ||
-                                   std::is_same_v<Fn, ReluFn>));
+constexpr bool kUnaryReachable =
+    std::is_floating_point_v<T> ||
+    (!std::is_same_v<T, bool> &&
+     (std::is_same_v<Fn, NegFn> || std::is_same_v<Fn, AbsFn> || std::is_same_v<Fn, ReluFn>));
 
 }  // namespace
 
@@ -101,8 +101,7 @@ void launch_where(StreamHandle s, const KernelArg& cond, const KernelArg& a, con
   dispatch_dtype(out.dtype, [&](auto tag) {
     using S = Bits<sizeof(typename decltype(tag)::type)>;
     launch_map<S, std::uint8_t, S, 3>(static_cast<cudaStream_t>(s), "where", WhereFn<S>{}, out,
-                                      Operand<std::uint8_t>{&cond}, Operand<S>{&a},
-                                      Operand<S>{&b});
+                                      Operand<std::uint8_t>{&cond}, Operand<S>{&a}, Operand<S>{&b});
   });
 }
 

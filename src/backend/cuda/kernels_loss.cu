@@ -46,9 +46,8 @@ __global__ void __launch_bounds__(kThreads)
   for (i64 c = lane; c < classes; c += 32) p[c] *= scale;
   if (lane == 0) {
     const i64 t = targets[row];
-    losses[row] = t >= 0 && t < classes
-                      ? static_cast<T>(log(sum)) - (x[t] - mx)
-                      : ::cuda::std::numeric_limits<T>::quiet_NaN();
+    losses[row] = t >= 0 && t < classes ? static_cast<T>(log(sum)) - (x[t] - mx)
+                                        : ::cuda::std::numeric_limits<T>::quiet_NaN();
   }
 }
 
@@ -84,9 +83,8 @@ void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelA
   TESSERA_CUDA_CHECK_LAUNCH(stream, "cross_entropy");
 }
 
-void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs,
-                                   const KernelArg& targets, const KernelArg& grad_losses,
-                                   const KernelArg& grad_logits) {
+void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const KernelArg& targets,
+                                   const KernelArg& grad_losses, const KernelArg& grad_logits) {
   if (probs.numel == 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(probs.dtype, [&](auto tag) {
@@ -94,8 +92,8 @@ void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs,
     constexpr auto kernel = cross_entropy_backward_kernel<T>;
     kernel<<<grid_for<kernel>(probs.numel), kThreads, 0, stream>>>(
         static_cast<const T*>(probs.data), static_cast<const i64*>(targets.data),
-        static_cast<const T*>(grad_losses.data), static_cast<T*>(grad_logits.data),
-        probs.numel, probs.sizes[1]);
+        static_cast<const T*>(grad_losses.data), static_cast<T*>(grad_logits.data), probs.numel,
+        probs.sizes[1]);
   });
   TESSERA_CUDA_CHECK_LAUNCH(stream, "cross_entropy_backward");
 }

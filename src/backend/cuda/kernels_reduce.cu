@@ -38,10 +38,10 @@ namespace {
 
 using i64 = std::int64_t;
 
-constexpr int kThreads = 256;   // threads per block of every kernel here but one:
+constexpr int kThreads = 256;       // threads per block of every kernel here but one:
 constexpr int kWideThreads = 1024;  // a single-output reduction's one block
-constexpr int kUnroll = 4;      // loads in flight per thread before their adds
-constexpr int kMinPerThread = 32;  // reduced elements per thread before splitting pays
+constexpr int kUnroll = 4;          // loads in flight per thread before their adds
+constexpr int kMinPerThread = 32;   // reduced elements per thread before splitting pays
 
 template <typename T>
 using Limits = ::cuda::std::numeric_limits<T>;
@@ -166,7 +166,7 @@ struct ReduceGeometry {
   i64 ksize[kMaxDims] = {}, kin[kMaxDims] = {}, kout[kMaxDims] = {};
   i64 rsize[kMaxDims] = {}, rin[kMaxDims] = {};
   i64 outputs = 1, count = 1;
-  i64 chunk = 0;   // reduced indices per split (gridDim.y)
+  i64 chunk = 0;  // reduced indices per split (gridDim.y)
   int splits = 1;
   bool inner = true;
 };
@@ -181,9 +181,8 @@ i64 abs64(i64 v) { return v < 0 ? -v : v; }
 // memory (in both operands for kept dims).
 int normalize_dims(Dim* dims, int n, bool sort) {
   if (sort) {
-    std::stable_sort(dims, dims + n, [](const Dim& a, const Dim& b) {
-      return abs64(a.in) > abs64(b.in);
-    });
+    std::stable_sort(dims, dims + n,
+                     [](const Dim& a, const Dim& b) { return abs64(a.in) > abs64(b.in); });
   }
   int m = 0;
   for (int i = 0; i < n; ++i) {
@@ -374,8 +373,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename R, typename T>
-void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask,
-                const KernelArg& out, const Flags& f, bool keep_reduced_order) {
+void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask, const KernelArg& out,
+                const Flags& f, bool keep_reduced_order) {
   using Acc = typename R::Acc;
   ReduceGeometry g = make_geometry(in, mask, out, keep_reduced_order);
   // Block shape: about kUnroll elements per reduction lane, the rest of the 256 threads on
@@ -428,8 +427,9 @@ void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask,
   TESSERA_CUDA_CHECK_LAUNCH(stream, "reduce (partials)");
   const int cx = std::min(32, pow2_ceil(g.outputs));
   const int cy = std::min(kThreads / cx, pow2_ceil(g.splits));
-  combine_partials_kernel<R><<<static_cast<unsigned>(ceil_div(g.outputs, cx)), dim3(cx, cy), 0,
-                               stream>>>(partial, dst, g, f);
+  combine_partials_kernel<R>
+      <<<static_cast<unsigned>(ceil_div(g.outputs, cx)), dim3(cx, cy), 0, stream>>>(partial, dst, g,
+                                                                                    f);
   TESSERA_CUDA_CHECK_LAUNCH(stream, "reduce (combine partials)");
   TESSERA_CUDA_CHECK(cudaFreeAsync(partial, stream));
 }
@@ -467,8 +467,8 @@ __device__ double exp_of(double v) { return exp(v); }
 // warps' results are combined in warp order. bx is 32 or a multiple of it (then by == 1).
 template <typename T>
 struct RowGroup {
-  T* max_smem;        // [32]
-  double* sum_smem;   // [32]
+  T* max_smem;       // [32]
+  double* sum_smem;  // [32]
   __device__ T max(T v) const {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) {
@@ -601,8 +601,7 @@ void softmax_typed(cudaStream_t stream, const KernelArg& in, int dim, bool log,
     const int by = std::min(kThreads / bx, pow2_ceil(len));
     const i64 col_blocks = ceil_div(inner, bx);
     const unsigned blocks = grid_size(outer * col_blocks, "softmax");
-    softmax_cols_kernel<T><<<blocks, dim3(bx, by), 0, stream>>>(
-        x, y, len, inner, col_blocks, log);
+    softmax_cols_kernel<T><<<blocks, dim3(bx, by), 0, stream>>>(x, y, len, inner, col_blocks, log);
   }
   TESSERA_CUDA_CHECK_LAUNCH(stream, log ? "log_softmax" : "softmax");
 }

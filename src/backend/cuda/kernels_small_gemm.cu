@@ -24,15 +24,15 @@ struct SmallGemm {
   i64 m, n, k;
   i64 a_batch, a_row, a_col;  // element strides
   i64 b_batch, b_row, b_col;
-  i64 c_batch;                // C is contiguous [batches, m, n]
+  i64 c_batch;  // C is contiguous [batches, m, n]
 };
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     small_gemm_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
                       const SmallGemm g) {
-  __shared__ T as[kTile][kTile + 1];  // as[i][p]
-  __shared__ T bs[kTile][kTile + 1];  // bs[p][j]
+  __shared__ T as[kTile][kTile + 1];                             // as[i][p]
+  __shared__ T bs[kTile][kTile + 1];                             // bs[p][j]
   const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;  // ty: 0 .. 7
   constexpr int kStep = kThreads / kTile;
   const i64 i0 = static_cast<i64>(blockIdx.y) * kTile, j0 = static_cast<i64>(blockIdx.x) * kTile;
@@ -72,17 +72,17 @@ bool small_gemm_fits(i64 batches, i64 m, i64 n, i64 k) {
 void launch_small_gemm(StreamHandle s, const KernelArg& a, const KernelArg& b,
                        const KernelArg& out) {
   const auto stream = static_cast<cudaStream_t>(s);
-  const SmallGemm g{out.sizes[1], out.sizes[2], a.sizes[2], a.strides[0], a.strides[1],
-                    a.strides[2], b.strides[0], b.strides[1], b.strides[2],
-                    out.sizes[1] * out.sizes[2]};
+  const SmallGemm g{
+      out.sizes[1], out.sizes[2], a.sizes[2],   a.strides[0], a.strides[1],
+      a.strides[2], b.strides[0], b.strides[1], b.strides[2], out.sizes[1] * out.sizes[2]};
   const dim3 grid(static_cast<unsigned>((g.n + kTile - 1) / kTile),
                   static_cast<unsigned>((g.m + kTile - 1) / kTile),
                   static_cast<unsigned>(out.sizes[0]));
   if (is_half(out.dtype)) half_reached_kernel(out.dtype);  // the front end widens
   if (out.dtype == kFloat64) {
-    small_gemm_kernel<double><<<grid, kThreads, 0, stream>>>(
-        static_cast<const double*>(a.data), static_cast<const double*>(b.data),
-        static_cast<double*>(out.data), g);
+    small_gemm_kernel<double><<<grid, kThreads, 0, stream>>>(static_cast<const double*>(a.data),
+                                                             static_cast<const double*>(b.data),
+                                                             static_cast<double*>(out.data), g);
   } else {
     small_gemm_kernel<float><<<grid, kThreads, 0, stream>>>(static_cast<const float*>(a.data),
                                                             static_cast<const float*>(b.data),

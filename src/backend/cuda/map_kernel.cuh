@@ -150,9 +150,7 @@ Input<T> make_input(const Operand<T>& op) {
 
 // A generator of the linear index (arange, random) declares `using Indexed = void;`.
 template <typename Fn>
-constexpr bool kIndexed = requires {
-  typename Fn::Indexed;
-};
+constexpr bool kIndexed = requires { typename Fn::Indexed; };
 
 // Queues out = fn(inputs...) on `stream`. An Indexed fn (a function of the linear index:
 // arange, random) needs a contiguous out, which is all the front end ever gives them.

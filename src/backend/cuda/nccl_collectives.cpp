@@ -25,10 +25,10 @@
 // makes one communicator per device with ncclCommInitAll, rank i on the list's device i, and
 // caches them (so a group's first collective must not be inside a graph capture: making
 // communicators allocates and synchronizes). A collective is one NCCL group: one NCCL call
-// (ncclAllReduce, ncclBroadcast, ...) per device, on the stream this thread currently uses for that device (activate), so it
-// runs after the work already queued there and before work queued later, like any kernel,
-// and the host never waits. That stream order is also how its tensors stay alive, as for
-// every kernel here: a block freed on the host is reused only by work queued later on the
+// (ncclAllReduce, ncclBroadcast, ...) per device, on the stream this thread currently uses for that
+// device (activate), so it runs after the work already queued there and before work queued later,
+// like any kernel, and the host never waits. That stream order is also how its tensors stay alive,
+// as for every kernel here: a block freed on the host is reused only by work queued later on the
 // same stream (Note [CUDA streams and memory]; side streams through streams_in_use), and
 // NCCL is done with a device's buffers before that device's stream moves past the
 // collective.

@@ -16,8 +16,9 @@
 // device, as NCCL's docs do it: rank 0 calls ncclGetUniqueId, MPI broadcasts the id (with
 // whether rank 0 got one, so a failure there is an error on every rank, not a hang), and
 // every rank joins with ncclCommInitRank on that device. Communicators live for the process
-// (Note [NCCL at run time]). A collective is one NCCL call (ncclAllReduce, ncclBroadcast, ...) on the stream this thread uses for
-// the device, like any kernel; mean uses ncclAvg where NCCL has it, else sum then divide.
+// (Note [NCCL at run time]). A collective is one NCCL call (ncclAllReduce, ncclBroadcast, ...) on
+// the stream this thread uses for the device, like any kernel; mean uses ncclAvg where NCCL has it,
+// else sum then divide.
 
 namespace tessera::detail {
 namespace {
