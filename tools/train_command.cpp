@@ -342,7 +342,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision,
                   "fp32, or bf16 / fp16 to run matmul, linear and conv under autocast in "
                   "bfloat16 / float16 (softmax, the loss and the weights stay float32; fp16 "
-                  "has no loss scaling yet)")
+                  "scales the loss and skips overflowed steps on the device)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   cmd->callback([a, lr, momentum] {

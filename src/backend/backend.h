@@ -70,7 +70,7 @@ struct SgdParams {
 
 // Scalars of one fused Adam/AdamW step. Bias corrections are computed on the host from the
 // step count: step_size = lr / (1 - beta1^t), bias_correction2_sqrt = sqrt(1 - beta2^t);
-// with a device step count (Backend::adam_step's `step`), the kernel computes them from it.
+// with a device step count (DeviceStepState::step), the kernel computes them from it.
 struct AdamParams {
   double lr = 0;
   double beta1 = 0;
@@ -80,6 +80,16 @@ struct AdamParams {
   bool decoupled = false;  // AdamW: param *= 1 - lr * weight_decay before the update
   double step_size = 0;
   double bias_correction2_sqrt = 1;
+};
+
+// The values of one optimizer step that live on the parameter's device, as 0-dim tensors
+// there (each undefined when unused): the kernel reads them, so a step recorded in a graph
+// replays as the next one (Optimizer::set_capturable) and a gradient scaler skips a step
+// without the host reading anything (GradScaler).
+struct DeviceStepState {
+  Tensor found_inf;   // float32; nonzero: skip the step, writing nothing at all
+  Tensor step;        // Adam: the float64 step count t, already counting this step
+  Tensor first_step;  // SGD: float32; nonzero: the momentum buffer is unwritten (as first_step)
 };
 
 enum class CollectiveKind : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
@@ -251,14 +261,16 @@ class Backend {
 
   // Optimizer steps, one fused kernel per parameter, updating in place. All tensors are
   // contiguous, of one floating dtype and shape, on one device of this backend.
-  // momentum_buf is undefined when p.momentum == 0.
+  // momentum_buf is undefined when p.momentum == 0; `device` as DeviceStepState says.
   virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                        const SgdParams& p) = 0;
-  // `step`, when defined, is the step count t (a float64 0-dim tensor on param's device,
-  // already counting this step): the kernel reads it and computes the bias corrections
-  // itself, so a recorded step replays correctly (Optimizer::set_capturable).
+                        const DeviceStepState& device, const SgdParams& p) = 0;
   virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                         const Tensor& step, const AdamParams& p) = 0;
+                         const DeviceStepState& device, const AdamParams& p) = 0;
+  // grad *= inv_scale (a float32 0-dim tensor) in place, and found_inf (float32 0-dim) = 1
+  // when any element of grad was infinite or NaN (else found_inf is left as it is): one
+  // pass, no host wait. grad is contiguous float32 or float64; all on one device.
+  virtual void unscale_grad(const Tensor& grad, const Tensor& inv_scale,
+                            const Tensor& found_inf) = 0;
 
   // Collectives across devices of this backend (see CollectiveCall), queued on each device's
   // current stream or queue in group order; never a host wait. Every device's later work

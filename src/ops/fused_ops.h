@@ -24,13 +24,20 @@ struct ParamSite {
 };
 
 // One fused SGD step of `param` in place from `grad` (converted to param's dtype when it
-// differs). momentum_buf is undefined when p.momentum == 0. Every tensor must be on param's
-// device (DeviceMismatchError) and the state of param's dtype and shape.
+// differs). momentum_buf is undefined when p.momentum == 0; `device` holds the step's
+// device-side values (backend.h). Every tensor must be on param's device
+// (DeviceMismatchError) and the state of param's dtype and shape.
 void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const SgdParams& p);
+              const Tensor& momentum_buf, const DeviceStepState& device, const SgdParams& p);
 // One fused Adam/AdamW step of `param`, exp_avg and exp_avg_sq in place; checks as sgd_step.
 void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& step,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
                const AdamParams& p);
+
+// Parameter `site.index`'s grad *= inv_scale in place, and found_inf = 1 when any of its
+// elements was infinite or NaN: one pass, no host wait (GradScaler::unscale_). inv_scale and
+// found_inf are float32 0-dim tensors; all three on one device (DeviceMismatchError).
+void unscale_grad(const ParamSite& site, const Tensor& grad, const Tensor& inv_scale,
+                  const Tensor& found_inf);
 
 }  // namespace tessera::detail

@@ -1,5 +1,5 @@
-// Front end of the fused optimizer steps: the device rule, the shapes and dtypes of the
-// gradient and the state, then one backend kernel per parameter.
+// Front end of the fused optimizer steps and of gradient unscaling: the device rule, the
+// shapes and dtypes of the gradient and the state, then one backend kernel per parameter.
 #include <fmt/format.h>
 
 #include <string>
@@ -61,41 +61,72 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
   return g;
 }
 
+// Checks that the step's device-side values live on param's device.
+void check_device_state(const ParamSite& site, const Tensor& param, const DeviceStepState& d) {
+  for (const auto& [what, t] : {std::pair<const char*, const Tensor*>{"found_inf", &d.found_inf},
+                                {"step count", &d.step},
+                                {"first-step flag", &d.first_step}}) {
+    TESSERA_CHECK(!t->defined() || t->device() == param.device(), DeviceMismatchError,
+                  "[{}] parameter {} is on {} but the step's {} is on {}. An optimizer and "
+                  "its gradient scaler work on one device: use one GradScaler per device",
+                  site.op, site.index, param.device().str(), what, t->device().str());
+  }
+}
+
 }  // namespace
 
 void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const SgdParams& p) {
+              const Tensor& momentum_buf, const DeviceStepState& device, const SgdParams& p) {
   const Tensor g = momentum_buf.defined()
                        ? checked_grad(site, param, grad, {{"momentum buffer", &momentum_buf}})
                        : checked_grad(site, param, grad, {});
+  check_device_state(site, param, device);
   if (is_half(param.dtype())) [[unlikely]] {
     // The step in float32 on widened copies, rounded back once (Note [Half precision]).
     NoGradGuard no_grad;
     const Tensor p32 = to_float32(param);
     const Tensor m32 = momentum_buf.defined() ? to_float32(momentum_buf) : momentum_buf;
-    backend_of(param.device()).sgd_step(p32, to_float32(g), m32, p);
+    backend_of(param.device()).sgd_step(p32, to_float32(g), m32, device, p);
     store_converted(p32, param);
     if (m32.defined()) store_converted(m32, momentum_buf);
     return;
   }
-  backend_of(param.device()).sgd_step(param, g, momentum_buf, p);
+  backend_of(param.device()).sgd_step(param, g, momentum_buf, device, p);
 }
 
 void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& step,
+               const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
                const AdamParams& p) {
   const Tensor g =
       checked_grad(site, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  check_device_state(site, param, device);
   if (is_half(param.dtype())) [[unlikely]] {  // as sgd_step
     NoGradGuard no_grad;
     const Tensor p32 = to_float32(param), m32 = to_float32(exp_avg), v32 = to_float32(exp_avg_sq);
-    backend_of(param.device()).adam_step(p32, to_float32(g), m32, v32, step, p);
+    backend_of(param.device()).adam_step(p32, to_float32(g), m32, v32, device, p);
     store_converted(p32, param);
     store_converted(m32, exp_avg);
     store_converted(v32, exp_avg_sq);
     return;
   }
-  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, step, p);
+  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, device, p);
+}
+
+void unscale_grad(const ParamSite& site, const Tensor& grad, const Tensor& inv_scale,
+                  const Tensor& found_inf) {
+  const std::string g_name = fmt::format("parameter {}'s grad", site.index);
+  common_device(site.op,
+                {{g_name.c_str(), &grad}, {"the scale", &inv_scale}, {"found_inf", &found_inf}});
+  TESSERA_CHECK(is_floating(grad.dtype()), DtypeError,
+                "[{}] parameter {}'s grad is {}; only floating gradients can be unscaled", site.op,
+                site.index, dtype_name(grad.dtype()));
+  NoGradGuard no_grad;
+  // The kernel works on contiguous float32/float64 memory; anything else is unscaled in a
+  // working copy that is written back (half grads through float32, Note [Half precision]).
+  const Tensor work = (is_half(grad.dtype()) ? to_float32(grad) : grad).contiguous();
+  mark_written(grad);
+  backend_of(grad.device()).unscale_grad(work, inv_scale, found_inf);
+  if (!work.is_same(grad)) store_converted(work, grad);
 }
 
 }  // namespace tessera::detail

@@ -8,6 +8,7 @@
 #include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
+#include "tessera/ops.h"
 #include "tessera/sync_guard.h"
 
 namespace tessera::optim {
@@ -69,9 +70,13 @@ std::int64_t Adam::step_count(std::size_t i) const {
   return static_cast<std::int64_t>(device_steps_.at(i).item<double>());
 }
 
-void Adam::step() {
+void Adam::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
+  const bool skippable = found_inf.defined();
+  if (skippable && !capturable_) set_capturable(true);  // a skip must not count
+  // What each step count grows by: 1, or 0 when found_inf skips this step.
+  const Tensor applied = skippable ? sub(1.0, found_inf) : Tensor();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
@@ -86,7 +91,11 @@ void Adam::step() {
       if (device_steps_[i].device() != param.device()) {
         device_steps_[i] = device_steps_[i].to(param.device());
       }
-      device_steps_[i].add_(1.0);
+      if (skippable) {
+        device_steps_[i].add_(applied);
+      } else {
+        device_steps_[i].add_(1.0);
+      }
       device_step = device_steps_[i];
     }
     const double t = static_cast<double>(capturable_ ? 1 : ++steps_[i]);
@@ -100,8 +109,10 @@ void Adam::step() {
                                decoupled_,
                                o.lr / bias_correction1,
                                std::sqrt(bias_correction2)};
-    detail::adam_step({decoupled_ ? "AdamW.step" : "Adam.step", i}, param, g, exp_avg_[i],
-                      exp_avg_sq_[i], device_step, p);
+    const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
+                                : (skippable ? "Adam.step_unless" : "Adam.step");
+    detail::adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],
+                      {found_inf, device_step, Tensor()}, p);
   }
 }
 

@@ -1,4 +1,5 @@
-// Optimizer: the parameter checks shared by every optimizer, and zero_grad.
+// Optimizer: the parameter checks shared by every optimizer, zero_grad, and the refusal to
+// skip a step for optimizers that cannot.
 #include "tessera/optim/optimizer.h"
 
 #include <unordered_map>
@@ -32,6 +33,15 @@ Optimizer::Optimizer(std::vector<Tensor> params, const char* name)
                   "once",
                   name_, i, at->second);
   }
+}
+
+void Optimizer::step_unless(const Tensor& found_inf) {
+  if (!found_inf.defined()) return step();
+  TESSERA_CHECK(false, Error,
+                "[{}.step_unless] this optimizer cannot skip a step on the device, so a "
+                "GradScaler cannot drive it; use SGD, Adam or AdamW, or override "
+                "Optimizer::step_unless to pass found_inf to its kernels",
+                name_);
 }
 
 void Optimizer::zero_grad() {

@@ -19,7 +19,10 @@ void check_non_negative(const char* what, double value) {
 }  // namespace
 
 SGD::SGD(std::vector<Tensor> params, SgdOptions options)
-    : Optimizer(std::move(params), "SGD"), options_(options), momentum_(params_.size()) {
+    : Optimizer(std::move(params), "SGD"),
+      options_(options),
+      momentum_(params_.size()),
+      unwritten_(params_.size()) {
   check_non_negative("lr", options.lr);
   check_non_negative("momentum", options.momentum);
   check_non_negative("dampening", options.dampening);
@@ -35,23 +38,36 @@ void SGD::set_lr(double lr) {
   options_.lr = lr;
 }
 
-void SGD::step() {
+void SGD::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
                       options_.weight_decay, options_.nesterov, false};
+  const bool skippable = found_inf.defined();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
     p.first_step = false;
-    if (options_.momentum != 0) {
-      if (!momentum_[i].defined()) {
+    if (options_.momentum != 0 && !momentum_[i].defined()) {
+      if (skippable) {
+        // Whether this step is the first to write the buffer is known on the device only.
+        momentum_[i] = zeros_like(param);
+        unwritten_[i] = ones({}, {kFloat32, param.device()});
+      } else {
         // Uninitialized: the kernel writes the first buffer (= the gradient) itself.
         momentum_[i] = empty_like(param);
         p.first_step = true;
       }
     }
-    detail::sgd_step({"SGD.step", i}, param, g, momentum_[i], p);
+    detail::sgd_step({skippable ? "SGD.step_unless" : "SGD.step", i}, param, g, momentum_[i],
+                     {found_inf, Tensor(), unwritten_[i]}, p);
+    if (unwritten_[i].defined()) {
+      if (skippable) {
+        unwritten_[i].mul_(found_inf);  // still unwritten only if this step was skipped
+      } else {
+        unwritten_[i] = Tensor();  // this step wrote it
+      }
+    }
   }
 }
 

@@ -136,6 +136,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
+  std::vector<optim::GradScaler> scalers;  // one per replica, on its device
+  for (std::size_t r = 0; r < k; ++r) scalers.push_back(loop::scaler_for(options_.precision));
   // One step of every replica on its shard (already on its device) of a batch of `batch`.
   const auto replicas_step = [&](const std::vector<data::Batch>& shards, std::int64_t batch) {
     std::vector<StepResult> results;
@@ -146,14 +148,18 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
         results.push_back(tasks[r]->training_step(shards[r]));
       }
       const double share = static_cast<double>(shards[r].examples()) / static_cast<double>(batch);
-      (results.back().loss * share).backward();
+      scalers[r].scale(results.back().loss * share).backward();
     }
     reducer.reduce();
+    // The replicas' summed grads are equal, so every replica's scaler skips the same steps.
     for (std::size_t r = 0; r < k; ++r) {
+      optim::Optimizer& opt = tasks[r]->optimizer();
       if (options_.gradient_clip_val > 0) {
+        scalers[r].unscale_(opt);
         optim::clip_grad_norm_(params[r], options_.gradient_clip_val);
       }
-      tasks[r]->optimizer().step();
+      scalers[r].step(opt);
+      scalers[r].update();
     }
     return results;
   };

@@ -16,6 +16,7 @@
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/operators.h"
+#include "tessera/optim/grad_scaler.h"
 #include "tessera/sync_guard.h"
 #include "tessera/train/trainer.h"
 
@@ -31,6 +32,12 @@ inline double seconds_since(Clock::time_point t) {
 inline AutocastGuard precision_scope(Device device, Dtype precision) {
   return AutocastGuard(device.kind(), is_half(precision) ? precision : kBFloat16,
                        is_half(precision));
+}
+
+// The gradient scaler of TrainerOptions::precision: on for float16, whose gradients fall
+// below its range unscaled; a pass-through otherwise (bfloat16 has float32's range).
+inline optim::GradScaler scaler_for(Dtype precision) {
+  return optim::GradScaler({.enabled = precision == kFloat16});
 }
 
 // A progress bar on a terminal: "epoch 3/10 [=====>      ] 120/235  2.1s  ETA 1.9s".

@@ -180,6 +180,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
+  optim::GradScaler scaler = loop::scaler_for(options_.precision);
   const auto one_step = [&](const data::Batch& batch) {
     opt.zero_grad();
     StepResult r;
@@ -187,9 +188,13 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
       const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
       r = task.training_step(batch);
     }
-    r.loss.backward();
-    if (options_.gradient_clip_val > 0) optim::clip_grad_norm_(params, options_.gradient_clip_val);
-    opt.step();
+    scaler.scale(r.loss).backward();
+    if (options_.gradient_clip_val > 0) {
+      scaler.unscale_(opt);
+      optim::clip_grad_norm_(params, options_.gradient_clip_val);
+    }
+    scaler.step(opt);
+    scaler.update();
     return r;
   };
   const loop::CapturableFor capturable(opt, options_.graph);

@@ -41,7 +41,8 @@ train::OptimizerFactory make_opt(bool adam) {
 std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv, bool adam,
                                           double clip, int epochs,
                                           std::vector<std::shared_ptr<nn::Module>>* made = nullptr,
-                                          bool graph = false, Tensor* step_losses = nullptr) {
+                                          bool graph = false, Tensor* step_losses = nullptr,
+                                          Dtype precision = kFloat32) {
   const auto [images, labels] = random_images(23);
   data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});  // 7, 7, 7, 2
   manual_seed(0);
@@ -55,6 +56,7 @@ std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bo
       make_opt(adam));
   train::TrainerOptions o{.max_epochs = epochs, .gradient_clip_val = clip, .progress = false};
   o.graph = graph;
+  o.precision = precision;
   if (devices.size() == 1) {
     o.device = devices[0];
   } else {
@@ -170,17 +172,20 @@ TEST_P(DataParallel, RefusesWhatCannotWork) {
 
 // Batches of 7, 7, 7, 2 per epoch: the first full batch runs eagerly, the next two replay
 // the recorded step, the short one runs eagerly; over two epochs, with both optimizers
-// (Adam's step counts then live on the device), with and without clipping.
-void expect_recorded_equals_eager(const std::vector<Device>& devices) {
+// (Adam's step counts then live on the device), with and without clipping. In float16 the
+// recorded step also holds the gradient scaler's unscaling, skip and scale update.
+void expect_recorded_equals_eager(const std::vector<Device>& devices, Dtype precision = kFloat32) {
   for (bool conv : {false, true}) {
     for (bool adam : {false, true}) {
       for (double clip : {0.0, 0.05}) {
         const std::string what =
-            fmt::format("{} device(s) conv={} adam={} clip={}", devices.size(), conv, adam, clip);
+            fmt::format("{} device(s) conv={} adam={} clip={} {}", devices.size(), conv, adam, clip,
+                        dtype_name(precision));
         Tensor eager_losses, recorded_losses;
-        const auto eager = train_on(devices, conv, adam, clip, 2, nullptr, false, &eager_losses);
+        const auto eager =
+            train_on(devices, conv, adam, clip, 2, nullptr, false, &eager_losses, precision);
         const auto recorded =
-            train_on(devices, conv, adam, clip, 2, nullptr, true, &recorded_losses);
+            train_on(devices, conv, adam, clip, 2, nullptr, true, &recorded_losses, precision);
         ASSERT_EQ(eager.size(), recorded.size());
         for (std::size_t i = 0; i < eager.size(); ++i) {
           testing::expect_close(recorded[i], eager[i], 1e-5, 1e-6,
@@ -202,6 +207,31 @@ TEST_P(DataParallel, RecordedReplicaStepsEndWhereEagerStepsEnd) {
   if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
   if (device().is_cuda()) GTEST_SKIP() << "a graph holds one GPU";
   expect_recorded_equals_eager(g);
+}
+
+TEST_P(DataParallel, RecordedFloat16StepsEndWhereEagerStepsEnd) {
+  expect_recorded_equals_eager({device()}, kFloat16);
+  const auto g = group();
+  if (g.size() < 2 || device().is_cuda()) return;  // a graph holds one GPU
+  expect_recorded_equals_eager(g, kFloat16);
+}
+
+// Float16 replicas: each scales its own loss and skips the same steps, as their summed
+// gradients are equal.
+TEST_P(DataParallel, Float16ReplicasStayIdenticalWithoutAHostWaitPerStep) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  std::vector<std::shared_ptr<nn::Module>> made;
+  {
+    SyncGuard strict(SyncMode::kError);
+    train_on(g, true, true, 1.0, 2, &made, false, nullptr, kFloat16);
+  }
+  ASSERT_EQ(made.size(), g.size());
+  AllowSync deliberate;
+  const auto a = made[0]->parameters(), b = made[1]->parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].to_vector<double>(), b[i].to_vector<double>()) << "parameter " << i;
+  }
 }
 
 TEST_P(DataParallel, RecordedStepsMakeNoHostWait) {

@@ -86,6 +86,38 @@ TEST_P(TrainerOnDevice, TrainsUnderAutocastInBfloat16AndFloat16) {
       {"[Trainer] precision must be float32, bfloat16 or float16, got int32"});
 }
 
+// Float16 training scales the loss (GradScaler): a loss so small that its gradients fall
+// below float16's range (about 6e-8) when unscaled still trains every layer.
+TEST_P(TrainerOnDevice, Float16KeepsGradientsBelowItsRange) {
+  struct TinyLoss : train::Classifier {
+    using Classifier::Classifier;
+    train::StepResult training_step(const data::Batch& batch) override {
+      train::StepResult r = Classifier::training_step(batch);
+      r.loss = r.loss * 1e-7;  // dloss/dlogits about 1e-9: zero in float16
+      return r;
+    }
+  };
+  const auto [images, labels] = quadrant_images(64);
+  data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+  manual_seed(0);
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(), nn::Linear(16, 4));
+  optim::SGD opt(net.parameters(), {.lr = 1e5});
+  TinyLoss task(net, opt);
+  train::TrainerOptions options{.max_epochs = 1, .progress = false, .device = device()};
+  options.precision = kFloat16;
+  std::vector<std::vector<double>> before;
+  for (const Tensor& p : net.parameters()) before.push_back(p.to_vector<double>());
+  train::Trainer(options).fit(task, train_data);
+  const std::vector<Tensor> after = net.parameters();
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    double moved = 0;
+    const std::vector<double> now = after[i].to_vector<double>();
+    for (std::size_t j = 0; j < now.size(); ++j)
+      moved = std::max(moved, std::abs(now[j] - before[i][j]));
+    EXPECT_GT(moved, 1e-4) << "parameter " << i << " did not train";
+  }
+}
+
 // Note [Divergence on the device]: a run whose loss becomes NaN stops at the end of that
 // epoch with NonFiniteError, still without a host wait per step.
 TEST_P(TrainerOnDevice, StopsWhenTheLossDiverges) {

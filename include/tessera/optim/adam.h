@@ -34,7 +34,10 @@ class TESSERA_API Adam : public Optimizer {
   /// One fused kernel per parameter with a grad (its moments are zero-filled on its first
   /// step); bias corrections are host scalars, or, when capturable, computed by the kernel
   /// from a step count on the device. Never waits.
-  void step() override;
+  void step() override { step_unless(Tensor()); }
+  /// With a found_inf, the step counts move to the device for good (as set_capturable(true)),
+  /// where a skipped step does not count.
+  void step_unless(const Tensor& found_inf) override;
   void set_capturable(bool on) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;

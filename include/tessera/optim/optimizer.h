@@ -22,6 +22,12 @@ class TESSERA_API Optimizer {
   /// its parameter, ShapeError when a grad's shape differs, Error for a non-contiguous
   /// parameter.
   virtual void step() = 0;
+  /// As step(), unless `found_inf` is nonzero: a float32 0-dim tensor on the parameters'
+  /// device, as GradScaler (grad_scaler.h) makes it. The kernels read it on the device and
+  /// then write nothing, neither parameters nor state, so deciding costs no host wait; an
+  /// undefined found_inf is step(). SGD, Adam and AdamW implement it; the default throws
+  /// Error, as an optimizer that cannot skip a step on the device cannot be scaled.
+  virtual void step_unless(const Tensor& found_inf);
   /// Clears every parameter's grad (sets it undefined, like PyTorch's set_to_none=True).
   void zero_grad();
   /// The parameters, in the order given.

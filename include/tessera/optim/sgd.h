@@ -26,7 +26,11 @@ class TESSERA_API SGD final : public Optimizer {
   SGD(std::vector<Tensor> params, SgdOptions options = {});
 
   /// One fused kernel per parameter with a grad; never waits.
-  void step() override;
+  void step() override { step_unless(Tensor()); }
+  /// With a found_inf, a momentum buffer that no step has written yet keeps a flag on the
+  /// device until one does (one tiny op per such parameter and step), so that a skipped
+  /// first step leaves the next one the first.
+  void step_unless(const Tensor& found_inf) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const SgdOptions& options() const { return options_; }
@@ -34,6 +38,9 @@ class TESSERA_API SGD final : public Optimizer {
  private:
   SgdOptions options_;
   std::vector<Tensor> momentum_;  // per parameter; undefined until its first step
+  // Per parameter, while scaled steps may have skipped its first step: float32 0-dim on
+  // its device, nonzero until a step writes the momentum buffer.
+  std::vector<Tensor> unwritten_;
 };
 
 }  // namespace tessera::optim

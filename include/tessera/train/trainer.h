@@ -57,9 +57,11 @@ struct TESSERA_API TrainerOptions {
   bool graph = false;
   /// The precision of the training and validation steps: kFloat32, or kBFloat16 / kFloat16
   /// to run them under AutocastGuard (autocast.h): matmul, linear and conv in the half type,
-  /// softmax, the loss and the parameters (the optimizer's weights) in float32. float16 has
-  /// no loss scaling yet, so gradients below its range (about 6e-8) become zero. Any other
-  /// dtype: DtypeError from the constructor.
+  /// softmax, the loss and the parameters (the optimizer's weights) in float32. float16
+  /// steps also scale the loss with a GradScaler (optim/grad_scaler.h, default options, one
+  /// per device), so small gradients keep their digits and a step whose gradients overflow
+  /// is skipped on the device, without a host wait. Any other dtype: DtypeError from the
+  /// constructor.
   Dtype precision = kFloat32;
 };
 

@@ -177,9 +177,10 @@ class CpuBackend final : public CpuBackendBase {
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
                        const Tensor& grad_x, const Window2d& w) override;
   void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                const SgdParams& p) override;  // cpu_optim.cpp
+                const DeviceStepState& device, const SgdParams& p) override;  // cpu_optim.cpp
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const Tensor& step, const AdamParams& p) override;
+                 const DeviceStepState& device, const AdamParams& p) override;
+  void unscale_grad(const Tensor& grad, const Tensor& inv_scale, const Tensor& found_inf) override;
   void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
 };
 

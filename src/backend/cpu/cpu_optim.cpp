@@ -1,5 +1,6 @@
-// CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), queued on the
-// parameter's device like every other kernel. The math mirrors kernels_optim.cu.
+// CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), and the gradient
+// scaler's unscale-and-check pass, queued on the parameter's device like every other
+// kernel. The math mirrors kernels_optim.cu.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -26,13 +27,38 @@ T* data_of(const Tensor& t) {
   return reinterpret_cast<T*>(impl_of(t).data());
 }
 
+// Whether a 0-dim float32 flag of DeviceStepState is set (undefined: not set).
+bool flag_set(const Tensor& flag) { return flag.defined() && *data_of<float>(flag) != 0; }
+
+// g[i] *= inv for every i; whether any g[i] was not finite.
+template <typename T>
+bool unscale_span(T* g, std::int64_t n, T inv) {
+  bool bad = false;
+  if (n < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      bad |= !std::isfinite(g[i]);
+      g[i] *= inv;
+    }
+    return bad;
+  }
+#pragma omp parallel for schedule(static) reduction(|| : bad)
+  for (std::int64_t i = 0; i < n; ++i) {
+    bad = bad || !std::isfinite(g[i]);
+    g[i] *= inv;
+  }
+  return bad;
+}
+
 }  // namespace
 
 void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                          const SgdParams& p) {
+                          const DeviceStepState& device, const SgdParams& p) {
   launch_with(
       param.device().index(),
-      [p](const Tensor& param, const Tensor& grad, const Tensor& buf) {
+      [p](const Tensor& param, const Tensor& grad, const Tensor& buf, const Tensor& found_inf,
+          const Tensor& first_flag) {
+        if (flag_set(found_inf)) return;
+        const bool first_step = p.first_step || flag_set(first_flag);
         dispatch_floating(param.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* w = data_of<T>(param);
@@ -44,7 +70,7 @@ void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor&
             T d = g[i];
             if (p.weight_decay != 0) d += wd * w[i];
             if (b != nullptr) {
-              const T m = p.first_step ? d : mu * b[i] + damp * d;
+              const T m = first_step ? d : mu * b[i] + damp * d;
               b[i] = m;
               d = p.nesterov ? d + mu * m : m;
             }
@@ -52,15 +78,16 @@ void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor&
           });
         });
       },
-      param, grad, momentum_buf);
+      param, grad, momentum_buf, device.found_inf, device.first_step);
 }
 
 void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                           const Tensor& v, const Tensor& step, const AdamParams& p) {
+                           const Tensor& v, const DeviceStepState& device, const AdamParams& p) {
   launch_with(
       param.device().index(),
       [p](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-          const Tensor& step) {
+          const Tensor& step, const Tensor& found_inf) {
+        if (flag_set(found_inf)) return;
         dispatch_floating(param.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* w = data_of<T>(param);
@@ -96,7 +123,23 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
           });
         });
       },
-      param, grad, m, v, step);
+      param, grad, m, v, device.step, device.found_inf);
+}
+
+void CpuBackend::unscale_grad(const Tensor& grad, const Tensor& inv_scale,
+                              const Tensor& found_inf) {
+  launch_with(
+      grad.device().index(),
+      [](const Tensor& grad, const Tensor& inv_scale, const Tensor& found_inf) {
+        const float inv = *data_of<float>(inv_scale);
+        dispatch_floating(grad.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if (unscale_span(data_of<T>(grad), grad.numel(), static_cast<T>(inv))) {
+            *data_of<float>(found_inf) = 1;
+          }
+        });
+      },
+      grad, inv_scale, found_inf);
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -71,13 +71,21 @@ void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const
 namespace tessera::detail::cuda {
 
 // ---- optimizer steps (kernels_optim.cu) ----
-// Same contract as Backend::sgd_step and Backend::adam_step: contiguous float32/float64
+// Same contract as Backend::sgd_step, adam_step and unscale_grad: contiguous float32/float64
 // tensors of one dtype and size; momentum_buf.data is nullptr when there is no momentum.
+// The pointers are DeviceStepState's tensors on the device, nullptr when undefined.
+struct StepFlags {
+  const float* found_inf = nullptr;
+  const double* step = nullptr;
+  const float* first_step = nullptr;
+};
 void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                     const KernelArg& momentum_buf, const SgdParams& p);
+                     const KernelArg& momentum_buf, const StepFlags& flags, const SgdParams& p);
 void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                      const KernelArg& m, const KernelArg& v, const double* step,
+                      const KernelArg& m, const KernelArg& v, const StepFlags& flags,
                       const AdamParams& p);
+void launch_unscale_grad(StreamHandle s, const KernelArg& grad, const float* inv_scale,
+                         float* found_inf);
 
 }  // namespace tessera::detail::cuda
 

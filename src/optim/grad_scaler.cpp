@@ -1,0 +1,149 @@
+// GradScaler: every value that changes from step to step (the scale, the count of clean
+// steps, found_inf) is a 0-dim tensor on the device, written in place, so a step never
+// reads one on the host and a step recorded in a graph replays with the current values.
+#include "tessera/optim/grad_scaler.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "ops/fused_ops.h"
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+#include "tessera/ops.h"
+#include "tessera/sync_guard.h"
+
+namespace tessera::optim {
+namespace {
+
+constexpr int kMaxGrowthInterval = 1 << 24;  // counted exactly in a float32
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
+  TESSERA_CHECK(std::isfinite(options.init_scale) && options.init_scale > 0, Error,
+                "[GradScaler] invalid init_scale={}: it must be a finite number > 0",
+                options.init_scale);
+  TESSERA_CHECK(std::isfinite(options.growth_factor) && options.growth_factor > 1, Error,
+                "[GradScaler] invalid growth_factor={}: it must be a finite number > 1",
+                options.growth_factor);
+  TESSERA_CHECK(options.backoff_factor > 0 && options.backoff_factor < 1, Error,
+                "[GradScaler] invalid backoff_factor={}: it must be in (0, 1)",
+                options.backoff_factor);
+  TESSERA_CHECK(options.growth_interval >= 1 && options.growth_interval <= kMaxGrowthInterval,
+                Error, "[GradScaler] invalid growth_interval={}: it must be in [1, {}]",
+                options.growth_interval, kMaxGrowthInterval);
+}
+
+void GradScaler::check_started(const char* op) const {
+  TESSERA_CHECK(scale_.defined(), Error,
+                "[GradScaler.{}] no loss was scaled yet: call scaler.scale(loss).backward() "
+                "first, so that the gradients carry the scale",
+                op);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  TESSERA_CHECK(loss.defined(), Error, "[GradScaler.scale] the loss is an undefined tensor");
+  if (!options_.enabled) return loss;
+  TESSERA_CHECK(loss.dtype() == kFloat32 || loss.dtype() == kFloat64, DtypeError,
+                "[GradScaler.scale] the loss is {}; scale a float32 or float64 loss (autocast "
+                "computes losses in float32)",
+                dtype_name(loss.dtype()));
+  if (!scale_.defined()) {
+    NoGradGuard no_grad;
+    const TensorOptions on_device{kFloat32, loss.device()};
+    scale_ = full({}, options_.init_scale, on_device);
+    growth_tracker_ = zeros({}, on_device);
+    inv_scale_ = zeros({}, on_device);
+  }
+  TESSERA_CHECK(loss.device() == scale_.device(), DeviceMismatchError,
+                "[GradScaler.scale] the loss is on {} but this scaler's state is on {}, where "
+                "it scaled its first loss. Use one GradScaler per device (each data-parallel "
+                "replica has its own optimizer and scaler)",
+                loss.device().str(), scale_.device().str());
+  return mul(loss, loss.dtype() == kFloat32 ? scale_ : scale_.to(kFloat64));
+}
+
+void GradScaler::unscale_(Optimizer& optimizer) {
+  if (!options_.enabled) return;
+  check_started("unscale_");
+  PerOptimizer& state = per_optimizer_[&optimizer];
+  TESSERA_CHECK(!state.unscaled, Error,
+                "[GradScaler.unscale_] this optimizer's gradients were already unscaled in this "
+                "step; call unscale_ once per optimizer between two update()s");
+  TESSERA_CHECK(!state.stepped, Error,
+                "[GradScaler.unscale_] this optimizer already stepped in this step; call "
+                "unscale_ before step(), and update() before the next step");
+  NoGradGuard no_grad;
+  if (state.found_inf.defined()) {
+    state.found_inf.zero_();
+  } else {
+    state.found_inf = zeros({}, {kFloat32, scale_.device()});
+  }
+  inv_scale_.copy_(div(1.0, scale_));
+  const std::vector<Tensor>& params = optimizer.params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    if (!g.defined()) continue;
+    TESSERA_CHECK(g.device() == scale_.device(), DeviceMismatchError,
+                  "[GradScaler.unscale_] parameter {}'s grad is on {} but this scaler's state is "
+                  "on {}. An optimizer's parameters and its scaler share one device: use one "
+                  "GradScaler per device",
+                  i, g.device().str(), scale_.device().str());
+    detail::unscale_grad({"GradScaler.unscale_", i}, g, inv_scale_, state.found_inf);
+  }
+  state.unscaled = true;
+}
+
+void GradScaler::step(Optimizer& optimizer) {
+  if (!options_.enabled) return optimizer.step();
+  check_started("step");
+  {
+    const auto it = per_optimizer_.find(&optimizer);
+    TESSERA_CHECK(it == per_optimizer_.end() || !it->second.stepped, Error,
+                  "[GradScaler.step] this optimizer already stepped since the last update(); "
+                  "call scaler.update() after each step");
+  }
+  PerOptimizer& state = per_optimizer_[&optimizer];
+  if (!state.unscaled) unscale_(optimizer);
+  optimizer.step_unless(state.found_inf);
+  state.stepped = true;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  check_started("update");
+  NoGradGuard no_grad;
+  Tensor found;  // 1 when any optimizer unscaled since the last update saw an inf or NaN
+  for (auto& [opt, state] : per_optimizer_) {
+    if (!state.unscaled) continue;
+    found = found.defined() ? maximum(found, state.found_inf) : state.found_inf;
+    state.unscaled = state.stepped = false;
+  }
+  TESSERA_CHECK(found.defined(), Error,
+                "[GradScaler.update] no optimizer's gradients were unscaled since the last "
+                "update; call scaler.step(optimizer) (or unscale_) before update()");
+  // On the device, as torch's _amp_update_scale_: a skip backs off and restarts the count;
+  // growth_interval clean steps in a row grow the scale and restart it.
+  const Tensor overflow = gt(found, 0.0);
+  const Tensor clean_steps = add(growth_tracker_, 1.0);
+  const Tensor grow = ge(clean_steps, static_cast<double>(options_.growth_interval));
+  const Tensor next_scale = where(overflow, mul(scale_, options_.backoff_factor),
+                                  where(grow, mul(scale_, options_.growth_factor), scale_));
+  const Tensor next_tracker = where(overflow, 0.0, where(grow, 0.0, clean_steps));
+  scale_.copy_(next_scale);
+  growth_tracker_.copy_(next_tracker);
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  if (!scale_.defined()) return options_.init_scale;
+  AllowSync deliberate;
+  return scale_.item<double>();
+}
+
+Tensor GradScaler::found_inf(const Optimizer& optimizer) const {
+  const auto it = per_optimizer_.find(&optimizer);
+  return it == per_optimizer_.end() ? Tensor() : it->second.found_inf;
+}
+
+}  // namespace tessera::optim
