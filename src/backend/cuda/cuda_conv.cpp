@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
+#include "tessera/settings.h"
 
 // Note [CUDA convolution]
 // Images are processed in chunks of nb. im2col lays a chunk out as col [C*kH*kW, nb*P]
@@ -60,11 +61,14 @@ void gemm(cublasHandle_t handle, Dtype dtype, bool ta, bool tb, i64 m, i64 n, i6
                                      static_cast<const double*>(a), static_cast<int>(lda), &beta,
                                      static_cast<double*>(c), static_cast<int>(ldc)));
   } else {
+    // TF32 tensor cores under the matmul switch (settings.h), as float32 matmul.
     const float alpha = 1, beta_f = static_cast<float>(beta);
-    TESSERA_CUBLAS_CHECK(cublasSgemm(handle, opb, opa, ni, mi, ki, &alpha,
-                                     static_cast<const float*>(b), static_cast<int>(ldb),
-                                     static_cast<const float*>(a), static_cast<int>(lda), &beta_f,
-                                     static_cast<float*>(c), static_cast<int>(ldc)));
+    const cublasComputeType_t compute =
+        matmul_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    TESSERA_CUBLAS_CHECK(cublasGemmEx(handle, opb, opa, ni, mi, ki, &alpha, b, CUDA_R_32F,
+                                      static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda),
+                                      &beta_f, c, CUDA_R_32F, static_cast<int>(ldc), compute,
+                                      CUBLAS_GEMM_DEFAULT));
   }
 }
 
