@@ -1,6 +1,8 @@
 // Square float32 matmul: tessera::matmul against the BLAS it calls, called directly.
 // tessera allocates its output per call (as users do); the BLAS rows reuse buffers, so
-// the gap at small n is tessera's own overhead.
+// the gap at small n is tessera's own overhead. bfloat16: tessera's matmul (oneDNN on the
+// bfloat16 operands where the CPU multiplies them, Note [CPU bfloat16 GEMM]) against the
+// float32 path it replaces (widen both operands, float32 GEMM, round the product).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 #include <dnnl.h>
@@ -70,7 +72,28 @@ void bm_matmul_cblas_sgemm(benchmark::State& state) {
   set_matmul_counters(state, n);
 }
 
+void bm_matmul_bf16(benchmark::State& state, bool widened) {
+  const std::int64_t n = state.range(0);
+  manual_seed(0);
+  const Tensor a = rand({n, n}).to(kBFloat16);
+  const Tensor b = rand({n, n}).to(kBFloat16);
+  const auto product = [&] {
+    return widened ? matmul(a.to(kFloat32), b.to(kFloat32)).to(kBFloat16) : matmul(a, b);
+  };
+  benchmark::DoNotOptimize(product());  // warm-up: oneDNN makes a primitive per shape
+  for (auto _ : state) {
+    Tensor c = product();
+    synchronize(c.device());
+    benchmark::DoNotOptimize(c);
+  }
+  set_matmul_counters(state, n);
+}
+
 BENCHMARK(bm_matmul_tessera)->Name("matmul_f32/tessera")->Apply(matmul_sizes);
+BENCHMARK_CAPTURE(bm_matmul_bf16, native, false)->Name("matmul_bf16/tessera")->Apply(matmul_sizes);
+BENCHMARK_CAPTURE(bm_matmul_bf16, widened, true)
+    ->Name("matmul_bf16/widened_f32")
+    ->Apply(matmul_sizes);
 BENCHMARK(bm_matmul_dnnl_sgemm)->Name("matmul_f32/dnnl_sgemm")->Apply(matmul_sizes);
 BENCHMARK(bm_matmul_cblas_sgemm)->Name("matmul_f32/cblas_sgemm")->Apply(matmul_sizes);
 

@@ -76,8 +76,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const bool grad = detail::needs_grad({&a, &b});
   NoGradGuard internal;  // the views below are plumbing; the product is recorded as a whole
   // 1-D operands become a row (self) or a column (other), removed again from the result.
-  // Note [Half precision]: half operands are multiplied in float32, rounded once.
-  const bool half = is_half(a.dtype());
+  // Note [Half precision]: half operands are multiplied in float32, rounded once, by the
+  // backend itself where it can (Note [CPU bfloat16 GEMM]), else in float32 copies.
+  const bool half = is_half(a.dtype()) && !detail::backend_of(device).matmul_takes_half(a.dtype());
   const Tensor a32 = half ? detail::to_float32(a) : a, b32 = half ? detail::to_float32(b) : b;
   const Tensor a2 = a.dim() == 1 ? a32.unsqueeze(0) : a32;
   const Tensor b2 = b.dim() == 1 ? b32.unsqueeze(1) : b32;

@@ -162,6 +162,7 @@ class CpuBackend final : public CpuBackendBase {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  bool matmul_takes_half(Dtype dtype) const override;  // cpu_matmul.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cpu_loss.cpp

@@ -1,11 +1,17 @@
-// CPU matmul: batched GEMM through oneDNN (large float32) or OpenBLAS (small float32, all
-// float64). See Note [CPU GEMM choice].
+// CPU matmul: batched GEMM through oneDNN (large float32, bfloat16 where the CPU multiplies
+// it) or OpenBLAS (small float32, all float64). See Note [CPU GEMM choice].
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
@@ -18,6 +24,14 @@
 // (and a ~30 ms JIT on its first), so small products go to cblas_sgemm. float64 always uses
 // cblas_dgemm. Many small matrices in a batch run one per thread instead (both libraries run
 // single-threaded inside a parallel region).
+
+// Note [CPU bfloat16 GEMM]
+// A CPU with AVX512-BF16 (vdpbf16ps: bfloat16 products summed in float32) multiplies
+// bfloat16 operands as they are, through a oneDNN matmul primitive that rounds once into the
+// bfloat16 output: no float32 copies of the operands, half their memory traffic. Primitives
+// are kept per shape and layout (creating one costs far more than a small product). Other
+// CPUs, float16, and TESSERA_CPU_BF16_MATMUL=0 take the front end's float32 path (Note [Half
+// precision]); both give float32 sums of exact products, rounded once.
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
@@ -92,7 +106,90 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (i64 bi = 0; bi < batches; ++bi) gemm<T>(ga, gb, c, m, n, k, bi);
 }
 
+// One bfloat16 product's layout: the key of its oneDNN primitive.
+struct Bf16GemmKey {
+  i64 m, n, k, lda, ldb;
+  bool ta, tb;
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ta, tb); }
+  bool operator<(const Bf16GemmKey& o) const { return tie() < o.tie(); }
+};
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+struct Bf16Gemm {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+};
+
+// The primitive of `key`, made on first use; safe from every device's thread.
+const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
+  static std::mutex mutex;
+  static std::map<Bf16GemmKey, Bf16Gemm> made;
+  const std::lock_guard lock(mutex);
+  auto it = made.find(key);
+  if (it != made.end()) return it->second;
+  using md = dnnl::memory::desc;
+  using dt = dnnl::memory::data_type;
+  // Row-major [m, k] has strides {lda, 1}; a transposed view has {1, lda} (Note [Matmul
+  // operands] in src/ops/matmul.cpp).
+  const md src({key.m, key.k}, dt::bf16,
+               key.ta ? dnnl::memory::dims{1, key.lda} : dnnl::memory::dims{key.lda, 1});
+  const md weights({key.k, key.n}, dt::bf16,
+                   key.tb ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
+  const md dst({key.m, key.n}, dt::bf16, dnnl::memory::dims{key.n, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), cpu_engine());
+  dnnl::matmul primitive(pd);
+  return made.emplace(key, Bf16Gemm{std::move(pd), std::move(primitive)}).first->second;
+}
+
+void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const i64 batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
+  if (out.numel() == 0) return;
+  char* c = impl_of(out).data();
+  const std::size_t item = itemsize(kBFloat16);
+  if (k == 0) {  // an empty sum
+    std::memset(c, 0, static_cast<std::size_t>(out.numel()) * item);
+    return;
+  }
+  const GemmOperand ga = gemm_operand(a), gb = gemm_operand(b);
+  try {
+    const Bf16GemmKey key{m, n, k, ga.ld, gb.ld, ga.trans, gb.trans};
+    const Bf16Gemm& gemm = bf16_gemm(key);
+    const dnnl::matmul::primitive_desc& pd = gemm.pd;
+    dnnl::stream stream(cpu_engine());
+    for (i64 bi = 0; bi < batches; ++bi) {
+      dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
+      dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
+      dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * item);
+      gemm.primitive.execute(
+          stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    }
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    TESSERA_CHECK(false, Error,
+                  "[matmul] oneDNN's bfloat16 matmul failed for M={}, N={}, K={}: {} (status "
+                  "{}). TESSERA_CPU_BF16_MATMUL=0 multiplies bfloat16 in float32 copies instead",
+                  m, n, k, e.what(), static_cast<int>(e.status));
+  }
+}
+
+// Whether this CPU multiplies bfloat16 natively and the user left it on.
+bool cpu_bf16_matmul_on() {
+  static const bool on = [] {
+    const char* env = std::getenv("TESSERA_CPU_BF16_MATMUL");
+    return __builtin_cpu_supports("avx512bf16") && !(env != nullptr && std::strcmp(env, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
+
+bool CpuBackend::matmul_takes_half(Dtype dtype) const {
+  return dtype == kBFloat16 && cpu_bf16_matmul_on();
+}
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   // cblas takes int sizes (oneDNN 64-bit ones); checked here so the error is not deferred
@@ -101,7 +198,8 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() > 0 && k > 0) {
     const i64 lda = gemm_operand(a).ld, ldb = gemm_operand(b).ld;
     const i64 int_max = std::numeric_limits<int>::max();
-    TESSERA_CHECK((out.dtype() == kFloat32 && m * n * k >= kDnnlMinWork) ||
+    TESSERA_CHECK(out.dtype() == kBFloat16 ||
+                      (out.dtype() == kFloat32 && m * n * k >= kDnnlMinWork) ||
                       std::max({m, n, k, lda, ldb}) <= int_max,
                   ShapeError,
                   "[matmul] sizes M={}, N={}, K={} (leading dims {}, {}) exceed OpenBLAS's "
@@ -109,6 +207,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                   m, n, k, lda, ldb, dtype_name(out.dtype()));
   }
   launch(out.device().index(), [a, b, out] {
+    if (out.dtype() == kBFloat16) return matmul_bf16(a, b, out);  // Note [CPU bfloat16 GEMM]
     dispatch_floating(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       matmul_typed<T>(a, b, out);
