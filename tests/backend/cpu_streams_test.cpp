@@ -49,7 +49,7 @@ void queue_kernel(Device d, F kernel) {
   detail::cpu_backend_impl().launch(d.index(), std::move(kernel));
 }
 
-float* floats(const Tensor& t) { return static_cast<float*>(detail::impl_of(t).data()); }
+float* floats(const Tensor& t) { return reinterpret_cast<float*>(detail::impl_of(t).data()); }
 
 // Whether the default stream of `d` runs on the calling thread (the plain CPU, or
 // TESSERA_CPU_ASYNC=0) rather than on a queue of its own.
@@ -221,8 +221,9 @@ TEST_P(CpuStreams, MemoryASideStreamStillReadsIsNotHandedToAnotherStream) {
 }
 
 TEST_P(CpuStreams, ACopyToAnotherDeviceFromASideStreamWaitsForIt) {
-  TESSERA_REQUIRE_TWO_DEVICES();
   const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2)
+    GTEST_SKIP() << "needs two CPU devices; CTest also runs this suite with TESSERA_CPU_DEVICES=2";
   const Device other = devices[1];
   const Tensor x = zeros({1000}, device());
   const auto gate = std::make_shared<Gate>();
@@ -244,8 +245,9 @@ TEST_P(CpuStreams, ACopyToAnotherDeviceFromASideStreamWaitsForIt) {
 }
 
 TEST_P(CpuStreams, AllReduceFromSideStreamsSeesTheirWork) {
-  TESSERA_REQUIRE_TWO_DEVICES();
   const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2)
+    GTEST_SKIP() << "needs two CPU devices; CTest also runs this suite with TESSERA_CPU_DEVICES=2";
   std::vector<Tensor> parts;
   for (const Device d : devices) parts.push_back(zeros({512}, d));
   {

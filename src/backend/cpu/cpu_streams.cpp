@@ -119,7 +119,8 @@ void CpuBackendBase::apply_joins(int index) {
 }
 
 void CpuBackendBase::enter_stream(int index, int id, int previous) {
-  if (id != previous) order_after(index, id, previous);  // makes a side queue on first entry
+  if (id != 0) side_queue(index, id);  // made (on first entry) before stream_queue reads it
+  if (id != previous) order_after(index, id, previous);
   t_stream[index] = static_cast<std::int8_t>(id);
 }
 
