@@ -76,10 +76,17 @@ TEST_P(CpuStreams, ASideStreamStartsAfterTheDefaultStreamsEarlierWork) {
     std::fill_n(floats(x), 1000, 5.0f);
   });
   Tensor y;
+  const auto side_ran = std::make_shared<std::atomic<bool>>(false);
   {
     const SyncGuard strict(SyncMode::kError);
     StreamGuard guard(new_stream(device()));
     y = x * 2.0;  // must read x after the fill
+    queue_kernel(device(), [side_ran] { *side_ran = true; });
+    if (queued) {
+      // The side stream is held behind the closed gate: given time, it still has not run.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      EXPECT_FALSE(side_ran->load()) << "the side stream ran before the default stream's work";
+    }
     gate->open = true;
   }
   EXPECT_DOUBLE_EQ(min(y).item<double>(), 10.0);
