@@ -30,8 +30,16 @@
 // Memory needs nothing beyond the one-queue rule: a queued task holds the handles of the
 // tensors it touches, so a block goes back to the cache only after the last task using it,
 // on whichever stream, has run; a block handed out again has no pending user.
-// At exit, work still queued on side streams is finished before static destructors run
-// (drain_side_streams), so no kernel of a side stream runs against a library being torn down.
+// Collectives across processes issued under a side guard go through the default stream
+// (cpu_process_collectives.cpp), so one thread per device calls MPI.
+// Threads: t_stream is the calling thread's; queues[id] is written once, under the mutex,
+// before any thread can enter stream id (enter_stream makes it first), and read without the
+// mutex only by a thread that entered it; joins and the making of queues are under the mutex,
+// and a join is queued (or waited for) before has_joins is cleared, so a thread that sees it
+// clear queues its default-stream work behind the join. At exit, work still queued on side
+// streams is finished (drain_side_streams, an atexit handler registered when the first side
+// queue is made, so it runs before the destructors of every static made before that), so no
+// kernel of a side stream runs against a library being torn down.
 
 namespace tessera::detail {
 namespace {
