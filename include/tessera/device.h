@@ -64,7 +64,8 @@ TESSERA_API bool is_available(Device device);
 /// Why no (or no further) GPU is visible, in words; empty when every GPU index < num_gpus().
 TESSERA_API std::string gpu_unavailable_reason();
 
-/// Waits until all work queued on `device` has finished. Counted as a host wait.
+/// Waits until all work queued on `device` has finished, on every stream. Counted as a host
+/// wait (never on the plain CPU).
 TESSERA_API void synchronize(Device device);
 /// Waits for every device.
 TESSERA_API void synchronize();

@@ -1,8 +1,10 @@
 #pragma once
-/// Streams: more than one in-order queue of work on one GPU, so that independent work can
+/// Streams: more than one in-order queue of work on one device, so that independent work can
 /// run at the same time (the book's exercise 4 on a machine with one GPU). Every device has
-/// a default stream, where all its work goes unless a StreamGuard says otherwise. CPU
-/// devices have only their default stream: for concurrent CPU work use logical CPU devices.
+/// a default stream, where all its work goes unless a StreamGuard says otherwise, and side
+/// streams: CUDA streams on a GPU; on a CPU device (the plain CPU, or a logical CPU device)
+/// each side stream is an in-order work queue on a thread of its own, ordered with the
+/// default stream by the same rules, so stream code runs, and is tested, on any machine.
 #include <iosfwd>
 #include <string>
 
@@ -36,10 +38,10 @@ TESSERA_API std::ostream& operator<<(std::ostream& os, Stream stream);
 
 /// The default stream of `device`. Throws DeviceError if the device does not exist.
 TESSERA_API Stream default_stream(Device device);
-/// A side stream of GPU `device`, taken round-robin from a small pool the GPU keeps (like
-/// PyTorch's), so two calls in a row give two different streams. Throws DeviceError for a
-/// CPU device (it has one queue; split the CPU with TESSERA_CPU_DEVICES instead) and for a
-/// GPU that does not exist.
+/// A side stream of `device`, taken round-robin from a small pool the device keeps (four
+/// streams, like PyTorch's pool), so two calls in a row give two different streams. On a CPU
+/// device its queue's thread starts the first time a StreamGuard enters it. Throws
+/// DeviceError if the device does not exist.
 TESSERA_API Stream new_stream(Device device);
 /// The stream this thread queues work for `device` on now.
 TESSERA_API Stream current_stream(Device device);
@@ -50,7 +52,12 @@ TESSERA_API Stream current_stream(Device device);
 /// inputs made there are ready), and work queued on the default stream after the guard
 /// ends waits for everything queued under it. Two guards one after the other on two side
 /// streams therefore run concurrently. Memory freed while side streams may still use it is
-/// reused only after they pass that point. Not allowed while a graph is being captured.
+/// reused only after they pass that point. Where a CPU device runs its default stream on
+/// the calling thread (the plain CPU, TESSERA_CPU_ASYNC=0), that thread is the default
+/// stream: default-stream work after the guard starts there once the side stream is done
+/// (not counted as a host wait). Reading a tensor on the host waits for the current stream
+/// (after the guard: the default stream, which has waited for the side stream). Throws
+/// GraphCaptureError while the device is capturing a graph.
 class TESSERA_API StreamGuard {
  public:
   explicit StreamGuard(Stream stream);
@@ -63,8 +70,10 @@ class TESSERA_API StreamGuard {
   int previous_;
 };
 
-/// Waits until the work queued on `stream` is done. Always allowed (an explicit request),
-/// counted as a host wait on the stream's device.
+/// Waits until the work queued on `stream` is done (for a default stream, including the side
+/// streams' work it was ordered after). Allowed under any SyncGuard (an explicit request),
+/// counted as a host wait on the stream's device (never on the plain CPU). Throws
+/// GraphCaptureError while the device is capturing a graph.
 TESSERA_API void synchronize(Stream stream);
 
 }  // namespace tessera

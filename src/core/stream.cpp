@@ -1,5 +1,6 @@
 // Streams: the front end checks devices and hands the ordering to the backend (see
-// Note [CUDA streams] in backend/cuda/cuda_streams.cpp).
+// Note [CUDA streams] in backend/cuda/cuda_streams.cpp and Note [CPU side streams] in
+// backend/cpu/cpu_streams.cpp).
 #include "tessera/stream.h"
 
 #include <fmt/format.h>
@@ -31,13 +32,13 @@ Stream new_stream(Device device) {
   detail::Backend& backend = detail::backend_of(device);
   const int extra = backend.extra_streams();
   TESSERA_CHECK(extra > 0, DeviceError,
-                "[new_stream] {} has a single in-order queue and no side streams; for CPU work "
-                "that runs concurrently, split the CPU into logical devices "
-                "(TESSERA_CPU_DEVICES=2) and put each part on its own device",
+                "[new_stream] {} has a single in-order queue and no side streams; queue its "
+                "work on the default stream",
                 device.str());
   // Round-robin over the pool, as PyTorch does: streams are cheap handles, never destroyed.
-  static std::atomic<unsigned> next[detail::kMaxDevicesPerKind];
-  const unsigned n = next[device.index()].fetch_add(1, std::memory_order_relaxed);
+  static std::atomic<unsigned> next[2][detail::kMaxDevicesPerKind];  // per kind (CPU, CUDA)
+  const unsigned n =
+      next[static_cast<int>(device.kind())][device.index()].fetch_add(1, std::memory_order_relaxed);
   return Stream(device, 1 + static_cast<int>(n % static_cast<unsigned>(extra)));
 }
 

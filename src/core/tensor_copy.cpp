@@ -25,6 +25,15 @@ using detail::make_tensor;
 namespace tessera::detail {
 namespace {
 
+// The plain CPU runs its default stream on the calling thread, which therefore never waits
+// for it, but its side streams (StreamGuard) on threads of their own: the host touches its
+// memory directly only once they are done. Not a counted wait (the host is no device); a
+// no-op when no side stream has work, and while the CPU records a graph (nothing runs).
+void settle_host(Device host) {
+  Backend& backend = backend_of(host);
+  if (!backend.capturing(host.index())) backend.synchronize(host.index());
+}
+
 // `t` itself when contiguous, else a contiguous copy queued on its own device.
 Tensor packed_on_device(const Tensor& t, const char* op) {
   if (t.is_contiguous()) return t;
@@ -72,12 +81,18 @@ void copy_data(const Tensor& src, const Tensor& dst, const char* op,
     if (!is_host(from) && !host_only) {
       count_host_wait(from, op, &where);
       backend_of(from).synchronize(from.index());
+    } else if (!host_only) {
+      settle_host(from);
     }
     backend_of(to).copy_from_cpu(packed, landed);
   } else {
     // The host waits for the GPU; and a queued CPU destination for its earlier readers.
     count_host_wait(from, op, &where);
-    if (!is_host(to)) backend_of(to).synchronize(to.index());
+    if (!is_host(to)) {
+      backend_of(to).synchronize(to.index());
+    } else {
+      settle_host(to);
+    }
     backend_of(from).copy_to_host(packed, impl_of(landed).data());
   }
   if (!direct) backend_of(to).copy(landed, dst);
@@ -159,6 +174,8 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op, const std::sourc
   if (!is_host(t.device())) {
     count_host_wait(t.device(), op, &where);
     backend_of(t.device()).synchronize(t.device().index());
+  } else {
+    settle_host(t.device());
   }
   return impl_of(t).data();
 }

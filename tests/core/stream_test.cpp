@@ -1,6 +1,8 @@
-// Streams on every device: CPU devices refuse side streams with a message that says what
-// to do instead; on a GPU, work on two side streams gives the results of the default
-// stream, and memory freed while side streams run is never handed out too early.
+// Streams on every device: CPU devices (the plain CPU, logical CPU devices) and GPUs have
+// side streams; work on two of them gives the results of the default stream, memory freed
+// while side streams run is never handed out too early, and the refusals while a graph is
+// captured hold. tests/backend/cpu_streams_test.cpp drives the CPU's queues directly to pin
+// down the ordering and concurrency with kernels that wait.
 #include "core/device_registry.h"
 #include "support/device_test.h"
 
@@ -26,15 +28,16 @@ TEST_P(Streams, DefaultStreamIsCurrentAndPrintable) {
   synchronize(s);
 }
 
-TEST_P(Streams, CpuDevicesHaveNoSideStreams) {
-  if (!device().is_cpu()) GTEST_SKIP() << "a GPU has side streams";
-  expect_throw_with<DeviceError>(
-      [&] { new_stream(device()); },
-      {"[new_stream] " + device().str(), "single in-order queue", "TESSERA_CPU_DEVICES=2"});
+TEST_P(Streams, NewStreamGivesDistinctSideStreamsOfTheDevice) {
+  const Stream s1 = new_stream(device()), s2 = new_stream(device());
+  EXPECT_NE(s1, s2);
+  EXPECT_EQ(s1.device(), device());
+  EXPECT_FALSE(s1.is_default());
+  EXPECT_EQ(s1.str(), device().str() + "/stream " + std::to_string(s1.id()));
+  EXPECT_EQ(current_stream(device()), default_stream(device()));  // a handle enters nothing
 }
 
 TEST_P(Streams, TwoSideStreamsComputeWhatTheDefaultStreamDoes) {
-  if (!device().is_cuda()) GTEST_SKIP() << "side streams exist on GPUs only";
   const Stream s1 = new_stream(device()), s2 = new_stream(device());
   EXPECT_NE(s1, s2);
   EXPECT_FALSE(s1.is_default());
@@ -59,7 +62,6 @@ TEST_P(Streams, TwoSideStreamsComputeWhatTheDefaultStreamDoes) {
 }
 
 TEST_P(Streams, MemoryFreedUnderGuardsIsNotReusedTooEarly) {
-  if (!device().is_cuda()) GTEST_SKIP() << "side streams exist on GPUs only";
   const Stream s1 = new_stream(device()), s2 = new_stream(device());
   // Each round frees temporaries on one stream while the other may still run; a block
   // handed out too early would be overwritten and show up as a wrong sum.
@@ -87,7 +89,6 @@ TEST_P(Streams, MemoryFreedUnderGuardsIsNotReusedTooEarly) {
 }
 
 TEST_P(Streams, NestedGuardsSeeEachOthersWork) {
-  if (!device().is_cuda()) GTEST_SKIP() << "side streams exist on GPUs only";
   const Stream s1 = new_stream(device()), s2 = new_stream(device());
   Tensor x = zeros({1024}, device());
   {
@@ -105,12 +106,56 @@ TEST_P(Streams, NestedGuardsSeeEachOthersWork) {
   EXPECT_DOUBLE_EQ(max(x).item<double>(), 30.0);
 }
 
-// The stream bookkeeping that every device has, GPU or not: entering a stream is refused
-// while a graph is being captured (and the device stays usable), a guard left by an
-// exception restores the stream before it, and waiting for a stream is a counted host wait.
+TEST_P(Streams, DefaultStreamInsideASideGuardIsOrderedBothWays) {
+  const Stream side = new_stream(device());
+  Tensor x = zeros({1024}, device());
+  {
+    StreamGuard outer(side);
+    x.add_(1.0);
+    {
+      StreamGuard inner(default_stream(device()));
+      x.mul_(5.0);  // after the side stream's add
+    }
+    x.sub_(2.0);  // after the default stream's mul
+  }
+  EXPECT_DOUBLE_EQ(min(x).item<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(max(x).item<double>(), 3.0);
+}
+
+TEST_P(Streams, AReadInsideAGuardWaitsForItsStream) {
+  const Tensor a = full({512}, 2.0, device());
+  StreamGuard guard(new_stream(device()));
+  const Tensor b = a * 3.0;
+  EXPECT_DOUBLE_EQ(sum(b).item<double>(), 512 * 6.0);  // the side stream's result
+  EXPECT_EQ(b.to_vector<float>()[511], 6.0f);
+}
+
+TEST_P(Streams, ASideStreamAndTheDefaultStreamWaitWithoutTheHost) {
+  // The guard, the work under it and the default stream's work after it wait for nothing on
+  // the host: no SyncError, and no host wait in the ledger until the explicit read.
+  const Tensor a = full({256, 256}, 0.5, device());
+  const std::uint64_t before = transfer_stats(device()).host_waits;
+  Tensor c;
+  {
+    const SyncGuard strict(SyncMode::kError);
+    Tensor b;
+    {
+      StreamGuard guard(new_stream(device()));
+      b = matmul(a, a);  // 64 everywhere
+    }
+    c = b + 1.0;  // the default stream: after the side stream's matmul
+  }
+  EXPECT_EQ(transfer_stats(device()).host_waits, before);
+  EXPECT_DOUBLE_EQ(min(c).item<double>(), 65.0);
+  EXPECT_DOUBLE_EQ(max(c).item<double>(), 65.0);
+}
+
+// The stream bookkeeping that every device has: entering a stream is refused while a graph
+// is being captured (and the device stays usable), a capture is refused inside a guard, a
+// guard left by an exception restores the stream before it, and waiting for a stream is a
+// counted host wait.
 TEST_P(Streams, GuardsAndStreamWaitsAreRefusedWhileCapturing) {
-  // A GPU refuses its side streams too (graph_test.cpp); the default stream is everywhere.
-  const Stream s = device().is_cuda() ? new_stream(device()) : default_stream(device());
+  const Stream s = new_stream(device());
   const Tensor x = ones({8}, device());
   Tensor y;
   expect_throw_with<GraphCaptureError>(
@@ -120,21 +165,36 @@ TEST_P(Streams, GuardsAndStreamWaitsAreRefusedWhileCapturing) {
           StreamGuard guard(s);
         });
       },
-      {"[StreamGuard] " + device().str() + " is capturing a graph", "outside Graph::capture"});
+      {"[StreamGuard] " + device().str() +
+       " is capturing a graph, which records one stream; enter the stream outside "
+       "Graph::capture"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { StreamGuard guard(default_stream(device())); }); },
+      {"[StreamGuard] " + device().str() + " is capturing a graph"});
   expect_throw_with<GraphCaptureError>(
       [&] { Graph::capture(device(), [&] { synchronize(default_stream(device())); }); },
       {"[synchronize]", "a host wait"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { synchronize(s); }); },
+      {"[synchronize] " + device().str() + " is capturing a graph", "a host wait"});
   EXPECT_EQ(current_stream(device()), default_stream(device()));
   {
     StreamGuard guard(s);  // allowed again once the capture has ended
     EXPECT_EQ(current_stream(device()), s);
     y = x * 2.0;
+    expect_throw_with<GraphCaptureError>(
+        [&] { Graph::capture(device(), [&] { y = x * 3.0; }); },
+        {"[Graph::capture] this thread is inside a StreamGuard for " + device().str() +
+         "; capture on the default stream (outside the guard)"});
   }
   EXPECT_DOUBLE_EQ(sum(y).item<double>(), 16.0);
+  Graph graph = Graph::capture(device(), [&] { y = x * 4.0; });  // fine after the guard
+  graph.replay();
+  EXPECT_DOUBLE_EQ(sum(y).item<double>(), 32.0);
 }
 
 TEST_P(Streams, AGuardLeftByAnExceptionRestoresTheStreamBefore) {
-  const Stream s = device().is_cuda() ? new_stream(device()) : default_stream(device());
+  const Stream s = new_stream(device());
   const Tensor x = ones({4}, device());
   EXPECT_THROW(
       {
@@ -149,10 +209,22 @@ TEST_P(Streams, AGuardLeftByAnExceptionRestoresTheStreamBefore) {
 
 TEST_P(Streams, WaitingForAStreamIsACountedHostWait) {
   const Tensor x = ones({1024}, device()) * 3.0;  // queued work to wait for
+  const Stream side = new_stream(device());
+  Tensor y;
+  {
+    StreamGuard guard(side);
+    y = x * 2.0;
+  }
   const std::uint64_t before = transfer_stats(device()).host_waits;
   synchronize(current_stream(device()));
+  synchronize(side);
+  {
+    const SyncGuard strict(SyncMode::kError);  // an explicit wait is always allowed
+    synchronize(side);
+  }
   // The plain CPU runs work as it is called and counts no waits; every other device does.
-  EXPECT_EQ(transfer_stats(device()).host_waits - before, detail::is_host(device()) ? 0u : 1u);
+  EXPECT_EQ(transfer_stats(device()).host_waits - before, detail::is_host(device()) ? 0u : 3u);
+  EXPECT_DOUBLE_EQ(sum(y).item<double>(), 6144.0);
   EXPECT_EQ(Stream(), default_stream(cpu()));  // a default-constructed stream is the CPU's
 }
 

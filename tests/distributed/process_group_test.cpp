@@ -101,6 +101,27 @@ TEST_P(ProcessGroupTest, AllGatherStacksEveryRanksRowsInRankOrder) {
   }
 }
 
+TEST_P(ProcessGroupTest, AllReduceUnderASideStreamGuardIsOrderedWithIt) {
+  // Made on the default stream, doubled on a side stream, reduced there, then read on the
+  // default stream: each step sees the one before (the collective itself goes through the
+  // device's default stream, so one thread per device calls MPI).
+  const std::vector<double> mine = values_of(pg().rank(), 257, 40, kFloat64);
+  const Tensor t = from_vector(mine, {257}, {kFloat64, device()});
+  std::vector<double> expected(257, 0.0);
+  for (int r = 0; r < pg().size(); ++r) {
+    const std::vector<double> v = values_of(r, 257, 40, kFloat64);
+    for (std::size_t i = 0; i < v.size(); ++i) expected[i] += 2 * v[i] + 1;
+  }
+  Tensor sum;
+  {
+    StreamGuard guard(new_stream(device()));
+    sum = t * 2.0;
+    pg().all_reduce(sum);
+    sum.add_(static_cast<double>(pg().size()));  // after the reduction
+  }
+  expect_close(sum, expected, 1e-12, 1e-9);
+}
+
 TEST_P(ProcessGroupTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

@@ -243,7 +243,7 @@ void CpuBackendBase::copy_from_host(const void* src, const Tensor& dst) {
   refuse_while_capturing(dst.device().index(), "a copy from the host");
   const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;  // memcpy's pointers must be valid even for 0 bytes
-  if (WorkQueue* q = queue(dst.device().index())) {
+  if (WorkQueue* q = stream_queue(dst.device().index())) {
     // The caller's buffer may be gone before the queue reaches this copy: stage it.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
@@ -255,23 +255,35 @@ void CpuBackendBase::copy_from_host(const void* src, const Tensor& dst) {
 
 void CpuBackendBase::copy_to_host(const Tensor& src, void* dst) {
   refuse_while_capturing(src.device().index(), "a read on the host");
-  if (WorkQueue* q = queue(src.device().index())) q->synchronize();
+  // The current stream's work (on the default stream, after its joins), as on a GPU.
+  if (WorkQueue* q = stream_queue(src.device().index())) q->synchronize();
   if (src.nbytes() > 0) std::memcpy(dst, impl_of(src).data(), src.nbytes());
 }
 
 void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
   const int s = src.device().index(), d = dst.device().index();
-  WorkQueue* qs = queue(s);
-  WorkQueue* qd = queue(d);
-  if (s == d || qs == nullptr || qd == nullptr) {
-    launch(d, [src, dst] { copy_kernel(src, dst); });
+  const bool inline_devices = queue(s) == nullptr;  // logical devices: all queued or none
+  if (s == d || (inline_devices && capturing_[d].load(std::memory_order_relaxed))) {
+    launch(d, [src, dst] { copy_kernel(src, dst); });  // queued, run, or recorded
+    return;
+  }
+  if (inline_devices) {
+    // Devices whose default streams run on the calling thread: so does a copy between them,
+    // once both devices' current streams (side streams, perhaps) are done with src and dst.
+    wait_for_current_stream(s);
+    wait_for_current_stream(d);
+    const InlineThreads threads(kernel_threads());
+    copy_kernel(src, dst);
     return;
   }
   // Its order comes from tickets of this moment, which a replay would not repeat.
   refuse_while_capturing(s, "a copy between two queued devices");
   refuse_while_capturing(d, "a copy between two queued devices");
-  // Two queues: run the copy on the source's queue once the destination's earlier work is
-  // done (it may still read dst), and hold the destination's queue until the copy is done.
+  // Two queues (each device's current stream): run the copy on the source's once the
+  // destination's earlier work is done (it may still read dst), and hold the destination's
+  // queue until the copy is done.
+  WorkQueue* qs = stream_queue(s);
+  WorkQueue* qd = stream_queue(d);
   const std::uint64_t dst_ready = qd->last_ticket();
   const std::uint64_t copied = qs->submit([src, dst, qd, dst_ready] {
     qd->wait(dst_ready);
@@ -282,11 +294,6 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
 
 void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
-}
-
-void CpuBackendBase::synchronize(int index) {
-  refuse_while_capturing(index, "a host wait");
-  if (WorkQueue* q = queue(index)) q->synchronize();
 }
 
 }  // namespace tessera::detail

@@ -4,14 +4,19 @@
 // queues them on the device's thread; lambdas capture Tensor handles by value, which
 // keeps their storage alive until the kernel has run.
 //
+// Every CPU device also has side streams (cpu_streams.cpp, Note [CPU side streams]): more
+// in-order queues, each on its own thread, that launch() uses while a StreamGuard is open.
+//
 // Two classes (Note [CPU kernel variants] in cpu_backend.cpp): CpuBackendBase holds the
 // devices, memory, copies, queues and graphs, built once for any x86-64; CpuBackend adds
 // the kernels, and is built once per instruction-set level, each in its own namespace
 // (TESSERA_CPU_ISA, set by the build), so the process picks the best its CPU can run.
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -43,6 +48,17 @@ class CpuBackendBase : public Backend {
   void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
   void synchronize(int index) override;
 
+  // Side streams (cpu_streams.cpp, Note [CPU side streams]): kSideStreams per device, each
+  // its own WorkQueue, made the first time a thread enters it.
+  static constexpr int kSideStreams = 4;
+  int extra_streams() const override { return kSideStreams; }
+  void enter_stream(int index, int id, int previous) override;
+  void leave_stream(int index, int id, int previous) override;
+  int current_stream(int index) const override;
+  void synchronize_stream(int index, int id) override;
+  // Waits for the work queued on every side stream, reporting no error (at exit).
+  void drain_side_streams();
+
   // Between processes, through MPI on the host (cpu_process_collectives.cpp).
   void process_collective(const ProcessCollectiveCall& call) override;
 
@@ -56,15 +72,16 @@ class CpuBackendBase : public Backend {
     return capturing_[index].load(std::memory_order_acquire);
   }
 
-  // Runs `kernel` on `index`'s queue, or now when the device has none; while the device
-  // records a graph, keeps it for the graph instead.
+  // Runs `kernel` on the queue of this thread's current stream of `index`, or now when that
+  // stream has none (the default stream of the plain CPU, or with TESSERA_CPU_ASYNC=0);
+  // while the device records a graph, keeps it for the graph instead.
   template <typename F>
   void launch(int index, F&& kernel) {
     if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
       record(index, std::function<void()>(std::forward<F>(kernel)));
       return;
     }
-    if (WorkQueue* q = queue(index)) {
+    if (WorkQueue* q = stream_queue(index)) {
       q->submit(std::function<void()>(std::forward<F>(kernel)), run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
@@ -79,15 +96,29 @@ class CpuBackendBase : public Backend {
       record(index, [kernel, tensors...] { kernel(tensors...); });
       return;
     }
-    if (WorkQueue* q = queue(index)) {
+    if (WorkQueue* q = stream_queue(index)) {
       q->submit([kernel, tensors...] { kernel(tensors...); }, run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
       kernel(tensors...);
     }
   }
-  // The device's queue, or nullptr when its work runs on the calling thread.
+  // Runs `work` on the calling thread with the kernel threads of a logical device.
+  template <typename F>
+  void run_here(F&& work) {
+    const InlineThreads threads(kernel_threads());
+    work();
+  }
+  // The device's own queue (its default stream's), or nullptr when the default stream's work
+  // runs on the calling thread.
   WorkQueue* queue(int index);
+  // The queue of this thread's current stream of `index` (a side stream's, or the device's
+  // own after the default stream's pending joins are applied), or nullptr when work on it
+  // runs on the calling thread (then the joins were waited for here).
+  WorkQueue* stream_queue(int index);
+  // Makes the calling thread wait for the work queued so far on this thread's current stream
+  // of `index` (cpu_streams.cpp): before a host thread runs work of that device itself.
+  void wait_for_current_stream(int index);
   // Kernel threads of each logical device (Note [Devices own their cores]); 0 for the plain
   // CPU, whose kernels use the calling thread's OpenMP setting.
   int kernel_threads();
@@ -119,6 +150,27 @@ class CpuBackendBase : public Backend {
   // captured together without queues share one, so their work keeps its order).
   std::array<std::atomic<bool>, kMaxDevicesPerKind> capturing_{};
   std::array<std::shared_ptr<Recording>, kMaxDevicesPerKind> recordings_;
+
+  // Side streams of each device (cpu_streams.cpp). queues[id] (1..kSideStreams) is made
+  // once and never destroyed; joins[id] is the ticket of queues[id] the default stream must
+  // wait for before its next work (0: none).
+  struct SideStreams {
+    std::mutex mutex;  // guards making queues and joins
+    std::array<std::unique_ptr<WorkQueue>, kSideStreams + 1> queues;
+    std::array<std::uint64_t, kSideStreams + 1> joins{};
+    std::atomic<bool> has_joins{false};
+    std::atomic<bool> any{false};  // some side queue was made (synchronize's fast path)
+  };
+  // The side queue `id` of `index`, made on first use.
+  WorkQueue* side_queue(int index, int id);
+  // The queue of stream `id` of `index` (nullptr: the default stream runs on the caller).
+  WorkQueue* queue_of_stream(int index, int id);
+  // Stream `waiter` of `index` runs its later work after what stream `waited` has queued
+  // so far (a queued wait, or a wait on this thread when `waiter` runs on it).
+  void order_after(int index, int waiter, int waited);
+  // Orders the default stream of `index` after the side streams' pending joins.
+  void apply_joins(int index);
+  std::array<SideStreams, kMaxDevicesPerKind> side_;
 
   // Each logical device has its own allocator so its cache is its own; the plain CPU uses
   // allocators_[0].

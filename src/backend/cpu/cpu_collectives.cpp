@@ -18,7 +18,8 @@
 // gather, it copies input j into slot j of every output). Chunks are disjoint and each
 // element is read before it is written, so all-reduce and broadcast work in place. A second
 // barrier holds every device until all chunks are written, so no device runs later work
-// on an output another task is still filling. The host only queues; it never waits. Devices
+// on an output another task is still filling. The host only queues; it never waits. Each
+// task goes to its device's current stream (a side stream under a StreamGuard). Devices
 // without queues (TESSERA_CPU_ASYNC=0) run the k chunks one after another on the caller.
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
@@ -129,11 +130,21 @@ struct Meeting {
 
 void CpuBackend::collective(const CollectiveCall& call) {
   const int k = static_cast<int>(call.inputs.size());
-  if (queue(call.inputs[0].device().index()) == nullptr) {
-    // One kernel on the calling thread (or in the devices' shared graph recording).
-    launch(call.inputs[0].device().index(), [call, k] {
+  const int first = call.inputs[0].device().index();
+  if (queue(first) == nullptr) {
+    const auto all_chunks = [call, k] {
       for (int j = 0; j < k; ++j) run_chunk_any(call, j);
-    });
+    };
+    if (k == 1 || capturing_[first].load(std::memory_order_relaxed)) {
+      // One kernel on the device's current stream (or in the devices' shared recording).
+      launch(first, all_chunks);
+      return;
+    }
+    // One kernel on the calling thread, which runs these devices' default streams, once
+    // every device's current stream (a side stream, perhaps) has made its tensors.
+    for (const Tensor& t : call.inputs) wait_for_current_stream(t.device().index());
+    const InlineThreads threads(kernel_threads());
+    all_chunks();
     return;
   }
   auto meeting = std::make_shared<Meeting>(call);

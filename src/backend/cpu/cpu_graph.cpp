@@ -21,11 +21,12 @@
 // graph. Nothing is reused between the recorded ops, which costs one step's temporaries of
 // memory and makes replays independent of what the host allocates in between.
 //
-// Several devices: queued devices each keep their own recording and replay it on their own
-// queue; a collective among them was recorded as one task per device meeting at reusable
-// barriers (Note [CPU collectives]), so each replay meets again. Devices without queues
-// (TESSERA_CPU_ASYNC=0) share one recording, which keeps the order the host issued their
-// kernels in, as eager inline execution does.
+// Several devices: queued devices each keep their own recording and replay it on their
+// current stream's queue (a side stream's under a StreamGuard); a collective among them was
+// recorded as one task per device meeting at reusable barriers (Note [CPU collectives]), so
+// each replay meets again. Devices without queues (TESSERA_CPU_ASYNC=0) share one
+// recording, which keeps the order the host issued their kernels in, as eager inline
+// execution does, and replay it on the calling thread.
 //
 // What a replay cannot repeat (a read on the host, a copy from the host, a copy between two
 // queues, which orders them by tickets of one moment) is refused at capture, by the front
@@ -65,7 +66,7 @@ void run_recording(const std::vector<std::function<void()>>& kernels, bool keep_
 class CpuGraph final : public CapturedWork {
  public:
   struct Part {
-    int index;
+    std::vector<int> indices;  // several: devices without queues sharing one recording
     std::shared_ptr<const CpuBackendBase::Recording> recording;
   };
   CpuGraph(CpuBackendBase& backend, std::vector<Part> parts)
@@ -73,10 +74,18 @@ class CpuGraph final : public CapturedWork {
 
   void replay() override {
     for (const Part& part : parts_) {
-      const bool queued = backend_.queue(part.index) != nullptr;
+      const int index = part.indices.front();
+      if (part.indices.size() > 1 && !backend_.capturing(index)) {
+        // Devices whose default streams run on the calling thread: so does their shared
+        // recording, once each device's current stream (a side stream, perhaps) is done.
+        for (const int i : part.indices) backend_.wait_for_current_stream(i);
+        backend_.run_here([&] { run_recording(part.recording->kernels, false); });
+        continue;
+      }
+      const bool queued = backend_.queue(index) != nullptr || backend_.current_stream(index) != 0;
       // The task shares the recording, so a graph destroyed with a replay still queued
       // leaves the replay its kernels.
-      backend_.launch(part.index, [recording = part.recording, queued] {
+      backend_.launch(index, [recording = part.recording, queued] {
         run_recording(recording->kernels, queued);
       });
     }
@@ -107,8 +116,11 @@ std::unique_ptr<CapturedWork> CpuBackendBase::end_capture(const std::vector<int>
   for (const int i : indices) {
     capturing_[i].store(false, std::memory_order_release);
     std::shared_ptr<Recording> r = std::move(recordings_[i]);
-    const bool seen = !parts.empty() && parts.back().recording == r;  // shared, inline
-    if (!seen) parts.push_back({i, std::move(r)});
+    if (!parts.empty() && parts.back().recording == r) {  // shared, inline
+      parts.back().indices.push_back(i);
+    } else {
+      parts.push_back({{i}, std::move(r)});
+    }
   }
   return std::make_unique<CpuGraph>(*this, std::move(parts));
 }
