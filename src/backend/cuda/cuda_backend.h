@@ -97,8 +97,11 @@ class CudaBackend final : public Backend {
   void process_collective(const ProcessCollectiveCall& call) override;
 
   // Makes `index` the calling thread's current CUDA device and returns the stream this
-  // thread queues its work on (the default stream, or a StreamGuard's).
+  // thread queues its work on (the default stream, or a StreamGuard's), after making the
+  // default stream wait for the side streams left since (Note [CUDA streams]).
   cudaStream_t activate(int index);
+  // The same without those waits: for entering a side stream, which must not inherit them.
+  cudaStream_t select(int index);
   // The cuBLAS handle of that stream (one per stream, created on first use).
   cublasHandle_t cublas(int index);
   // The workspace cuBLAS and cuBLASLt use on that stream (kCublasWorkspace bytes).

@@ -26,18 +26,23 @@ thread_local std::array<std::int8_t, kMaxDevicesPerKind> t_stream{};
 
 }  // namespace
 
-cudaStream_t CudaBackend::activate(int index) {
+cudaStream_t CudaBackend::select(int index) {
   thread_local int current = -1;
   PerDevice& d = device(index);
   if (current != index) {
     TESSERA_CUDA_CHECK(cudaSetDevice(index));
     current = index;
   }
-  const int id = t_stream[index];
-  if (id == 0 && d.has_pending_joins.load(std::memory_order_acquire)) [[unlikely]] {
+  return d.streams[t_stream[index]].stream;
+}
+
+cudaStream_t CudaBackend::activate(int index) {
+  const cudaStream_t stream = select(index);
+  PerDevice& d = devices_[index];
+  if (t_stream[index] == 0 && d.has_pending_joins.load(std::memory_order_acquire)) [[unlikely]] {
     apply_joins(d);
   }
-  return d.streams[id].stream;
+  return stream;
 }
 
 void CudaBackend::apply_joins(PerDevice& d) {
@@ -65,7 +70,9 @@ std::span<const cudaStream_t> CudaBackend::streams_in_use(PerDevice& d,
 }
 
 void CudaBackend::enter_stream(int index, int id, int previous) {
-  const cudaStream_t from = activate(index);  // `previous`'s stream (joins applied if default)
+  // `previous`'s stream, its pending joins left pending: a side stream entered right after
+  // another one was left must not wait for it through the default stream.
+  const cudaStream_t from = select(index);
   PerDevice& d = devices_[index];
   if (id != 0) {
     std::lock_guard lock(d.side_mutex);
