@@ -71,8 +71,7 @@ void flip_weights(const T* w, std::int64_t o, std::int64_t c, std::int64_t kk, T
 // dw [size] and db [o] (each skipped when null) = the per-thread partial sums laid out as
 // [threads][size + o], added in thread order (deterministic for a given thread count).
 template <typename T>
-void sum_partials(const T* partial, int threads, std::int64_t size, std::int64_t o, T* dw,
-                  T* db) {
+void sum_partials(const T* partial, int threads, std::int64_t size, std::int64_t o, T* dw, T* db) {
   for (int t = 0; t < threads; ++t) {
     const T* part = partial + t * (size + o);
     if (dw != nullptr) {
@@ -137,7 +136,9 @@ void run_conv_backward(const BackwardArgs<T>& args, const Algorithm& a) {
       unit.count = std::min(per_unit, g.n - unit.n0);
       if (args.db != nullptr) {
         const T* gn = args.gy + unit.n0 * g.o * p;
-        for (i64 k = 0; k < unit.count * g.o; ++k) db[k % g.o] += Algorithm::bias_sum(gn + k * p, p);
+        for (i64 k = 0; k < unit.count * g.o; ++k) {
+          db[k % g.o] += Algorithm::bias_sum(gn + k * p, p);  // image-major, as every path did
+        }
       }
       a.start(unit);
       if (args.dw != nullptr) a.weight_grad(unit);

@@ -177,8 +177,8 @@ class FlatBackward {
   void weight_grad(const Unit& u) const {
     T* in = u.buffer[0];
     for (i64 k = 0; k < u.count; ++k) {
-      copy_into_planes(a_.x + (u.n0 + k) * g_.c * g_.h * g_.w, g_.c, g_.h, g_.w,
-                       in + k * in_image_, p_.in_plane, p_.row, offset_);
+      copy_into_planes(a_.x + (u.n0 + k) * g_.c * g_.h * g_.w, g_.c, g_.h, g_.w, in + k * in_image_,
+                       p_.in_plane, p_.row, offset_);
     }
     // One run per image of the group.
     const RunStrides s{p_.g_plane, g_image_, in_image_, 1, u.count, p_.nq};
