@@ -1,6 +1,7 @@
 #pragma once
-// How every benchmark under bench/ is timed: see Note [Timing]. Plain C++17 (the LibTorch
-// peers include it too), no Google Benchmark, so gpu_bench and the MPI benchmark use it alone.
+// How every benchmark is timed (bench/, and `tessera bench` in tools/): see Note [Timing].
+// Plain C++17 (the LibTorch peers include it too) with no Google Benchmark, so gpu_bench, the
+// MPI benchmark and the tool use it alone.
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -15,7 +16,8 @@
 //   wall_time<unit> (common.h): Google Benchmark picks `inner` (its iterations; one epoch for
 //   the training rows), --benchmark_repetitions the repetitions, and the median aggregate is
 //   the figure. Each body makes its warm-up call and waits inside its loop.
-// - Plain programs (gpu/gpu_bench.cpp, mpi/all_reduce_bench.cpp) call time_calls().
+// - Plain programs call time_calls(): gpu/gpu_bench.cpp, mpi/all_reduce_bench.cpp, and
+//   `tessera bench` (tools/bench/method.cpp, which sizes `inner` from one timed call).
 // One kind of row reads the clock before the wait on purpose, and says so: an issue time,
 // the host's cost of queueing calls (gpu_bench's add.small and issue.* rows, time_calls'
 // `issue`; add_small/* in tessera_bench, where the plain CPU runs ops inline anyway).
