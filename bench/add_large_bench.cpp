@@ -50,14 +50,8 @@ void bm_add_large_stream(benchmark::State& state) {
   set_bandwidth_counter(state, kLargeAddBytes);
 }
 
-BENCHMARK(bm_add_large_tessera)
-    ->Name("add_16M/tessera")
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_add_large_stream)
-    ->Name("add_16M/stream")
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_add_large_tessera)->Name("add_16M/tessera")->Apply(wall_time<benchmark::kMicrosecond>);
+BENCHMARK(bm_add_large_stream)->Name("add_16M/stream")->Apply(wall_time<benchmark::kMicrosecond>);
 
 }  // namespace
 }  // namespace tessera::bench

@@ -1,5 +1,6 @@
 #pragma once
-// Shared helpers for tessera's benchmarks: the machine's peak, counters and size lists.
+// Shared helpers for tessera's benchmarks: how a row is timed, the machine's peak, counters
+// and size lists.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -7,7 +8,16 @@
 #include <string>
 #include <thread>
 
+#include "timing.h"
+
 namespace tessera::bench {
+
+/// Every Google Benchmark row is timed this way (Note [Timing]): wall clock, results in Unit.
+/// Register with ->Apply(wall_time<benchmark::kMicrosecond>).
+template <benchmark::TimeUnit Unit>
+void wall_time(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(Unit);
+}
 
 /// float32 peak of one core assumed for the reference machine (2 FMA x 16 lanes x 2 flops
 /// x ~3.47 GHz). Percent-of-peak figures divide by peak_gflops(). See docs/benchmarks.md
@@ -31,7 +41,7 @@ inline double peak_gflops() {
 /// Square float32 matmul sizes: a few BLAS-friendly powers of two plus an odd 100.
 inline void matmul_sizes(benchmark::internal::Benchmark* b) {
   for (std::int64_t n : {64, 100, 256, 512, 1024, 2048, 4096}) b->Arg(n);
-  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+  wall_time<benchmark::kMicrosecond>(b);
 }
 
 /// GFLOPS and pct_peak counters for an n x n x n matmul (2 n^3 flops per iteration).

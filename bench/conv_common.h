@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "common.h"
 #include "train_common.h"
 
 namespace tessera::bench {
@@ -21,9 +22,9 @@ inline constexpr ConvLayer kLeNetConvs[] = {{1, 28, 6, 2, false},   // 1 x 28 x 
                                             {6, 14, 16, 0, true}};  // 6 x 14 x 14 -> 16 x 10 x 10
 inline constexpr std::int64_t kLeNetKernel = 5;
 
-/// Args 1 and 2: the layer; microseconds on the wall clock.
+/// Args 1 and 2: the layer; microseconds on the wall clock (Note [Timing]).
 inline void conv_settings(benchmark::internal::Benchmark* b) {
-  b->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  wall_time<benchmark::kMicrosecond>(b->Arg(1)->Arg(2));
 }
 
 inline const ConvLayer& conv_layer(const benchmark::State& state) {

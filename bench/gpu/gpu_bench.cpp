@@ -4,10 +4,10 @@
 //
 // --device picks another device than cuda:0 (e.g. cpu, to try the program without a GPU: the
 // raw CUDA references and pinned copies then fail and are reported as errors).
-// Plain C++: std::chrono around the region and tessera::synchronize (or cudaDeviceSynchronize
-// for the raw references) before reading the clock; no Google Benchmark. Every measurement
-// runs warm-up ops first, then `reps` timed repetitions of `inner` ops back to back, each
-// repetition ending with a wait for the device; the figure is the median over repetitions of
+// Plain C++, no Google Benchmark, timed as every benchmark is (Note [Timing] in bench/timing.h:
+// time_calls): warm-up ops first, then `reps` timed repetitions of `inner` ops back to back,
+// each repetition ending with a wait for the device (tessera::synchronize, or
+// cudaDeviceSynchronize for the raw references); the figure is the median over repetitions of
 // (repetition time / inner). bench/peers/pytorch_gpu.py measures PyTorch the same way, with the
 // same sizes, repetitions and input distributions, and bench/gpu/summarize.py puts the two
 // side by side.
@@ -34,7 +34,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,6 +47,7 @@
 #include <vector>
 
 #include "tessera/tessera.h"
+#include "timing.h"
 #if __has_include("tessera/settings.h")
 #include "tessera/settings.h"
 #define TESSERA_GPU_BENCH_HAS_TF32 1
@@ -57,13 +57,12 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using tessera::Device;
 using tessera::Tensor;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using tessera::bench::Clock;
+using tessera::bench::seconds_since;
+using tessera::bench::time_calls;
+using tessera::bench::Timing;
 
 void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -159,40 +158,7 @@ void write_json(const Report& r, const std::string& path, const std::string& dev
   std::fclose(f);
 }
 
-// ---- timing ----
-struct Timing {
-  double median = 0, min = 0, max = 0;
-  int reps = 0, inner = 0;
-};
-
-Timing summarize(std::vector<double> per_op, int inner) {
-  std::sort(per_op.begin(), per_op.end());
-  Timing t;
-  const std::size_t n = per_op.size();
-  t.median = n % 2 ? per_op[n / 2] : 0.5 * (per_op[n / 2 - 1] + per_op[n / 2]);
-  t.min = per_op.front();
-  t.max = per_op.back();
-  t.reps = static_cast<int>(n);
-  t.inner = inner;
-  return t;
-}
-
-// Runs `body` `warmup` times, waits, then `reps` repetitions of `inner` bodies each followed by
-// one wait; returns the per-op statistics.
-Timing time_op(int warmup, int reps, int inner, const std::function<void()>& body,
-               const std::function<void()>& wait) {
-  for (int i = 0; i < warmup; ++i) body();
-  wait();
-  std::vector<double> per_op;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < inner; ++i) body();
-    wait();
-    per_op.push_back(seconds_since(t0) / inner);
-  }
-  return summarize(per_op, inner);
-}
-
+// ---- timing: Note [Timing] (time_calls) ----
 Result make_result(const Timing& t, double value, const char* unit, double bytes = 0) {
   Result r;
   r.value = value;
@@ -275,7 +241,7 @@ void bench_matmul(Report& report, Device dev, bool quick) {
       const std::string key =
           std::string("matmul.") + (tf32 ? "tf32." : "fp32.") + std::to_string(p.n);
       Tensor c;
-      const Timing t = time_op(
+      const Timing t = time_calls(
           2, p.reps, p.inner, [&] { c = tessera::matmul(a, b); },
           [&] { tessera::synchronize(dev); });
       Result r = make_result(t, flops / t.median / 1e12, "TFLOP/s");
@@ -310,13 +276,13 @@ void bench_copies(Report& report, Device dev, bool quick) {
       report.errors.push_back("pin_memory() returned an unpinned tensor");
     }
     const std::string kind = is_pinned ? "pinned" : "pageable";
-    Timing t = time_op(
+    Timing t = time_calls(
         2, reps, 1, [&] { on_gpu.copy_(host); }, wait);
     record(report, "copy.h2d." + kind,
            make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
     Tensor back = tessera::empty({kCopyElems});
     if (is_pinned) back = back.pin_memory();
-    t = time_op(
+    t = time_calls(
         2, reps, 1, [&] { back.copy_(on_gpu); }, wait);
     record(report, "copy.d2h." + kind,
            make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
@@ -344,11 +310,11 @@ void bench_raw_copies(Report& report, bool quick) {
     for (const bool is_pinned : {true, false}) {
       void* h = is_pinned ? pinned : static_cast<void*>(pageable.data());
       const std::string kind = is_pinned ? "pinned" : "pageable";
-      Timing t = time_op(
+      Timing t = time_calls(
           2, reps, 1, [&] { CHECK_CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice)); }, wait);
       record(report, "raw.h2d." + kind,
              make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
-      t = time_op(
+      t = time_calls(
           2, reps, 1, [&] { CHECK_CUDA(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }, wait);
       record(report, "raw.d2h." + kind,
              make_result(t, kCopyBytes / t.median / 1e9, "GB/s", kCopyBytes));
@@ -374,7 +340,7 @@ void bench_raw_d2d(Report& report, bool quick) {
   CHECK_CUDA(cudaMalloc(&dst, bytes));
   try {
     CHECK_CUDA(cudaMemset(src, 0x3f, bytes));
-    const Timing t = time_op(
+    const Timing t = time_calls(
         3, quick ? 5 : 11, 10,
         [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr)); },
         [] { CHECK_CUDA(cudaDeviceSynchronize()); });
@@ -397,13 +363,13 @@ void bench_device_bandwidth(Report& report, Device dev, bool quick) {
   const Tensor b = tessera::rand({kLargeElems}, dev);
   {
     Tensor dst = tessera::empty({kLargeElems}, dev);
-    const Timing t = time_op(
+    const Timing t = time_calls(
         3, reps, 10, [&] { dst.copy_(a); }, wait);
     record(report, "copy.d2d",
            make_result(t, 2 * kLargeBytes / t.median / 1e9, "GB/s", 2 * kLargeBytes));
   }
   Tensor c;
-  const Timing t = time_op(
+  const Timing t = time_calls(
       3, reps, 10, [&] { c = a + b; }, wait);
   Result r = make_result(t, 3 * kLargeBytes / t.median / 1e9, "GB/s", 3 * kLargeBytes);
   // Check a sample of the sum on the host.
@@ -432,18 +398,9 @@ void bench_small_add(Report& report, Device dev, bool quick) {
   constexpr int kInner = 200;  // well under the launch queue's depth: issuing never blocks
   const int reps = quick ? 7 : 31;
   Tensor c;
-  for (int i = 0; i < 2000; ++i) c = a + b;  // warm-up
-  tessera::synchronize(dev);
-  std::vector<double> issue, total;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < kInner; ++i) c = a + b;
-    issue.push_back(seconds_since(t0) / kInner);
-    tessera::synchronize(dev);
-    total.push_back(seconds_since(t0) / kInner);
-  }
-  const Timing ti = summarize(issue, kInner);
-  const Timing tt = summarize(total, kInner);
+  Timing ti;  // the host's time to issue one op, before the wait
+  const Timing tt = time_calls(
+      2000, reps, kInner, [&] { c = a + b; }, [&] { tessera::synchronize(dev); }, &ti);
   record(report, "add.small", make_result(ti, ti.median * 1e6, "us"));
   record(report, "add.small.sync", make_result(tt, tt.median * 1e6, "us"));
   const std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>(),
@@ -469,30 +426,18 @@ void bench_issue_costs(Report& report, Device dev, bool quick) {
   };
   constexpr int kInner = 200;
   for (const auto& [name, op] : ops) {
-    for (int i = 0; i < 500; ++i) op();
-    tessera::synchronize(dev);
-    std::vector<double> issue;
-    for (int r = 0; r < (quick ? 7 : 21); ++r) {
-      const auto t0 = Clock::now();
-      for (int i = 0; i < kInner; ++i) op();
-      issue.push_back(seconds_since(t0) / kInner);
-      tessera::synchronize(dev);
-    }
-    const Timing t = summarize(issue, kInner);
+    Timing t;  // issue time only: the clock is read before each repetition's wait
+    time_calls(
+        500, quick ? 7 : 21, kInner, op, [&] { tessera::synchronize(dev); }, &t);
     record(report, name, make_result(t, t.median * 1e6, "us"));
     // The same op recorded 1000 times in a graph: its device time plus the graph's per-node
     // cost, with no host cost at all.
     const tessera::Graph graph = tessera::Graph::capture(dev, [&] {
       for (int i = 0; i < 1000; ++i) op();
     });
-    std::vector<double> replay;
-    for (int r = 0; r < (quick ? 5 : 11); ++r) {
-      const auto t0 = Clock::now();
-      graph.replay();
-      tessera::synchronize(dev);
-      replay.push_back(seconds_since(t0) / 1000);
-    }
-    const Timing g = summarize(replay, 1000);
+    const auto wait = [&] { tessera::synchronize(dev); };
+    const auto replay = [&] { graph.replay(); };
+    const Timing g = time_calls(0, quick ? 5 : 11, 1, replay, wait).per_op(1000);
     record(report, std::string("graph.") + (name + 6), make_result(g, g.median * 1e6, "us"));
   }
 }
@@ -523,7 +468,7 @@ void bench_train(Report& report, Device dev, bool quick) {
       }
       last_loss = loss_sum.item<double>();  // the one read per epoch
     };
-    const Timing t = time_op(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
+    const Timing t = time_calls(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
     Result r = make_result(t, t.median, "s/epoch");
     r.checked = true;
     r.rel_err = 0;
@@ -557,7 +502,7 @@ void bench_train(Report& report, Device dev, bool quick) {
     }
     last_loss = loss_sum.item<double>();
   };
-  const Timing t = time_op(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
+  const Timing t = time_calls(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
   Result r = make_result(t, t.median, "s/epoch");
   r.ok = std::isfinite(last_loss);
   if (!r.ok) report.errors.push_back("train.mlp.loader: the loss is not finite");

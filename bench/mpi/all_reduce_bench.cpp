@@ -7,32 +7,31 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "tessera/tessera.h"
+#include "timing.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tessera::bench::summarize;
+using tessera::bench::time_calls;
 
-// Seconds per call of `fn`, the slowest rank's, over `iters` calls.
+// Seconds per call of `fn`, the slowest rank's, over `iters` calls started together (Note
+// [Timing] in bench/timing.h: one repetition, no warm-up; fn waits for what it queues).
 template <typename F>
 double time_per_call(int iters, F&& fn) {
   MPI_Barrier(MPI_COMM_WORLD);
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) fn();
-  double s = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+  double s = time_calls(0, 1, iters, fn, [] {}).median;
   MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return s;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double median(std::vector<double> v) { return summarize(std::move(v), 1).median; }
 
 }  // namespace
 

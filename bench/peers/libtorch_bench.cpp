@@ -81,14 +81,15 @@ void bm_add_large_libtorch(benchmark::State& state) {
 }
 
 BENCHMARK(bm_matmul_libtorch)->Name("matmul_f32/libtorch")->Apply(matmul_sizes);
-BENCHMARK(bm_add_small_libtorch)->Name("add_small/libtorch")->Unit(benchmark::kNanosecond);
+BENCHMARK(bm_add_small_libtorch)
+    ->Name("add_small/libtorch")
+    ->Apply(wall_time<benchmark::kNanosecond>);
 BENCHMARK(bm_add_small_libtorch_inference)
     ->Name("add_small/libtorch_inference_mode")
-    ->Unit(benchmark::kNanosecond);
+    ->Apply(wall_time<benchmark::kNanosecond>);
 BENCHMARK(bm_add_large_libtorch)
     ->Name("add_16M/libtorch")
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+    ->Apply(wall_time<benchmark::kMicrosecond>);
 
 }  // namespace
 }  // namespace tessera::bench

@@ -6,16 +6,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "bench/charts.h"
 #include "bench/exercises.h"
 #include "tessera/tessera.h"
+#include "timing.h"  // bench/timing.h
 
 namespace tessera::tools::bench {
 
@@ -87,11 +88,9 @@ void run_checkpoint(Context& ctx) {
     std::vector<double> loads, reads, tensors;
     const int reps = std::max(ctx.reps(), 7);
     load_file(), read_file(), load_tensors();  // warm-up: the page cache and the caches
+    // One run each, interleaved (Note [Timing]: no warm-up here, it came above; no device wait).
     const auto time_one = [](const std::function<void()>& run, std::vector<double>& times) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      times.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      times.push_back(::tessera::bench::time_calls(0, 1, 1, run, [] {}).median);
     };
     for (int r = 0; r < reps; ++r) {
       time_one(load_file, loads);
@@ -99,8 +98,8 @@ void run_checkpoint(Context& ctx) {
       time_one(load_tensors, tensors);
     }
     const auto timing = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return Timing{v[v.size() / 2], v.front(), 1};
+      const ::tessera::bench::Timing t = ::tessera::bench::summarize(std::move(v), 1);
+      return Timing{t.median, t.min, 1};
     };
     items[1].t = timing(loads);
     items.push_back({"load_safetensors", timing(tensors)});

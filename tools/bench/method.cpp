@@ -3,60 +3,33 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 
 #include "tessera/error.h"
 #include "tessera/version.h"
+#include "timing.h"  // bench/timing.h: Note [Timing], shared with bench/
 
 namespace tessera::tools::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+namespace timing = ::tessera::bench;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-Timing summarize(std::vector<double> per_call, int inner) {
-  std::sort(per_call.begin(), per_call.end());
-  const std::size_t n = per_call.size();
-  const double median = n % 2 ? per_call[n / 2] : (per_call[n / 2 - 1] + per_call[n / 2]) / 2;
-  return {median, per_call.front(), inner};
-}
+Timing from(const timing::Timing& t) { return {t.median, t.min, t.inner}; }
 
 }  // namespace
 
 Timing time_calls(const std::function<void()>& call, const std::function<void()>& wait,
                   double target_s, int reps) {
-  for (int i = 0; i < 3; ++i) call();
-  wait();
-  Clock::time_point t0 = Clock::now();
-  call();
-  wait();
-  const double one = std::max(seconds_since(t0), 1e-9);
+  // One timed call after the warm-up sizes `inner`; the device is idle before each.
+  const double one = std::max(timing::time_calls(3, 1, 1, call, wait).median, 1e-9);
   const int inner = static_cast<int>(std::clamp(std::round(target_s / one), 1.0, 1000.0));
-  std::vector<double> per_call;
-  for (int r = 0; r < reps; ++r) {
-    t0 = Clock::now();
-    for (int i = 0; i < inner; ++i) call();
-    wait();
-    per_call.push_back(seconds_since(t0) / inner);
-  }
-  return summarize(std::move(per_call), inner);
+  return from(timing::time_calls(0, reps, inner, call, wait));
 }
 
 Timing time_runs(const std::function<void()>& run, int reps) {
-  run();
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const Clock::time_point t0 = Clock::now();
-    run();
-    times.push_back(seconds_since(t0));
-  }
-  return summarize(std::move(times), 1);
+  return from(timing::time_calls(1, reps, 1, run, [] {}));
 }
 
 void Report::note(const std::string& text) {

@@ -18,13 +18,15 @@ struct Timing {
   int inner = 0;  // calls per repetition
 };
 
-// Warm-up (3 calls, then wait), one timed call to size `inner` so that a repetition takes
-// about `target_s` (1 to 1000 calls), then `reps` repetitions of `inner` calls followed by
-// `wait`; the median and minimum over repetitions of (repetition time / inner).
+// Note [Timing] in bench/timing.h, with `inner` sized here: warm-up (3 calls, then wait), one
+// timed call to size `inner` so that a repetition takes about `target_s` (1 to 1000 calls),
+// then `reps` repetitions of `inner` calls followed by `wait`; the median and minimum over
+// repetitions of (repetition time / inner).
 Timing time_calls(const std::function<void()>& call, const std::function<void()>& wait,
                   double target_s, int reps);
 
-// A whole run timed as one: one warm-up run, then `reps` runs; median and minimum seconds.
+// A whole run timed as one (Note [Timing], inner 1): one warm-up run, then `reps` runs;
+// median and minimum seconds.
 Timing time_runs(const std::function<void()>& run, int reps);
 
 // What one `tessera bench` run measured: flat rows, written as JSON and CSV.

@@ -221,7 +221,7 @@ class CpuBackend final : public CpuBackendBase {
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
                               const Tensor& grad_logits) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
-              const Window2d& w) override;  // cpu_conv.cpp
+              const Window2d& w) override;  // conv/cpu_conv.cpp
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                        const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                        const Window2d& w) override;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "backend/conv_geometry.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
@@ -29,14 +30,7 @@ using i64 = std::int64_t;
 
 constexpr i64 kColBudget = i64{1} << 26;  // elements of col per chunk (256 MiB in float32)
 
-cuda::ConvShape conv_shape(const Tensor& x, const Tensor& weight, const Window2d& w) {
-  const i64 oh = (x.size(2) + 2 * w.pad_h - weight.size(2)) / w.stride_h + 1;
-  const i64 ow = (x.size(3) + 2 * w.pad_w - weight.size(3)) / w.stride_w + 1;
-  return {x.size(0),      x.size(1),      x.size(2), x.size(3), weight.size(0),
-          weight.size(2), weight.size(3), oh,        ow,        w};
-}
-
-i64 chunk_images(const cuda::ConvShape& g) {
+i64 chunk_images(const ConvGeometry& g) {
   const i64 per_image = std::max<i64>(g.ck(), g.o) * g.positions();
   const i64 nb = std::clamp<i64>(kColBudget / std::max<i64>(per_image, 1), 1, g.n);
   TESSERA_CHECK(per_image <= std::numeric_limits<int>::max(), ShapeError,
@@ -78,7 +72,7 @@ void* ptr(const Tensor& t) { return t.defined() ? impl_of(t).data() : nullptr; }
 
 void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& out, const Window2d& w) {
-  const cuda::ConvShape g = conv_shape(x, weight, w);
+  const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
   if (out.numel() == 0) return;
   const int index = out.device().index();
   const cudaStream_t stream = activate(index);
@@ -102,7 +96,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
 void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                                   const Tensor& grad_x, const Tensor& grad_weight,
                                   const Tensor& grad_bias, const Window2d& w) {
-  const cuda::ConvShape g = conv_shape(x, weight, w);
+  const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
   const int index = x.device().index();
   const cudaStream_t stream = activate(index);
   const Dtype dtype = x.dtype();

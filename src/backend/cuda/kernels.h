@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/conv_geometry.h"
 #include "tessera/dtype.h"
 #include "tessera/shape.h"
 
@@ -94,24 +95,18 @@ namespace tessera::detail::cuda {
 // ---- convolution helpers and pooling (kernels_conv.cu) ----
 // See Note [CUDA convolution] in cuda_conv.cpp. All buffers are contiguous, of `dtype`
 // (float32 or float64); P = OH * OW; a chunk is images [n0, n0 + nb).
-struct ConvShape {
-  std::int64_t n, c, h, w, o, kh, kw, oh, ow;
-  Window2d win;
-  std::int64_t ck() const { return c * kh * kw; }
-  std::int64_t positions() const { return oh * ow; }
-};
 // col [C*kH*kW, nb*P] from x [N, C, H, W].
-void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const ConvShape& g,
+void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const ConvGeometry& g,
                    std::int64_t n0, std::int64_t nb);
 // dx[n0 + n] = col2im(col) (overwritten) from col [C*kH*kW, nb*P].
-void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const ConvShape& g,
+void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const ConvGeometry& g,
                    std::int64_t n0, std::int64_t nb);
 // out[n0 + n, o, p] = tmp[o, n*P + p] (+ bias[o] when bias is not null).
 void launch_channels_to_images(StreamHandle s, Dtype dtype, const void* tmp, const void* bias,
-                               void* out, const ConvShape& g, std::int64_t n0, std::int64_t nb);
+                               void* out, const ConvGeometry& g, std::int64_t n0, std::int64_t nb);
 // tmp[o, n*P + p] = grad[n0 + n, o, p].
 void launch_images_to_channels(StreamHandle s, Dtype dtype, const void* grad, void* tmp,
-                               const ConvShape& g, std::int64_t n0, std::int64_t nb);
+                               const ConvGeometry& g, std::int64_t n0, std::int64_t nb);
 // out[r] = sum_j in[r, j] (+ out[r] when accumulate), one block per row, fixed order.
 void launch_row_sums(StreamHandle s, Dtype dtype, const void* in, void* out, std::int64_t rows,
                      std::int64_t cols, bool accumulate);

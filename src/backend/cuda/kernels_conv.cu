@@ -18,7 +18,7 @@ using i64 = std::int64_t;
        i += static_cast<i64>(gridDim.x) * blockDim.x)
 
 template <typename T>
-__global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, ConvShape g, i64 n0,
+__global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, ConvGeometry g, i64 n0,
                               i64 nb) {
   const i64 p = g.oh * g.ow, cols = nb * p, total = g.c * g.kh * g.kw * cols;
   TESSERA_GRID_STRIDE(idx, total) {
@@ -35,7 +35,7 @@ __global__ void im2col_kernel(const T* __restrict__ x, T* __restrict__ col, Conv
 
 // One thread per input element sums the col entries that im2col copied it to.
 template <typename T>
-__global__ void col2im_kernel(const T* __restrict__ col, T* __restrict__ dx, ConvShape g, i64 n0,
+__global__ void col2im_kernel(const T* __restrict__ col, T* __restrict__ dx, ConvGeometry g, i64 n0,
                               i64 nb) {
   const i64 p = g.oh * g.ow, cols = nb * p, total = nb * g.c * g.h * g.w;
   TESSERA_GRID_STRIDE(idx, total) {
@@ -61,7 +61,7 @@ __global__ void col2im_kernel(const T* __restrict__ col, T* __restrict__ dx, Con
 
 template <typename T>
 __global__ void channels_to_images_kernel(const T* __restrict__ tmp, const T* __restrict__ bias,
-                                          T* __restrict__ out, ConvShape g, i64 n0, i64 nb) {
+                                          T* __restrict__ out, ConvGeometry g, i64 n0, i64 nb) {
   const i64 p = g.oh * g.ow, total = nb * g.o * p;
   TESSERA_GRID_STRIDE(idx, total) {  // idx runs over out[n0 + n, o, q]
     const i64 q = idx % p, o = (idx / p) % g.o, n = idx / (p * g.o);
@@ -72,7 +72,7 @@ __global__ void channels_to_images_kernel(const T* __restrict__ tmp, const T* __
 
 template <typename T>
 __global__ void images_to_channels_kernel(const T* __restrict__ grad, T* __restrict__ tmp,
-                                          ConvShape g, i64 n0, i64 nb) {
+                                          ConvGeometry g, i64 n0, i64 nb) {
   const i64 p = g.oh * g.ow, total = nb * g.o * p;
   TESSERA_GRID_STRIDE(idx, total) {  // idx runs over tmp[o, n * P + q]
     const i64 o = idx / (nb * p), rest = idx % (nb * p);
@@ -183,7 +183,7 @@ void launch_elements(cudaStream_t stream, i64 total, const char* what, Args... a
 
 }  // namespace
 
-void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const ConvShape& g,
+void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const ConvGeometry& g,
                    i64 n0, i64 nb) {
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -193,7 +193,7 @@ void launch_im2col(StreamHandle s, Dtype dtype, const void* x, void* col, const 
   });
 }
 
-void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const ConvShape& g,
+void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const ConvGeometry& g,
                    i64 n0, i64 nb) {
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -203,7 +203,7 @@ void launch_col2im(StreamHandle s, Dtype dtype, const void* col, void* dx, const
 }
 
 void launch_channels_to_images(StreamHandle s, Dtype dtype, const void* tmp, const void* bias,
-                               void* out, const ConvShape& g, i64 n0, i64 nb) {
+                               void* out, const ConvGeometry& g, i64 n0, i64 nb) {
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_elements<channels_to_images_kernel<T>>(
@@ -213,7 +213,7 @@ void launch_channels_to_images(StreamHandle s, Dtype dtype, const void* tmp, con
 }
 
 void launch_images_to_channels(StreamHandle s, Dtype dtype, const void* grad, void* tmp,
-                               const ConvShape& g, i64 n0, i64 nb) {
+                               const ConvGeometry& g, i64 n0, i64 nb) {
   dispatch_floating(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_elements<images_to_channels_kernel<T>>(

@@ -2,7 +2,7 @@
 // The images-in-lanes layout of the direct CPU convolution (Note [Direct convolution] in
 // direct_conv.cpp), which direct_conv_forward and direct_conv_backward choose for small
 // planes. Same contracts as those two.
-#include "backend/cpu/conv_geometry.h"
+#include "backend/conv_geometry.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 

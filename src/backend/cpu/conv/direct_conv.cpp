@@ -1,15 +1,16 @@
 // Direct CPU convolution (stride 1, few channels): the choice between its two layouts, and
 // the first of them, flat padded planes.
-#include "backend/cpu/direct_conv.h"
+#include "backend/cpu/conv/direct_conv.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
-#include <vector>
+#include <array>
 
-#include "backend/cpu/conv_tiles.h"
-#include "backend/cpu/direct_conv_lanes.h"
+#include "backend/cpu/conv/backward_driver.h"
+#include "backend/cpu/conv/conv_threads.h"
+#include "backend/cpu/conv/conv_tiles.h"
+#include "backend/cpu/conv/direct_conv_lanes.h"
 
 // Note [Direct convolution]
 // With stride 1, there are two layouts in which every tap (i, j) of a convolution reads its
@@ -41,8 +42,8 @@
 //
 // In both, register tiles of up to 6 output channels x 4 vectors (conv_tiles.h) accumulate
 // over every tap. Images are split across the OpenMP pool; each thread has its own buffers
-// and partial weight gradient, summed in thread order (deterministic for a given thread
-// count).
+// and, in the backward pass, partial weight gradient, summed in thread order (deterministic
+// for a given thread count) by the backward driver (Note [Convolution backward driver]).
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
@@ -115,7 +116,7 @@ void flat_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* 
   constexpr i64 L = kLanes<T>;
   const Planes p = Planes::of<T>(g);
   const i64 offset = g.win.pad_h * p.row + g.win.pad_w;  // where the unpadded plane starts
-  const bool parallel = direct_conv_splits_images(g);
+  const bool parallel = splits_images(g);
   const int threads = parallel ? omp_get_max_threads() : 1;
   ThreadBuffers<T, 2> buffers(threads, {g.c * p.in_plane, g.o * p.nq * L});
 #pragma omp parallel num_threads(threads) if (parallel)
@@ -139,70 +140,77 @@ void flat_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* 
   }
 }
 
+// The flat-plane algorithm of the backward driver (Note [Convolution backward driver]):
+// groups of images_per_group images per unit.
 template <typename T>
-void flat_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
-                   T* db) {
-  constexpr i64 L = kLanes<T>;
-  const Planes p = Planes::of<T>(g);
-  const i64 kk = g.kh * g.kw;
-  const i64 offset = g.win.pad_h * p.row + g.win.pad_w;
-  const i64 group = images_per_group(p, L);
-  const i64 groups = (g.n + group - 1) / group;
-  const bool parallel = direct_conv_splits_images(g) && groups > 1;
-  BackwardSums<T> sums(w, g.o, g.c, kk, dx != nullptr, parallel);
-  const int threads = sums.threads();
-  const i64 in_image = g.c * p.in_plane, g_image = g.o * p.g_plane;
-  ThreadBuffers<T, 3> buffers(threads, {dw != nullptr ? group * in_image : 0, group * g_image,
-                                        dx != nullptr ? g.c * p.nr * L : 0});
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    const int t = omp_get_thread_num();
-    T* pdw = sums.weight_grad(t);
-    T* pdb = sums.bias_grad(t);
-    T* in = buffers.get(t, 0);
-    T* grad = buffers.get(t, 1);
-    T* dxp = buffers.get(t, 2);
-#pragma omp for schedule(static)
-    for (i64 gi = 0; gi < groups; ++gi) {
-      const i64 n0 = gi * group, count = std::min(group, g.n - n0);
-      for (i64 k = 0; k < count; ++k) {
-        const T* gn = gy + (n0 + k) * g.o * g.positions();
-        // gy at width row after `front` zeros; its dropped columns stay zero.
-        copy_into_planes(gn, g.o, g.oh, g.ow, grad + k * g_image, p.g_plane, p.row, p.front);
-        if (db != nullptr) {
-          for (i64 o = 0; o < g.o; ++o) pdb[o] += sum_of(gn + o * g.positions(), g.positions());
-        }
-        if (dw != nullptr) {
-          copy_into_planes(x + (n0 + k) * g.c * g.h * g.w, g.c, g.h, g.w, in + k * in_image,
-                           p.in_plane, p.row, offset);
-        }
-      }
-      if (dw != nullptr) {
-        // One run per image of the group.
-        const RunStrides s{p.g_plane, g_image, in_image, 1, count, p.nq};
-        for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad + o0 * p.g_plane + p.front, in, p.in_plane, p.row, o0, ob, g.c,
-                            g.kh, g.kw, s, pdw);
-        });
-      }
-      if (dx != nullptr) {
-        for (i64 k = 0; k < count; ++k) {
-          conv_planes(grad + k * g_image, p.g_plane, g.o, sums.flipped(), g.c, g.kh, g.kw, p.row,
-                      p.nr, dxp);
-          T* dxn = dx + (n0 + k) * g.c * g.h * g.w;
-          for (i64 c = 0; c < g.c; ++c) {
-            for (i64 yy = 0; yy < g.h; ++yy) {
-              const T* src = dxp + c * p.nr * L + offset + yy * p.row;
-              T* dst = dxn + (c * g.h + yy) * g.w;
-              for (i64 xx = 0; xx < g.w; ++xx) dst[xx] = src[xx];
-            }
-          }
+class FlatBackward {
+ public:
+  static constexpr std::size_t kBuffers = 3;  // input planes, gradient planes, dx planes
+  static constexpr bool kFlipsWeights = true;
+  using Unit = BackwardUnit<T, kBuffers>;
+  static constexpr i64 L = kLanes<T>;
+
+  explicit FlatBackward(const BackwardArgs<T>& a)
+      : a_(a),
+        g_(a.g),
+        p_(Planes::of<T>(a.g)),
+        offset_(g_.win.pad_h * p_.row + g_.win.pad_w),
+        group_(images_per_group(p_, L)),
+        in_image_(g_.c * p_.in_plane),
+        g_image_(g_.o * p_.g_plane) {}
+
+  static T bias_sum(const T* plane, i64 n) { return sum_of(plane, n); }
+  i64 images_per_unit() const { return group_; }
+  std::array<i64, kBuffers> buffer_sizes() const {
+    return {a_.dw != nullptr ? group_ * in_image_ : 0, group_ * g_image_,
+            a_.dx != nullptr ? g_.c * p_.nr * L : 0};
+  }
+
+  // gy at width row after `front` zeros; its dropped columns stay zero.
+  void start(const Unit& u) const {
+    for (i64 k = 0; k < u.count; ++k) {
+      copy_into_planes(a_.gy + (u.n0 + k) * g_.o * g_.positions(), g_.o, g_.oh, g_.ow,
+                       u.buffer[1] + k * g_image_, p_.g_plane, p_.row, p_.front);
+    }
+  }
+
+  void weight_grad(const Unit& u) const {
+    T* in = u.buffer[0];
+    for (i64 k = 0; k < u.count; ++k) {
+      copy_into_planes(a_.x + (u.n0 + k) * g_.c * g_.h * g_.w, g_.c, g_.h, g_.w, in + k * in_image_,
+                       p_.in_plane, p_.row, offset_);
+    }
+    // One run per image of the group.
+    const RunStrides s{p_.g_plane, g_image_, in_image_, 1, u.count, p_.nq};
+    const T* grad = u.buffer[1];
+    for_each_block(g_.o, weight_grad_channels(g_.kw), [&](i64 o0, int ob) {
+      weight_grad_tiles(grad + o0 * p_.g_plane + p_.front, in, p_.in_plane, p_.row, o0, ob, g_.c,
+                        g_.kh, g_.kw, s, u.dw);
+    });
+  }
+
+  void input_grad(const Unit& u) const {
+    T* dxp = u.buffer[2];
+    for (i64 k = 0; k < u.count; ++k) {
+      conv_planes(u.buffer[1] + k * g_image_, p_.g_plane, g_.o, u.flipped, g_.c, g_.kh, g_.kw,
+                  p_.row, p_.nr, dxp);
+      T* dxn = a_.dx + (u.n0 + k) * g_.c * g_.h * g_.w;
+      for (i64 c = 0; c < g_.c; ++c) {
+        for (i64 yy = 0; yy < g_.h; ++yy) {
+          const T* src = dxp + c * p_.nr * L + offset_ + yy * p_.row;
+          T* dst = dxn + (c * g_.h + yy) * g_.w;
+          for (i64 xx = 0; xx < g_.w; ++xx) dst[xx] = src[xx];
         }
       }
     }
   }
-  sums.finish(dw, db);
-}
+
+ private:
+  BackwardArgs<T> a_;
+  const ConvGeometry& g_;
+  Planes p_;
+  i64 offset_, group_, in_image_, g_image_;
+};
 
 // Images in lanes where flat planes would waste more than a quarter of the work (their
 // padded width over the output's), with at least two groups of images to split.
@@ -220,10 +228,6 @@ bool direct_conv_applies(const ConvGeometry& g) {
          g.o <= 64 && g.positions() > 0 && g.ck() > 0 && 2 * g.ow >= row;
 }
 
-bool direct_conv_splits_images(const ConvGeometry& g) {
-  return g.n > 1 && !omp_in_parallel() && g.n * g.o * g.ck() * g.positions() >= 32768;
-}
-
 template <typename T>
 void direct_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
   if (prefers_lanes<T>(g)) return lanes_conv_forward(g, x, w, b, y);
@@ -234,7 +238,8 @@ template <typename T>
 void direct_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
                           T* db) {
   if (prefers_lanes<T>(g)) return lanes_conv_backward(g, x, w, gy, dx, dw, db);
-  flat_backward(g, x, w, gy, dx, dw, db);
+  const BackwardArgs<T> args{g, x, w, gy, dx, dw, db};
+  run_conv_backward(args, FlatBackward<T>(args));
 }
 
 template void direct_conv_forward<float>(const ConvGeometry&, const float*, const float*,

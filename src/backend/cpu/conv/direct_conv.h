@@ -2,16 +2,13 @@
 // Direct CPU convolution for stride 1 and small channel counts (LeNet's 1->6 and 6->16):
 // no im2col matrix and no GEMM call per image. See Note [Direct convolution] in
 // direct_conv.cpp. Both functions split the batch across the OpenMP pool themselves.
-#include "backend/cpu/conv_geometry.h"
+#include "backend/conv_geometry.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 
 // Whether the direct path handles g (stride 1, not 1x1, few channels, little wasted work);
-// otherwise cpu_conv.cpp uses im2col + GEMM.
+// otherwise cpu_conv.cpp uses im2col + GEMM (im2col_conv.h).
 bool direct_conv_applies(const ConvGeometry& g);
-
-// Whether its images are split across the OpenMP pool (enough work, and not nested).
-bool direct_conv_splits_images(const ConvGeometry& g);
 
 // y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, kH, kW]) + b [O] (b may be null).
 template <typename T>

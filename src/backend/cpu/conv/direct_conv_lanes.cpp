@@ -1,17 +1,18 @@
 // The images-in-lanes layout of the direct CPU convolution: a vector holds one position of
 // kLanes images, so small planes waste no lanes. See Note [Direct convolution] in
 // direct_conv.cpp.
-#include "backend/cpu/direct_conv_lanes.h"
+#include "backend/cpu/conv/direct_conv_lanes.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
-#include <vector>
 
-#include "backend/cpu/conv_tiles.h"
-#include "backend/cpu/direct_conv.h"
+#include "backend/cpu/conv/backward_driver.h"
+#include "backend/cpu/conv/conv_threads.h"
+#include "backend/cpu/conv/conv_tiles.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
@@ -130,6 +131,75 @@ void conv_lane_rows(const T* in, const TileStrides& s, i64 in_cols, i64 cin, con
   });
 }
 
+// The images-in-lanes algorithm of the backward driver (Note [Convolution backward driver]):
+// kLanes images per unit.
+template <typename T>
+class LanesBackward {
+ public:
+  static constexpr std::size_t kBuffers = 4;  // input, output gradient, dx, transpose scratch
+  static constexpr bool kFlipsWeights = true;
+  using Unit = BackwardUnit<T, kBuffers>;
+  static constexpr i64 L = kLanes<T>;
+
+  explicit LanesBackward(const BackwardArgs<T>& a)
+      : a_(a),
+        g_(a.g),
+        hp_(g_.h + 2 * g_.win.pad_h),
+        wp_(g_.w + 2 * g_.win.pad_w),
+        gh_(g_.oh + 2 * (g_.kh - 1)),
+        gw_(g_.ow + 2 * (g_.kw - 1)) {}
+
+  static T bias_sum(const T* plane, i64 n) { return sum_of(plane, n); }
+  i64 images_per_unit() const { return L; }
+  std::array<i64, kBuffers> buffer_sizes() const {
+    return {a_.dw != nullptr ? g_.c * hp_ * wp_ * L : 0, g_.o * gh_ * gw_ * L,
+            a_.dx != nullptr ? g_.c * g_.h * g_.w * L : 0,
+            std::max(g_.c * g_.h * g_.w, g_.o * g_.positions()) * L};
+  }
+
+  // The output gradient in lanes, with kH - 1 rows and kW - 1 columns of zeros on each side.
+  void start(const Unit& u) const {
+    const i64 image = g_.o * g_.positions();
+    to_lanes(a_.gy + u.n0 * image, image, u.count, g_.o, g_.oh, g_.ow, u.buffer[1], gh_, gw_,
+             g_.kh - 1, g_.kw - 1, u.buffer[3]);
+  }
+
+  void weight_grad(const Unit& u) const {
+    T* in = u.buffer[0];
+    to_lanes(a_.x + u.n0 * g_.c * g_.h * g_.w, g_.c * g_.h * g_.w, u.count, g_.c, g_.h, g_.w, in,
+             hp_, wp_, g_.win.pad_h, g_.win.pad_w, u.buffer[3]);
+    // One run per output row: dw[o][c][i][j] = sum over (y, x) of
+    // gy[o][y][x] * in[c][y + i][x + j].
+    const RunStrides s{gh_ * gw_ * L, gw_ * L, wp_ * L, L, g_.oh, g_.ow};
+    const T* grad = u.buffer[1];
+    for_each_block(g_.o, weight_grad_channels(g_.kw), [&](i64 o0, int ob) {
+      weight_grad_tiles(grad + (o0 * gh_ * gw_ + (g_.kh - 1) * gw_ + g_.kw - 1) * L, in,
+                        hp_ * wp_ * L, wp_ * L, o0, ob, g_.c, g_.kh, g_.kw, s, u.dw);
+    });
+  }
+
+  void input_grad(const Unit& u) const {
+    // Input-gradient row y (padded row y + pad_h) takes taps i whose gradient row
+    // y + pad_h + i lies in [kH - 1, kH - 1 + OH); the others read zeros.
+    const auto gradient_taps = [&](i64 yy) {
+      const i64 yp = yy + g_.win.pad_h;
+      return std::pair<i64, i64>{std::max<i64>(0, g_.kh - 1 - yp),
+                                 std::min<i64>(g_.kh, g_.kh - 1 + g_.oh - yp)};
+    };
+    T* dxl = u.buffer[2];
+    const TileStrides s{gh_ * gw_ * L, gw_ * L, L, g_.h * g_.w * L};
+    conv_lane_rows(u.buffer[1], s, gw_, g_.o, u.flipped, g_.c, g_.kh, g_.kw, g_.h, g_.w,
+                   g_.win.pad_h, g_.win.pad_w, gradient_taps, dxl);
+    from_lanes(dxl, u.count, g_.c, g_.h, g_.w, static_cast<const T*>(nullptr),
+               a_.dx + u.n0 * g_.c * g_.h * g_.w, g_.c * g_.h * g_.w);
+  }
+
+ private:
+  BackwardArgs<T> a_;
+  const ConvGeometry& g_;
+  i64 hp_, wp_, gh_, gw_;
+};
+
 }  // namespace
 
 template <typename T>
@@ -139,7 +209,7 @@ void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* 
   const i64 groups = (g.n + L - 1) / L;
   const TileStrides s{hp * wp * L, wp * L, L, g.oh * g.ow * L};
   const auto all_taps = [&](i64) { return std::pair<i64, i64>{0, g.kh}; };
-  const bool parallel = direct_conv_splits_images(g) && groups > 1;
+  const bool parallel = splits_images(g) && groups > 1;
   const int threads = parallel ? omp_get_max_threads() : 1;
   ThreadBuffers<T, 3> buffers(threads,
                               {g.c * hp * wp * L, g.c * g.h * g.w * L, g.o * g.oh * g.ow * L});
@@ -162,64 +232,8 @@ void lanes_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* 
 template <typename T>
 void lanes_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
                          T* db) {
-  constexpr i64 L = kLanes<T>;
-  const i64 hp = g.h + 2 * g.win.pad_h, wp = g.w + 2 * g.win.pad_w;
-  // The output gradient with kH - 1 rows and kW - 1 columns of zeros on each side.
-  const i64 gh = g.oh + 2 * (g.kh - 1), gw = g.ow + 2 * (g.kw - 1);
-  const i64 kk = g.kh * g.kw, positions = g.positions();
-  const i64 groups = (g.n + L - 1) / L;
-  const bool parallel = direct_conv_splits_images(g) && groups > 1;
-  BackwardSums<T> sums(w, g.o, g.c, kk, dx != nullptr, parallel);
-  const int threads = sums.threads();
-  // Input-gradient row y (padded row y + pad_h) takes taps i whose gradient row
-  // y + pad_h + i lies in [kH - 1, kH - 1 + OH); the others read zeros.
-  const auto gradient_taps = [&](i64 yy) {
-    const i64 yp = yy + g.win.pad_h;
-    return std::pair<i64, i64>{std::max<i64>(0, g.kh - 1 - yp),
-                               std::min<i64>(g.kh, g.kh - 1 + g.oh - yp)};
-  };
-  ThreadBuffers<T, 4> buffers(threads, {dw != nullptr ? g.c * hp * wp * L : 0, g.o * gh * gw * L,
-                                        dx != nullptr ? g.c * g.h * g.w * L : 0,
-                                        std::max(g.c * g.h * g.w, g.o * positions) * L});
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-    const int t = omp_get_thread_num();
-    T* pdw = sums.weight_grad(t);
-    T* pdb = sums.bias_grad(t);
-    T* in = buffers.get(t, 0);
-    T* grad = buffers.get(t, 1);
-    T* dxl = buffers.get(t, 2);
-    T* scratch = buffers.get(t, 3);
-#pragma omp for schedule(static)
-    for (i64 gi = 0; gi < groups; ++gi) {
-      const i64 n0 = gi * L, count = std::min(L, g.n - n0);
-      const T* gn = gy + n0 * g.o * positions;
-      to_lanes(gn, g.o * positions, count, g.o, g.oh, g.ow, grad, gh, gw, g.kh - 1, g.kw - 1,
-               scratch);
-      if (db != nullptr) {
-        for (i64 k = 0; k < count * g.o; ++k) pdb[k % g.o] += sum_of(gn + k * positions, positions);
-      }
-      if (dw != nullptr) {
-        to_lanes(x + n0 * g.c * g.h * g.w, g.c * g.h * g.w, count, g.c, g.h, g.w, in, hp, wp,
-                 g.win.pad_h, g.win.pad_w, scratch);
-        // One run per output row: dw[o][c][i][j] = sum over (y, x) of
-        // gy[o][y][x] * in[c][y + i][x + j].
-        const RunStrides s{gh * gw * L, gw * L, wp * L, L, g.oh, g.ow};
-        for_each_block(g.o, weight_grad_channels(g.kw), [&](i64 o0, int ob) {
-          weight_grad_tiles(grad + (o0 * gh * gw + (g.kh - 1) * gw + g.kw - 1) * L, in, hp * wp * L,
-                            wp * L, o0, ob, g.c, g.kh, g.kw, s, pdw);
-        });
-      }
-      if (dx != nullptr) {
-        const TileStrides s{gh * gw * L, gw * L, L, g.h * g.w * L};
-        conv_lane_rows(grad, s, gw, g.o, sums.flipped(), g.c, g.kh, g.kw, g.h, g.w, g.win.pad_h,
-                       g.win.pad_w, gradient_taps, dxl);
-        from_lanes(dxl, count, g.c, g.h, g.w, static_cast<const T*>(nullptr),
-                   dx + n0 * g.c * g.h * g.w, g.c * g.h * g.w);
-      }
-    }
-  }
-  sums.finish(dw, db);
+  const BackwardArgs<T> args{g, x, w, gy, dx, dw, db};
+  run_conv_backward(args, LanesBackward<T>(args));
 }
 
 template void lanes_conv_forward<float>(const ConvGeometry&, const float*, const float*,

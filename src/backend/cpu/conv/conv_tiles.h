@@ -1,17 +1,12 @@
 #pragma once
 // The register tiles of the direct CPU convolutions (direct_conv.cpp, direct_conv_lanes.cpp):
-// GCC vectors of 64 bytes, a forward tile and a weight-gradient tile, both addressed by
-// strides so that one tile serves flat planes (vectors of positions) and images in lanes
-// (vectors of images). Also what every CPU convolution path shares (cpu_conv.cpp too):
-// per-thread buffers and the ordered sum of per-thread gradients.
-#include <omp.h>
-
+// GCC vectors of the level's width, a forward tile and a weight-gradient tile, both addressed
+// by strides so that one tile serves flat planes (vectors of positions) and images in lanes
+// (vectors of images). What every path shares is in conv_threads.h and backward_driver.h.
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 namespace tessera::detail::TESSERA_CPU_ISA::conv_tiles {  // kernels only: cpu_backend.h
 
@@ -201,78 +196,5 @@ inline int weight_grad_channels(i64 kw) {
   return std::min<int>(kMaxChannels,
                        kMaxAccumulators / static_cast<int>(kw < kMaxTaps ? kw : kMaxTaps));
 }
-
-// Each thread's zeroed buffers, allocated before the parallel region that uses them: an
-// allocation that failed inside one would end the process instead of throwing.
-template <typename T, std::size_t N>
-class ThreadBuffers {
- public:
-  ThreadBuffers(int threads, const std::array<i64, N>& sizes) : sizes_(sizes) {
-    for (i64 size : sizes_) per_thread_ += size;
-    data_.assign(static_cast<std::size_t>(threads * per_thread_), T{0});
-  }
-  // Buffer k of thread t.
-  T* get(int t, std::size_t k) {
-    i64 offset = t * per_thread_;
-    for (std::size_t j = 0; j < k; ++j) offset += sizes_[j];
-    return data_.data() + offset;
-  }
-
- private:
-  std::array<i64, N> sizes_;
-  i64 per_thread_ = 0;
-  std::vector<T> data_;
-};
-
-// wT [C][O][kH][kW] = w [O][C][kH][kW] transposed and flipped: the input gradient is the
-// convolution of the output gradient by wT (Note [Direct convolution]).
-template <typename T>
-void flip_weights(const T* w, i64 o, i64 c, i64 kk, T* wt) {
-  for (i64 a = 0; a < o; ++a)
-    for (i64 b = 0; b < c; ++b)
-      for (i64 t = 0; t < kk; ++t) wt[(b * o + a) * kk + (kk - 1 - t)] = w[(a * c + b) * kk + t];
-}
-
-// dw [size] and db [o] (each skipped when null) = the per-thread partial sums laid out as
-// [threads][size + o], added in thread order (deterministic for a given thread count).
-template <typename T>
-void sum_partials(const T* partial, int threads, i64 size, i64 o, T* dw, T* db) {
-  for (int t = 0; t < threads; ++t) {
-    const T* part = partial + t * (size + o);
-    if (dw != nullptr) {
-      for (i64 k = 0; k < size; ++k) dw[k] = (t == 0 ? T{0} : dw[k]) + part[k];
-    }
-    if (db != nullptr) {
-      for (i64 k = 0; k < o; ++k) db[k] = (t == 0 ? T{0} : db[k]) + part[size + k];
-    }
-  }
-}
-
-// What a convolution's backward pass keeps across its threads: the thread count, each
-// thread's partial weight and bias gradients, and (when the input gradient is wanted) the
-// flipped weights. finish() writes the ordered sums.
-template <typename T>
-class BackwardSums {
- public:
-  // o x c x kk weights w; parallel says whether images are split across the pool.
-  BackwardSums(const T* w, i64 o, i64 c, i64 kk, bool flip, bool parallel)
-      : threads_(parallel ? omp_get_max_threads() : 1), o_(o), wsize_(o * c * kk) {
-    partial_.assign(static_cast<std::size_t>(threads_ * (wsize_ + o_)), T{0});
-    if (flip) {
-      flipped_.resize(static_cast<std::size_t>(wsize_));
-      flip_weights(w, o, c, kk, flipped_.data());
-    }
-  }
-  int threads() const { return threads_; }
-  const T* flipped() const { return flipped_.data(); }
-  T* weight_grad(int t) { return partial_.data() + t * (wsize_ + o_); }
-  T* bias_grad(int t) { return weight_grad(t) + wsize_; }
-  void finish(T* dw, T* db) const { sum_partials(partial_.data(), threads_, wsize_, o_, dw, db); }
-
- private:
-  int threads_;
-  i64 o_, wsize_;
-  std::vector<T> partial_, flipped_;
-};
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA::conv_tiles

@@ -1,0 +1,79 @@
+// CPU 2-D convolution: CpuBackend's entry points, which pick one of the three algorithms of
+// this folder: the direct kernels (direct_conv.h: flat planes, or images in lanes) for
+// stride 1 and few channels, otherwise im2col + GEMM (im2col_conv.h). The backward passes of
+// all three run in one driver (Note [Convolution backward driver] in backward_driver.h).
+#include "backend/conv_geometry.h"
+#include "backend/cpu/conv/direct_conv.h"
+#include "backend/cpu/conv/im2col_conv.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/dispatch.h"
+#include "core/tensor_impl.h"
+
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
+namespace {
+
+template <typename T>
+T* data_of(const Tensor& t) {
+  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
+}
+
+template <typename T>
+void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
+                  const Window2d& win) {
+  const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), win);
+  if (out.numel() == 0) return;
+  const T* px = data_of<T>(x);
+  const T* pw = data_of<T>(weight);
+  const T* pb = data_of<T>(bias);
+  T* py = data_of<T>(out);
+  if (direct_conv_applies(g)) return direct_conv_forward<T>(g, px, pw, pb, py);
+  im2col_conv_forward<T>(g, px, pw, pb, py);
+}
+
+template <typename T>
+void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                   const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                   const Window2d& win) {
+  const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), win);
+  const T* px = data_of<T>(x);
+  const T* pw = data_of<T>(weight);
+  const T* pg = data_of<T>(grad_out);
+  T* pdx = data_of<T>(grad_x);
+  T* pdw = data_of<T>(grad_weight);
+  T* pdb = data_of<T>(grad_bias);
+  if (g.n > 0 && direct_conv_applies(g)) {
+    return direct_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
+  }
+  im2col_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& out, const Window2d& w) {
+  launch_with(
+      out.device().index(),
+      [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+        dispatch_floating(out.dtype(), [&](auto tag) {
+          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
+        });
+      },
+      x, weight, bias, out);
+}
+
+void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
+                                 const Tensor& grad_x, const Tensor& grad_weight,
+                                 const Tensor& grad_bias, const Window2d& w) {
+  launch_with(
+      x.device().index(),
+      [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
+          const Tensor& grad_weight, const Tensor& grad_bias) {
+        dispatch_floating(x.dtype(), [&](auto tag) {
+          conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
+                                                      grad_bias, w);
+        });
+      },
+      x, weight, grad_out, grad_x, grad_weight, grad_bias);
+}
+
+}  // namespace tessera::detail::TESSERA_CPU_ISA

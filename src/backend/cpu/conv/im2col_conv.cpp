@@ -1,0 +1,211 @@
+// CPU convolution by im2col + GEMM per image, images split across the OpenMP pool (each
+// GEMM then runs single-threaded inside the parallel region). See Note [CPU convolution].
+#include "backend/cpu/conv/im2col_conv.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <type_traits>
+
+#include "backend/cpu/conv/backward_driver.h"
+#include "backend/cpu/conv/conv_threads.h"
+
+// Note [CPU convolution]
+// Stride-1 convolutions with few channels (LeNet's 1->6 and 6->16) take the direct path
+// (Note [Direct convolution]; with it and a faster sigmoid, a LeNet epoch went from 3.4 to
+// 1.2 s). The rest run here. For image n, col_n [C*kH*kW, OH*OW] holds the input patch
+// under each output position, so out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n, and the
+// gradients are two more GEMMs: dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds
+// back into dx_n. Parallelism comes from the batch rather than from inside one GEMM. The
+// weight gradient is summed per thread and then across threads in thread order by the
+// backward driver (Note [Convolution backward driver]). The backward pass recomputes each image's
+// columns rather than keeping the batch's from the forward pass: keeping them (35 MiB per
+// LeNet step) measured no faster (docs/benchmarks.md).
+
+namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
+namespace {
+
+using i64 = std::int64_t;
+
+using Geometry = ConvGeometry;
+
+// The output columns [lo, hi) whose input column ox * stride - pad + j lies inside [0, w).
+struct ColumnRange {
+  i64 lo, hi;
+};
+inline ColumnRange valid_columns(const Geometry& g, i64 j) {
+  const i64 s = g.win.stride_w, off = g.win.pad_w - j;  // input column = ox * s - off
+  const i64 lo = off > 0 ? (off + s - 1) / s : 0;
+  const i64 hi = g.w + off > 0 ? std::min<i64>((g.w - 1 + off) / s + 1, g.ow) : 0;
+  return {std::min(lo, g.ow), std::max(std::min(lo, g.ow), hi)};
+}
+
+template <typename T>
+void im2col(const Geometry& g, const T* x, T* col) {
+  const i64 p = g.positions(), s = g.win.stride_w;
+  for (i64 c = 0; c < g.c; ++c) {
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const ColumnRange r = valid_columns(g, j);
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
+          T* dst = row + oy * g.ow;
+          if (y < 0 || y >= g.h) {
+            std::fill(dst, dst + g.ow, T{0});
+            continue;
+          }
+          const i64 base = (c * g.h + y) * g.w - g.win.pad_w + j;  // x[base + ox * s]: column ox
+          std::fill(dst, dst + r.lo, T{0});
+          // Runs are short (an output row), so a plain loop beats a memmove call.
+          if (s == 1) {
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = x[base + ox];
+          } else {
+            for (i64 ox = r.lo; ox < r.hi; ++ox) dst[ox] = x[base + ox * s];
+          }
+          std::fill(dst + r.hi, dst + g.ow, T{0});
+        }
+      }
+    }
+  }
+}
+
+// dx += col2im(col): the inverse scatter of im2col, adding where windows overlap.
+template <typename T>
+void col2im_add(const Geometry& g, const T* col, T* dx) {
+  const i64 p = g.positions(), s = g.win.stride_w;
+  for (i64 c = 0; c < g.c; ++c) {
+    for (i64 i = 0; i < g.kh; ++i) {
+      for (i64 j = 0; j < g.kw; ++j) {
+        const T* row = col + ((c * g.kh + i) * g.kw + j) * p;
+        const ColumnRange r = valid_columns(g, j);
+        for (i64 oy = 0; oy < g.oh; ++oy) {
+          const i64 y = oy * g.win.stride_h - g.win.pad_h + i;
+          if (y < 0 || y >= g.h) continue;
+          const i64 base = (c * g.h + y) * g.w - g.win.pad_w + j;
+          const T* src = row + oy * g.ow;
+          for (i64 ox = r.lo; ox < r.hi; ++ox) dx[base + ox * s] += src[ox];
+        }
+      }
+    }
+  }
+}
+
+// Row-major C [m, n] = op(A) op(B) + beta C, single-threaded inside a parallel region.
+template <typename T>
+void gemm(bool ta, bool tb, i64 m, i64 n, i64 k, const T* a, i64 lda, const T* b, i64 ldb, T beta,
+          T* c, i64 ldc) {
+  const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, opa, opb, mi, ni, ki, 1.0f, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, opa, opb, mi, ni, ki, 1.0, a, static_cast<int>(lda), b,
+                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  }
+}
+
+// The im2col algorithm of the backward driver (Note [Convolution backward driver]): one image
+// per unit; dW += g_n @ col_n^T, and dcol = W^T @ g_n added back into dx_n by col2im.
+template <typename T>
+class Im2colBackward {
+ public:
+  static constexpr std::size_t kBuffers = 1;
+  static constexpr bool kFlipsWeights = false;
+  using Unit = BackwardUnit<T, kBuffers>;
+
+  explicit Im2colBackward(const BackwardArgs<T>& a) : a_(a), g_(a.g) {}
+
+  static T bias_sum(const T* plane, i64 n) {
+    T s{0};
+    for (i64 q = 0; q < n; ++q) s += plane[q];
+    return s;
+  }
+  i64 images_per_unit() const { return 1; }
+  std::array<i64, kBuffers> buffer_sizes() const { return {g_.ck() * g_.positions()}; }
+  void start(const Unit&) const {}
+
+  void weight_grad(const Unit& u) const {
+    const i64 ck = g_.ck(), p = g_.positions();
+    if (ck == 0 || p == 0) return;
+    const T* xn = a_.x + u.n0 * g_.c * g_.h * g_.w;
+    const T* cn = xn;
+    if (!g_.is_pointwise()) {
+      im2col(g_, xn, u.buffer[0]);
+      cn = u.buffer[0];
+    }
+    gemm<T>(false, true, g_.o, ck, p, a_.gy + u.n0 * g_.o * p, p, cn, p, T{1}, u.dw, ck);
+  }
+
+  void input_grad(const Unit& u) const {
+    const i64 ck = g_.ck(), p = g_.positions();
+    if (ck == 0 || p == 0) return;
+    const T* gn = a_.gy + u.n0 * g_.o * p;
+    T* dxn = a_.dx + u.n0 * g_.c * g_.h * g_.w;
+    if (g_.is_pointwise()) {
+      gemm<T>(true, false, ck, p, g_.o, a_.w, ck, gn, p, T{1}, dxn, p);
+    } else {
+      T* col = u.buffer[0];
+      gemm<T>(true, false, ck, p, g_.o, a_.w, ck, gn, p, T{0}, col, p);
+      col2im_add(g_, col, dxn);
+    }
+  }
+
+ private:
+  BackwardArgs<T> a_;
+  const ConvGeometry& g_;
+};
+
+}  // namespace
+
+template <typename T>
+void im2col_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y) {
+  const i64 ck = g.ck(), p = g.positions();
+  const bool parallel = splits_images(g);
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  ThreadBuffers<T, 1> buffers(threads, {g.is_pointwise() ? 0 : ck * p});
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    T* col = buffers.get(omp_get_thread_num(), 0);
+#pragma omp for schedule(static)
+    for (i64 n = 0; n < g.n; ++n) {
+      const T* xn = x + n * g.c * g.h * g.w;
+      T* yn = y + n * g.o * p;
+      const T* cn = xn;
+      if (!g.is_pointwise()) {
+        im2col(g, xn, col);
+        cn = col;
+      }
+      if (b != nullptr) {
+        for (i64 o = 0; o < g.o; ++o) std::fill(yn + o * p, yn + (o + 1) * p, b[o]);
+      }
+      if (ck == 0) {
+        if (b == nullptr) std::fill(yn, yn + g.o * p, T{0});
+        continue;
+      }
+      gemm<T>(false, false, g.o, p, ck, w, ck, cn, p, b != nullptr ? T{1} : T{0}, yn, p);
+    }
+  }
+}
+
+template <typename T>
+void im2col_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                          T* db) {
+  if (dx != nullptr) std::fill(dx, dx + g.n * g.c * g.h * g.w, T{0});  // col2im adds into it
+  const BackwardArgs<T> args{g, x, w, gy, dx, dw, db};
+  run_conv_backward(args, Im2colBackward<T>(args));
+}
+
+template void im2col_conv_forward<float>(const ConvGeometry&, const float*, const float*,
+                                         const float*, float*);
+template void im2col_conv_forward<double>(const ConvGeometry&, const double*, const double*,
+                                          const double*, double*);
+template void im2col_conv_backward<float>(const ConvGeometry&, const float*, const float*,
+                                          const float*, float*, float*, float*);
+template void im2col_conv_backward<double>(const ConvGeometry&, const double*, const double*,
+                                           const double*, double*, double*, double*);
+
+}  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -1,0 +1,19 @@
+#pragma once
+// CPU convolution by im2col + GEMM, one image at a time, for every convolution the direct
+// path (direct_conv.h) does not take. See Note [CPU convolution] in im2col_conv.cpp. Both
+// functions split the batch across the OpenMP pool themselves.
+#include "backend/conv_geometry.h"
+
+namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
+
+// y [N, O, OH, OW] = conv(x [N, C, H, W], w [O, C, kH, kW]) + b [O] (b may be null).
+template <typename T>
+void im2col_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y);
+
+// From gy [N, O, OH, OW]: dx [N, C, H, W], dw [O, C, kH, kW] and db [O], each overwritten,
+// and skipped when null.
+template <typename T>
+void im2col_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
+                          T* db);
+
+}  // namespace tessera::detail::TESSERA_CPU_ISA
