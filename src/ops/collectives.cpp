@@ -99,7 +99,7 @@ void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
 }
 
 void broadcast(const std::vector<Tensor>& tensors, std::size_t root) {
-  const int k = check_group("broadcast", tensors);
+  check_group("broadcast", tensors);
   TESSERA_CHECK(root < tensors.size(), Error,
                 "[broadcast] root {} is not an index into the {} tensors given", root,
                 tensors.size());
