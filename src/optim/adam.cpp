@@ -74,6 +74,7 @@ void Adam::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
   const bool skippable = found_inf.defined();
+  if (skippable) check_found_inf(decoupled_ ? "AdamW.step_unless" : "Adam.step_unless", found_inf);
   if (skippable && !capturable_) set_capturable(true);  // a skip must not count
   // What each step count grows by: 1, or 0 when found_inf skips this step.
   const Tensor applied = skippable ? sub(1.0, found_inf) : Tensor();

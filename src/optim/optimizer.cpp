@@ -44,6 +44,23 @@ void Optimizer::step_unless(const Tensor& found_inf) {
                 name_);
 }
 
+void Optimizer::check_found_inf(const char* op, const Tensor& found_inf) const {
+  // The kernels read it as one float on the parameter's device.
+  TESSERA_CHECK(found_inf.dtype() == kFloat32, DtypeError,
+                "[{}] found_inf is {}; it must be float32, as GradScaler makes it", op,
+                dtype_name(found_inf.dtype()));
+  TESSERA_CHECK(found_inf.dim() == 0, ShapeError,
+                "[{}] found_inf has shape {}; it must be a 0-dim tensor, as GradScaler makes it",
+                op, found_inf.shape().str());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    TESSERA_CHECK(!p.grad().defined() || p.device() == found_inf.device(), DeviceMismatchError,
+                  "[{}] parameter {} is on {} but found_inf is on {}. An optimizer and its "
+                  "gradient scaler work on one device: use one GradScaler per device",
+                  op, i, p.device().str(), found_inf.device().str());
+  }
+}
+
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }

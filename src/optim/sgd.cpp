@@ -43,6 +43,7 @@ void SGD::step_unless(const Tensor& found_inf) {
   detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
                       options_.weight_decay, options_.nesterov, false};
   const bool skippable = found_inf.defined();
+  if (skippable) check_found_inf("SGD.step_unless", found_inf);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;

@@ -264,6 +264,28 @@ TEST_P(Scaler, RefusesAnOptimizerThatCannotSkipOnTheDevice) {
                             "use SGD, Adam or AdamW"});
 }
 
+// step_unless checks the flag it is handed: the kernels read it as one float32 there.
+TEST_P(Scaler, StepUnlessChecksItsFlag) {
+  Tensor p = param(2, 9);
+  p.set_grad(ones({2}, device()));
+  optim::SGD sgd({p}, {.lr = 0.1});
+  optim::Adam adam({p}, {.lr = 0.1});
+  expect_throw_with<DtypeError>(
+      [&] {
+        sgd.step_unless(zeros({}, {kFloat64, device()}));
+      },
+      {"[SGD.step_unless] found_inf is float64", "must be float32"});
+  expect_throw_with<ShapeError>([&] { adam.step_unless(zeros({1}, device())); },
+                                {"[Adam.step_unless] found_inf has shape [1]", "0-dim"});
+  const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2) return;
+  const Tensor elsewhere = zeros({}, devices[1]);
+  expect_throw_with<DeviceMismatchError>(
+      [&] { adam.step_unless(elsewhere); },
+      {"[Adam.step_unless] parameter 0 is on " + device().str(),
+       "found_inf is on " + devices[1].str(), "one GradScaler per device"});
+}
+
 TEST_P(Scaler, StateStaysOnItsDevice) {
   const std::vector<Device> devices = same_kind_devices();
   if (devices.size() < 2)

@@ -25,8 +25,10 @@ class TESSERA_API Optimizer {
   /// As step(), unless `found_inf` is nonzero: a float32 0-dim tensor on the parameters'
   /// device, as GradScaler (grad_scaler.h) makes it. The kernels read it on the device and
   /// then write nothing, neither parameters nor state, so deciding costs no host wait; an
-  /// undefined found_inf is step(). SGD, Adam and AdamW implement it; the default throws
-  /// Error, as an optimizer that cannot skip a step on the device cannot be scaled.
+  /// undefined found_inf is step(). SGD, Adam and AdamW implement it, and throw DtypeError
+  /// or ShapeError for a found_inf that is not a float32 0-dim tensor and DeviceMismatchError
+  /// for one on another device than a parameter with a grad; the default throws Error, as an
+  /// optimizer that cannot skip a step on the device cannot be scaled.
   virtual void step_unless(const Tensor& found_inf);
   /// Clears every parameter's grad (sets it undefined, like PyTorch's set_to_none=True).
   void zero_grad();
@@ -49,6 +51,8 @@ class TESSERA_API Optimizer {
   /// Checks `params`: not empty, each defined, a leaf, floating, and given once (Error,
   /// DtypeError). `name` ("SGD") prefixes messages.
   Optimizer(std::vector<Tensor> params, const char* name);
+  /// The checks step_unless promises on a defined found_inf; `op` ("SGD.step_unless").
+  void check_found_inf(const char* op, const Tensor& found_inf) const;
 
   std::vector<Tensor> params_;
   const char* name_;
