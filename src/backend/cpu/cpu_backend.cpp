@@ -281,7 +281,8 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
   refuse_while_capturing(d, "a copy between two queued devices");
   // Two queues (each device's current stream): run the copy on the source's once the
   // destination's earlier work is done (it may still read dst), and hold the destination's
-  // queue until the copy is done.
+  // queue until the copy is done; both queued as one step (Note [Cross-device submissions]).
+  const auto lock = hold_cross_device_submissions();
   WorkQueue* qs = stream_queue(s);
   WorkQueue* qd = stream_queue(d);
   const std::uint64_t dst_ready = qd->last_ticket();

@@ -122,6 +122,11 @@ class CpuBackendBase : public Backend {
   // Kernel threads of each logical device (Note [Devices own their cores]); 0 for the plain
   // CPU, whose kernels use the calling thread's OpenMP setting.
   int kernel_threads();
+  // Held while one operation queues tasks on the queues of several devices that wait for
+  // each other. See Note [Cross-device submissions].
+  [[nodiscard]] std::unique_lock<std::mutex> hold_cross_device_submissions() {
+    return std::unique_lock(cross_device_submissions_);
+  }
 
  protected:
   // Gives the calling thread's OpenMP regions `threads` threads for one inline kernel, and
@@ -171,6 +176,23 @@ class CpuBackendBase : public Backend {
   // Orders the default stream of `index` after the side streams' pending joins.
   void apply_joins(int index);
   std::array<SideStreams, kMaxDevicesPerKind> side_;
+
+  // Note [Cross-device submissions]
+  // A collective among queued logical devices queues one task per device, and the tasks meet
+  // at a barrier; a copy between two queued devices queues a task on each that waits for the
+  // other's; a replay of a graph recorded on several devices queues one task per device whose
+  // collectives meet again. Each is correct alone, but two threads queueing such operations
+  // at once can interleave them: thread A's collective reaches cpu:0, thread B's copy from
+  // cpu:0 to cpu:1 reaches both queues, then A's collective reaches cpu:1. Now cpu:0 runs A's
+  // task, which waits at the barrier for cpu:1's, which sits behind B's wait for the copy,
+  // which sits behind A's task on cpu:0: a deadlock, with no error and no timeout. So every
+  // operation that queues interdependent tasks on several devices' queues does it holding
+  // this one lock, and all queues see those operations in one order. The remaining waits
+  // between queues are between the streams of one device (Note [CPU side streams]) and
+  // wait only for tasks queued earlier, which a collective (one task per device) cannot
+  // close into a cycle. Holding the lock while a full queue makes submit() wait is safe: the
+  // tasks ahead in that queue belong to operations already queued whole.
+  std::mutex cross_device_submissions_;
 
   // Each logical device has its own allocator so its cache is its own; the plain CPU uses
   // allocators_[0].

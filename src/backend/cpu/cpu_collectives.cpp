@@ -148,10 +148,9 @@ void CpuBackend::collective(const CollectiveCall& call) {
     return;
   }
   auto meeting = std::make_shared<Meeting>(call);
-  // Queued as one step, so two threads' collectives reach every queue in the same order
-  // (interleaved, they could each hold a device the other's tasks wait for).
-  static std::mutex submitting;
-  const std::lock_guard lock(submitting);
+  // Queued as one step, so every queue sees this and other threads' cross-device work in
+  // one order (Note [Cross-device submissions]).
+  const auto lock = hold_cross_device_submissions();
   for (int j = 0; j < k; ++j) {
     launch(call.inputs[j].device().index(), [meeting, j] {
       meeting->arrived.arrive_and_wait();

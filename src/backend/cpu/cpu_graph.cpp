@@ -73,6 +73,10 @@ class CpuGraph final : public CapturedWork {
       : backend_(backend), parts_(std::move(parts)) {}
 
   void replay() override {
+    // The parts of several queued devices meet at their recorded collectives' barriers, so
+    // they are queued as one step (Note [Cross-device submissions]).
+    std::unique_lock<std::mutex> lock;
+    if (parts_.size() > 1) lock = backend_.hold_cross_device_submissions();
     for (const Part& part : parts_) {
       const int index = part.indices.front();
       if (part.indices.size() > 1 && !backend_.capturing(index)) {
