@@ -114,6 +114,15 @@ class CudaBackend final : public Backend {
 
   static constexpr int kExtraStreams = 4;  // side streams per GPU (new_stream's pool)
 
+  // Held while one operation queues work on several GPUs' streams that waits across them (an
+  // NCCL group, a peer copy's event waits), so that two threads' such operations reach every
+  // stream in one order: interleaved, an NCCL kernel on one GPU could wait for its partner
+  // queued behind a stream wait for work queued behind the first kernel. The rule of Note
+  // [Cross-device submissions] (backend/cpu/cpu_backend.h) for logical CPU devices.
+  [[nodiscard]] std::unique_lock<std::mutex> hold_cross_device_submissions() {
+    return std::unique_lock(cross_device_submissions_);
+  }
+
  private:
   struct StreamSlot {
     cudaStream_t stream = nullptr;
@@ -148,6 +157,7 @@ class CudaBackend final : public Backend {
   std::string reason_;  // why no GPU is visible, when count_ == 0
   std::array<PerDevice, kMaxDevicesPerKind> devices_;
   PinnedPool pinned_;
+  std::mutex cross_device_submissions_;
 };
 
 CudaBackend& cuda_backend_impl();

@@ -120,6 +120,8 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
     copy(landed, dst);
     return;
   }
+  // Waits on both GPUs' streams, queued as one step (hold_cross_device_submissions).
+  const auto lock = hold_cross_device_submissions();
   const cudaStream_t dst_stream = activate(d);
   const cudaStream_t src_stream = activate(s);
   order_streams(*this, d, dst_stream, src_stream);  // earlier readers of dst are done

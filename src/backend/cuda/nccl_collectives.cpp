@@ -168,6 +168,8 @@ void CudaBackend::collective(const CollectiveCall& call) {
   const bool avg = mean && is_floating(dtype) && nccl.has_avg();  // Note [NCCL at run time]
   const ncclRedOp_t op = avg ? ncclAvg : ncclSum;
   {
+    // One group on several GPUs, queued as one step (hold_cross_device_submissions).
+    const auto in_order = n > 1 ? hold_cross_device_submissions() : std::unique_lock<std::mutex>();
     std::lock_guard lock(clique.launch);
     check_async_errors(nccl, clique);
     DeviceRestore restore;
