@@ -1,9 +1,11 @@
 // gpu_bench: tessera on one GPU, next to raw CUDA runtime references, for scripts/gpu-check.
 //
-//   gpu_bench [--out FILE.json] [--quick] [--device DEV]
+//   gpu_bench [--out FILE.json] [--quick] [--device DEV] [--only SECTION,...]
 //
 // --device picks another device than cuda:0 (e.g. cpu, to try the program without a GPU: the
-// raw CUDA references and pinned copies then fail and are reported as errors).
+// raw CUDA references and pinned copies then fail and are reported as errors). --only runs
+// some sections: small_add, issue, matmul, copies, raw_copies, raw_d2d, bandwidth, train,
+// autocast.
 // Plain C++, no Google Benchmark, timed as every benchmark is (Note [Timing] in bench/timing.h:
 // time_calls): warm-up ops first, then `reps` timed repetitions of `inner` ops back to back,
 // each repetition ending with a wait for the device (tessera::synchronize, or
@@ -16,6 +18,7 @@
 //   matmul.fp32.N, matmul.tf32.N  square float32 matmul, N = 256 ... 8192, TFLOP/s (2 N^3 per
 //                                 op); for N <= 1024 also the relative error against a float64
 //                                 product on the CPU (rel_err)
+//   matmul.bf16.N                 the same with bfloat16 operands and result
 //   copy.{h2d,d2h}.{pinned,pageable}  256 MiB between a CPU tensor and a GPU tensor (copy_),
 //                                 GB/s; pinned = Tensor::pin_memory()
 //   copy.d2d                      1 GiB GPU -> GPU (copy_), GB/s counting bytes read + written
@@ -27,6 +30,11 @@
 //                                 over 60,000 synthetic 28x28 images resident on the GPU,
 //                                 batch 256, loss summed on the device and read once: the
 //                                 book's MLP 784-256-10 and LeNet-5, s/epoch
+//   train.{mlp,lenet}.bf16        the same under bfloat16 autocast
+//   train.{mlp,lenet}.graph       the same with each full batch's step replayed from a graph
+//   train.mlp.loader              the MLP fed by the DataLoader from host memory
+//   step.mlp4096.{fp32,bf16}      one training step of an MLP 4096-4096-4096-10, batch 512,
+//                                 float32 and under bfloat16 autocast, ms
 //   raw.{h2d,d2h}.{pinned,pageable}, raw.d2d  the same copies with cudaMemcpy on
 //                                 cudaMallocHost / malloc / cudaMalloc buffers (the peaks)
 // Exit status: 0 when every section ran and every check passed, 1 otherwise (the JSON is
@@ -42,6 +50,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -229,7 +238,11 @@ void bench_matmul(Report& report, Device dev, bool quick) {
     const Tensor a = tessera::randn({p.n, p.n}).to(dev);
     const Tensor b = tessera::randn({p.n, p.n}).to(dev);
     const double flops = 2.0 * static_cast<double>(p.n) * p.n * p.n;
-    for (const bool tf32 : {false, true}) {
+    // float32, TF32 (float32 operands, TF32 tensor cores) and bfloat16 operands (float32
+    // accumulation, bfloat16 result).
+    const Tensor a16 = a.to(tessera::kBFloat16), b16 = b.to(tessera::kBFloat16);
+    for (const std::string mode : {"fp32", "tf32", "bf16"}) {
+      const bool tf32 = mode == "tf32", bf16 = mode == "bf16";
 #if TESSERA_GPU_BENCH_HAS_TF32
       tessera::set_matmul_allow_tf32(tf32);
 #else
@@ -238,18 +251,21 @@ void bench_matmul(Report& report, Device dev, bool quick) {
         continue;
       }
 #endif
-      const std::string key =
-          std::string("matmul.") + (tf32 ? "tf32." : "fp32.") + std::to_string(p.n);
+      const std::string key = "matmul." + mode + "." + std::to_string(p.n);
+      const Tensor& x = bf16 ? a16 : a;
+      const Tensor& w = bf16 ? b16 : b;
       Tensor c;
       const Timing t = time_calls(
-          2, p.reps, p.inner, [&] { c = tessera::matmul(a, b); },
+          2, p.reps, p.inner, [&] { c = tessera::matmul(x, w); },
           [&] { tessera::synchronize(dev); });
       Result r = make_result(t, flops / t.median / 1e12, "TFLOP/s");
       if (p.n <= 1024) {
         r.checked = true;
-        r.rel_err = matmul_rel_err(a, b, c);
-        // float32 lands far under 1e-3 (K <= 1024: ~1e-6); TF32 near 3e-4.
-        r.ok = std::isfinite(r.rel_err) && r.rel_err < (tf32 ? 5e-3 : 1e-4);
+        r.rel_err = matmul_rel_err(x, w, c);
+        // float32 lands far under 1e-3 (K <= 1024: ~1e-6); TF32 near 3e-4; a bfloat16
+        // result carries its own rounding (2^-9) on top of exact products of its operands.
+        const double bound = bf16 ? 1e-2 : tf32 ? 5e-3 : 1e-4;
+        r.ok = std::isfinite(r.rel_err) && r.rel_err < bound;
         if (!r.ok) report.errors.push_back(key + ": relative error " + num(r.rel_err));
       }
       record(report, key, r);
@@ -445,39 +461,98 @@ void bench_issue_costs(Report& report, Device dev, bool quick) {
 }  // namespace
 
 // ---- training epochs ----
-void bench_train(Report& report, Device dev, bool quick) {
+// One epoch of the book's MLP or LeNet-5 over 60,000 synthetic images resident on the device,
+// batch 256, SGD, the loss summed on the device and read once per epoch. `autocast`: under
+// AutocastGuard(bfloat16); `graph`: every full batch copied into fixed inputs and the step
+// replayed from a graph recorded once (after one eager step, which makes the grads), the
+// short last batch run eagerly, as TrainerOptions::graph does.
+struct EpochPlan {
+  bool lenet = false;
+  bool autocast = false;
+  bool graph = false;
+};
+
+std::string epoch_key(const EpochPlan& p) {
+  return std::string(p.lenet ? "train.lenet" : "train.mlp") + (p.autocast ? ".bf16" : "") +
+         (p.graph ? ".graph" : "");
+}
+
+// Returns the last epoch's mean loss per step.
+double bench_epoch(Report& report, Device dev, bool quick, const EpochPlan& plan) {
   namespace nn = tessera::nn;
   const std::int64_t n = 60000, batch = 256;
-  for (const bool lenet : {false, true}) {
-    tessera::manual_seed(0);
-    const Tensor x = lenet ? tessera::rand({n, 1, 28, 28}, dev) : tessera::rand({n, 784}, dev);
-    const Tensor y = (tessera::rand({n}, dev) * 10.0).to(tessera::kInt64);
-    nn::Sequential net = lenet ? nn::models::lenet(/*book=*/true, dev) : nn::models::mlp(256, dev);
-    tessera::optim::SGD opt(net.parameters(), {.lr = 0.1});
-    double last_loss = 0;
-    const auto epoch = [&] {
-      Tensor loss_sum = tessera::zeros({}, dev);
-      for (std::int64_t start = 0; start < n; start += batch) {
-        const std::int64_t len = std::min(batch, n - start);
-        opt.zero_grad();
-        const Tensor loss =
-            nn::cross_entropy(net(x.narrow(0, start, len)), y.narrow(0, start, len));
-        loss.backward();
-        opt.step();
-        loss_sum.add_(loss.detach());
-      }
-      last_loss = loss_sum.item<double>();  // the one read per epoch
-    };
-    const Timing t = time_calls(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
-    Result r = make_result(t, t.median, "s/epoch");
-    r.checked = true;
-    r.rel_err = 0;
-    r.ok = std::isfinite(last_loss);
-    if (!r.ok)
-      report.errors.push_back(std::string(lenet ? "train.lenet" : "train.mlp") +
-                              ": the loss is not finite");
-    record(report, lenet ? "train.lenet" : "train.mlp", r);
+  const std::string key = epoch_key(plan);
+  tessera::manual_seed(0);
+  const Tensor x = plan.lenet ? tessera::rand({n, 1, 28, 28}, dev) : tessera::rand({n, 784}, dev);
+  const Tensor y = (tessera::rand({n}, dev) * 10.0).to(tessera::kInt64);
+  nn::Sequential net =
+      plan.lenet ? nn::models::lenet(/*book=*/true, dev) : nn::models::mlp(256, dev);
+  tessera::optim::SGD opt(net.parameters(), {.lr = 0.1});
+  Tensor loss_sum = tessera::zeros({}, dev);
+  const auto step = [&](const Tensor& xb, const Tensor& yb) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      const tessera::AutocastGuard autocast(dev.kind(), tessera::kBFloat16, plan.autocast);
+      loss = nn::cross_entropy(net(xb), yb);
+    }
+    loss.backward();
+    opt.step();
+    loss_sum.add_(loss.detach());
+  };
+  // The graph's fixed inputs, and the graph (recorded after one eager step on them).
+  std::optional<tessera::Graph> graph;
+  Tensor x_in = tessera::empty(x.narrow(0, 0, batch).shape(), {x.dtype(), dev});
+  Tensor y_in = tessera::empty({batch}, {y.dtype(), dev});
+  if (plan.graph) {
+    x_in.copy_(x.narrow(0, 0, batch));
+    y_in.copy_(y.narrow(0, 0, batch));
+    step(x_in, y_in);
+    graph = tessera::Graph::capture(dev, [&] { step(x_in, y_in); });
   }
+  double last_loss = 0;
+  const auto epoch = [&] {
+    loss_sum.zero_();
+    for (std::int64_t start = 0; start < n; start += batch) {
+      const std::int64_t len = std::min(batch, n - start);
+      if (graph && len == batch) {
+        x_in.copy_(x.narrow(0, start, len));
+        y_in.copy_(y.narrow(0, start, len));
+        graph->replay();
+      } else {
+        step(x.narrow(0, start, len), y.narrow(0, start, len));
+      }
+    }
+    last_loss = loss_sum.item<double>();  // the one read per epoch
+  };
+  const Timing t = time_calls(1, quick ? 1 : 3, 1, epoch, [&] { tessera::synchronize(dev); });
+  Result r = make_result(t, t.median, "s/epoch");
+  r.checked = true;
+  r.rel_err = 0;
+  // The mean loss of an epoch of 10 random classes starts near ln 10 and cannot pass it by
+  // much: a replay that did not train, or trained on garbage, would show here.
+  const double mean_loss = last_loss / static_cast<double>((n + batch - 1) / batch);
+  r.ok = std::isfinite(mean_loss) && mean_loss > 1.0 && mean_loss < 3.0;
+  if (!r.ok) report.errors.push_back(key + ": mean loss " + num(mean_loss) + " per step");
+  record(report, key, r);
+  return mean_loss;
+}
+
+void bench_train(Report& report, Device dev, bool quick) {
+  for (const bool lenet : {false, true}) {
+    const double eager = bench_epoch(report, dev, quick, {lenet, false, false});
+    bench_epoch(report, dev, quick, {lenet, true, false});
+    // Replays run the eager step's kernels on the same values, so the same epochs end at the
+    // same loss (up to the order of a sum, should a kernel choose another).
+    const double replayed = bench_epoch(report, dev, quick, {lenet, false, true});
+    if (!(std::abs(replayed - eager) <= 1e-4 * std::abs(eager))) {
+      const std::string key = epoch_key({lenet, false, true});
+      report.results[key].ok = false;
+      report.errors.push_back(key + ": mean loss " + num(replayed) + ", eager " + num(eager));
+    }
+  }
+  const std::int64_t n = 60000, batch = 256;
+  namespace nn = tessera::nn;
   // The MLP again as `tessera train` feeds it: uint8 images in host memory, batches gathered
   // by the DataLoader into pinned memory and copied to the GPU every step (tessera only).
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n) * 784);
@@ -509,9 +584,49 @@ void bench_train(Report& report, Device dev, bool quick) {
   record(report, "train.mlp.loader", r);
 }
 
+// ---- a large MLP's training step, float32 against bfloat16 autocast ----
+// MLP 4096-4096-4096-10 (Linear, ReLU, Linear, ReLU, Linear), batch 512, SGD lr 0.01: the
+// step (zero_grad, forward and loss, backward, optimizer step), ms per step.
+void bench_autocast_step(Report& report, Device dev, bool quick) {
+  namespace nn = tessera::nn;
+  constexpr std::int64_t kWidth = 4096, kBatch = 512;
+  for (const bool bf16 : {false, true}) {
+    tessera::manual_seed(3);
+    const tessera::TensorOptions on(dev);
+    nn::Sequential net(nn::Linear(kWidth, kWidth, true, on), nn::ReLU(),
+                       nn::Linear(kWidth, kWidth, true, on), nn::ReLU(),
+                       nn::Linear(kWidth, 10, true, on));
+    tessera::optim::SGD opt(net.parameters(), {.lr = 0.01});
+    const Tensor x = tessera::randn({kBatch, kWidth}, dev);
+    const Tensor y = (tessera::rand({kBatch}, dev) * 10.0).to(tessera::kInt64);
+    Tensor loss;
+    const auto step = [&] {
+      opt.zero_grad();
+      {
+        const tessera::AutocastGuard autocast(dev.kind(), tessera::kBFloat16, bf16);
+        loss = nn::cross_entropy(net(x), y);
+      }
+      loss.backward();
+      opt.step();
+    };
+    const Timing t =
+        time_calls(3, quick ? 3 : 11, quick ? 2 : 10, step, [&] { tessera::synchronize(dev); });
+    Result r = make_result(t, t.median * 1e3, "ms");
+    r.checked = true;
+    r.rel_err = 0;
+    const double last = loss.item<double>();
+    r.ok = std::isfinite(last);
+    const std::string key = std::string("step.mlp4096.") + (bf16 ? "bf16" : "fp32");
+    if (!r.ok) report.errors.push_back(key + ": the loss is not finite");
+    record(report, key, r);
+  }
+  tessera::empty_cache(dev);
+}
+
 int main(int argc, char** argv) {
   std::string out_path;
   std::string device_text = "cuda:0";
+  std::string only;  // ",matmul,train," when --only matmul,train
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -519,10 +634,14 @@ int main(int argc, char** argv) {
       out_path = argv[++i];
     } else if (arg == "--device" && i + 1 < argc) {
       device_text = argv[++i];
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = "," + std::string(argv[++i]) + ",";
     } else if (arg == "--quick") {
       quick = true;
     } else {
-      std::fprintf(stderr, "usage: gpu_bench [--out FILE.json] [--quick] [--device DEV]\n");
+      std::fprintf(stderr,
+                   "usage: gpu_bench [--out FILE.json] [--quick] [--device DEV] "
+                   "[--only SECTION,...]\n");
       return 2;
     }
   }
@@ -545,23 +664,32 @@ int main(int argc, char** argv) {
   std::printf("gpu_bench: tessera %s on %s (%s)%s\n", tessera::kVersion, dev.str().c_str(),
               device_name.c_str(), quick ? ", quick" : "");
 
+  // Sections by short name, all of them unless --only names some.
+  const auto run = [&](const char* id, const char* name, const std::function<void()>& f) {
+    if (only.empty() || only.find("," + std::string(id) + ",") != std::string::npos) {
+      section(report, name, f);
+    }
+  };
   const auto t0 = Clock::now();
-  section(report, "per-op overhead (a + b on 2x3)", [&] { bench_small_add(report, dev, quick); });
-  section(report, "issue cost of exercise 3's ops", [&] { bench_issue_costs(report, dev, quick); });
-  section(report, "matmul float32 / TF32", [&] { bench_matmul(report, dev, quick); });
-  section(report, "host <-> device copies (tessera)", [&] { bench_copies(report, dev, quick); });
+  run("small_add", "per-op overhead (a + b on 2x3)", [&] { bench_small_add(report, dev, quick); });
+  run("issue", "issue cost of exercise 3's ops", [&] { bench_issue_costs(report, dev, quick); });
+  run("matmul", "matmul float32 / TF32 / bfloat16", [&] { bench_matmul(report, dev, quick); });
+  run("copies", "host <-> device copies (tessera)", [&] { bench_copies(report, dev, quick); });
   const int raw_index = dev.is_cuda() ? dev.index() : 0;
-  section(report, "host <-> device copies (cudaMemcpy)", [&] {
+  run("raw_copies", "host <-> device copies (cudaMemcpy)", [&] {
     CHECK_CUDA(cudaSetDevice(raw_index));
     bench_raw_copies(report, quick);
   });
-  section(report, "device-to-device copy (cudaMemcpy)", [&] {
+  run("raw_d2d", "device-to-device copy (cudaMemcpy)", [&] {
     CHECK_CUDA(cudaSetDevice(raw_index));
     bench_raw_d2d(report, quick);
   });
-  section(report, "device bandwidth (copy_, a + b on 256 Mi)",
-          [&] { bench_device_bandwidth(report, dev, quick); });
-  section(report, "training epochs (MLP, LeNet)", [&] { bench_train(report, dev, quick); });
+  run("bandwidth", "device bandwidth (copy_, a + b on 256 Mi)",
+      [&] { bench_device_bandwidth(report, dev, quick); });
+  run("train", "training epochs (MLP, LeNet: float32, bfloat16 autocast, graphs)",
+      [&] { bench_train(report, dev, quick); });
+  run("autocast", "MLP 4096-4096-4096-10 step, float32 and bfloat16 autocast",
+      [&] { bench_autocast_step(report, dev, quick); });
   std::printf("gpu_bench: done in %.1f s, %zu error(s)\n", seconds_since(t0), report.errors.size());
   for (const std::string& e : report.errors) std::printf("  error: %s\n", e.c_str());
 

@@ -56,16 +56,18 @@ def main(argv):
         r = results.get(key)
         return r is not None and r.get("ok") is False
 
-    rows = []  # (label, tessera, pytorch, t/p, ref, t/ref, target, met)
+    rows = []  # (label, tessera, pytorch, t/p, reference, t/reference, target, met)
 
-    def row(label, key, unit, ref_key=None, target=None):
+    def row(label, key, unit, ref_key=None, target=None, ref_name="cudaMemcpy D2D"):
+        """target: (kind, bound): peer>= / peer<= compare tessera/PyTorch, ref>= / ref<=
+        tessera/reference (ref_key, a tessera row), abs<= tessera's own value."""
         t, p = val(tr, key), val(pr, key)
         ref = val(tr, ref_key) if ref_key else None
         t_p, t_ref = ratio(t, p), ratio(t, ref)
         met = ""
         if target is not None:
             kind, bound = target
-            x = t_p if kind in ("peer>=", "peer<=") else t_ref
+            x = {"peer": t_p, "ref": t_ref, "abs": t}[kind[:-2]]
             if x is None:
                 met = "n/a"
             elif kind.endswith(">="):
@@ -77,26 +79,49 @@ def main(argv):
         if target is None:
             target_text = ""
         else:
-            what = "PyTorch" if target[0].startswith("peer") else "cudaMemcpy D2D"
-            target_text = f"{'≥' if target[0].endswith('>=') else '≤'} {target[1]:g} × {what}"
-        rows.append((label, fmt(t, unit), fmt(p, unit), fmt(t_p), "" if not ref_key else
-                     fmt(ref, unit), "" if not ref_key else fmt(t_ref), target_text, met))
+            kind, bound = target
+            sign = "≥" if kind.endswith(">=") else "≤"
+            if kind.startswith("abs"):
+                target_text = f"{sign} {fmt(bound, unit)} {unit}"
+            else:
+                what = "PyTorch" if kind.startswith("peer") else ref_name
+                target_text = f"{sign} {bound:g} × {what}"
+        ref_text = "" if not ref_key else f"{fmt(ref, unit)} ({ref_name})"
+        rows.append((label, fmt(t, unit), fmt(p, unit), fmt(t_p), ref_text,
+                     "" if not ref_key else fmt(t_ref), target_text, met))
 
-    for mode, name in (("fp32", "float32"), ("tf32", "TF32")):
+    for mode, name in (("fp32", "float32"), ("tf32", "TF32"), ("bf16", "bfloat16")):
         for n in MATMUL_SIZES:
+            # Issue 17 sets the bfloat16 target at n = 4096 and 8192 only.
+            target = ("peer>=", 0.95) if mode != "bf16" or n >= 4096 else None
             row(f"matmul {name} n={n} (TFLOP/s)", f"matmul.{mode}.{n}", "TFLOP/s",
-                target=("peer>=", 0.95))
+                target=target)
     for direction, label in (("h2d", "host→device"), ("d2h", "device→host")):
         for kind in ("pinned", "pageable"):
             row(f"{label} 256 MiB, {kind} (GB/s)", f"copy.{direction}.{kind}", "GB/s",
-                ref_key=f"raw.{direction}.{kind}")
+                ref_key=f"raw.{direction}.{kind}", ref_name="cudaMemcpy")
     row("device→device copy 1 GiB (GB/s, read+write)", "copy.d2d", "GB/s", ref_key="raw.d2d")
     row("a + b, 256 Mi float32 (GB/s, 3 GiB moved)", "add.large", "GB/s", ref_key="raw.d2d",
         target=("ref>=", 0.85))
     row("a + b, 2x3: host time per op (µs)", "add.small", "us", target=("peer<=", 0.5))
     row("a + b, 2x3: per op with the wait (µs)", "add.small.sync", "us")
-    row("MLP epoch, 60k images, batch 256 (s)", "train.mlp", "s", target=("peer<=", 1.0))
-    row("LeNet-5 epoch, 60k images, batch 256 (s)", "train.lenet", "s", target=("peer<=", 1.0))
+    for model, name in (("mlp", "MLP"), ("lenet", "LeNet-5")):
+        row(f"{name} epoch, 60k images, batch 256 (s)", f"train.{model}", "s",
+            target=("peer<=", 1.0))
+        row(f"{name} epoch, steps replayed from a graph (s)", f"train.{model}.graph", "s",
+            target=("peer<=", 1.0))
+        if model == "mlp":
+            row("MLP epoch, steps replayed from a graph (s), absolute", "train.mlp.graph", "s",
+                target=("abs<=", 0.010))
+        row(f"{name} epoch under bfloat16 autocast (s)", f"train.{model}.bf16", "s",
+            ref_key=f"train.{model}", ref_name="its float32 epoch")
+    row("MLP epoch fed by the DataLoader from host memory (s)", "train.mlp.loader", "s",
+        ref_key="train.mlp", target=("ref<=", 1.15), ref_name="data resident on the GPU")
+    row("MLP 4096-4096-4096-10 step, batch 512, float32 (ms)", "step.mlp4096.fp32", "ms")
+    row("the same step under bfloat16 autocast (ms)", "step.mlp4096.bf16", "ms",
+        target=("peer<=", 1.0))
+    row("the same step, bfloat16 against float32 (ms)", "step.mlp4096.bf16", "ms",
+        ref_key="step.mlp4096.fp32", target=("ref<=", 0.5), ref_name="tessera float32")
 
     print(f"tessera {tess.get('version', '?')} on {tess.get('device', '?')}"
           f"{' (quick)' if tess.get('quick') else ''}; PyTorch {torch.get('version', '?')}"
@@ -109,10 +134,11 @@ def main(argv):
         for n in data.get("notes", []) or []:
             print(f"{label} note: {n}")
     print("Medians; tessera/PyTorch > 1 means tessera is faster for rates, slower for times. "
-          "cudaMemcpy columns: the CUDA runtime alone, same sizes (measured by gpu_bench).")
+          "Reference columns: another row of gpu_bench (the CUDA runtime alone for copies, "
+          "same sizes), named in brackets.")
     print()
-    header = ("measurement", "tessera", "PyTorch", "tessera/PyTorch", "cudaMemcpy",
-              "tessera/cudaMemcpy", "target", "met")
+    header = ("measurement", "tessera", "PyTorch", "tessera/PyTorch", "reference",
+              "tessera/reference", "target", "met")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for r in rows:

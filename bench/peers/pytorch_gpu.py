@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch on one GPU, measured the way bench/gpu/gpu_bench.cpp measures tessera.
 
-    python3 bench/peers/pytorch_gpu.py [--out FILE.json] [--quick]
+    python3 bench/peers/pytorch_gpu.py [--out FILE.json] [--quick] [--device DEV] [--only ...]
 
 Same sizes, repetitions, warm-up and input distributions as gpu_bench, and the same timing:
 each timed repetition runs `inner` ops back to back and ends with torch.cuda.synchronize();
@@ -26,8 +26,12 @@ LARGE_ELEMS = 256 << 20  # 256 Mi float32 = 1 GiB
 LARGE_BYTES = LARGE_ELEMS * 4
 
 
+DEVICE = None  # set by main(): cuda:0, or cpu to try the script without a GPU
+
+
 def sync():
-    torch.cuda.synchronize()
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def summarize(per_op, inner):
@@ -153,20 +157,23 @@ def bench_matmul(rep, dev, quick):
             a = torch.randn(n, n, generator=gen).to(dev)
             b = torch.randn(n, n, generator=gen).to(dev)
             flops = 2.0 * n * n * n
-            for tf32 in (False, True):
+            a16, b16 = a.bfloat16(), b.bfloat16()
+            for mode in ("fp32", "tf32", "bf16"):
+                tf32, bf16 = mode == "tf32", mode == "bf16"
                 set_tf32(tf32)
-                key = f"matmul.{'tf32' if tf32 else 'fp32'}.{n}"
+                key = f"matmul.{mode}.{n}"
+                x, w = (a16, b16) if bf16 else (a, b)
                 out = [None]
 
                 def body():
-                    out[0] = torch.mm(a, b)
+                    out[0] = torch.mm(x, w)
 
                 t = time_op(2, reps, inner, body)
                 extra = {}
                 if n <= 1024:
-                    ref = a.cpu().double() @ b.cpu().double()
+                    ref = x.cpu().double() @ w.cpu().double()
                     err = ((out[0].cpu().double() - ref).norm() / ref.norm()).item()
-                    ok = err == err and err < (5e-3 if tf32 else 1e-4)
+                    ok = err == err and err < (1e-2 if bf16 else 5e-3 if tf32 else 1e-4)
                     extra = dict(rel_err=err, ok=ok)
                     if not ok:
                         rep.errors.append(f"{key}: relative error {err:.3g}")
@@ -224,50 +231,128 @@ def bench_device_bandwidth(rep, dev, quick):
     torch.cuda.empty_cache()
 
 
-def bench_train(rep, dev, quick):
-    """One epoch of the book's MLP and LeNet-5, as gpu_bench's train.* rows."""
+def book_model(name):
+    if name == "mlp":
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256),
+                                   torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
+        torch.nn.Conv2d(6, 16, 5), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
+        torch.nn.Flatten(), torch.nn.Linear(400, 120), torch.nn.Sigmoid(),
+        torch.nn.Linear(120, 84), torch.nn.Sigmoid(), torch.nn.Linear(84, 10))
+
+
+def bench_epoch(rep, dev, quick, name, autocast=False, graph=False):
+    """One epoch of the book's MLP or LeNet-5, as gpu_bench's train.* rows: eager, under
+    bfloat16 autocast, or with each full batch's step replayed from a CUDA graph (PyTorch's
+    whole-network capture: static inputs, warm-up on a side stream, torch.cuda.graph)."""
     n, batch = 60000, 256
+    key = f"train.{name}" + (".bf16" if autocast else "") + (".graph" if graph else "")
+    torch.manual_seed(0)
+    x = torch.rand(n, 784, device=dev) if name == "mlp" else torch.rand(n, 1, 28, 28, device=dev)
+    net = book_model(name).to(dev)
+    y = torch.randint(10, (n,), device=dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    loss_sum = torch.zeros((), device=dev)
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(net(xb), yb)
+        loss.backward()
+        opt.step()
+        loss_sum.add_(loss.detach())
+
+    g = None
+    x_in, y_in = x[:batch].clone(), y[:batch].clone()
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step(x_in, y_in)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(g):
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+                static_loss = torch.nn.functional.cross_entropy(net(x_in), y_in)
+            static_loss.backward()
+            opt.step()
+            loss_sum.add_(static_loss.detach())
+    last = [0.0]
+
+    def epoch():
+        loss_sum.zero_()
+        for start in range(0, n, batch):
+            xb, yb = x[start:start + batch], y[start:start + batch]
+            if g is not None and len(xb) == batch:
+                x_in.copy_(xb)
+                y_in.copy_(yb)
+                g.replay()
+            else:
+                step(xb, yb)
+        last[0] = loss_sum.item() / ((n + batch - 1) // batch)
+
+    t = time_op(1, 1 if quick else 3, 1, epoch)
+    ok = math.isfinite(last[0]) and 1.0 < last[0] < 3.0
+    if not ok:
+        rep.errors.append(f"{key}: mean loss {last[0]:.4g} per step")
+    rep.record(key, t, t["seconds"], "s/epoch", rel_err=0.0, ok=ok)
+
+
+def bench_train(rep, dev, quick):
     for name in ("mlp", "lenet"):
-        torch.manual_seed(0)
-        if name == "mlp":
-            x = torch.rand(n, 784, device=dev)
-            net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 256),
-                                      torch.nn.ReLU(), torch.nn.Linear(256, 10))
-        else:
-            x = torch.rand(n, 1, 28, 28, device=dev)
-            net = torch.nn.Sequential(
-                torch.nn.Conv2d(1, 6, 5, padding=2), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
-                torch.nn.Conv2d(6, 16, 5), torch.nn.Sigmoid(), torch.nn.AvgPool2d(2, 2),
-                torch.nn.Flatten(), torch.nn.Linear(400, 120), torch.nn.Sigmoid(),
-                torch.nn.Linear(120, 84), torch.nn.Sigmoid(), torch.nn.Linear(84, 10))
-        net = net.to(dev)
-        y = torch.randint(10, (n,), device=dev)
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        last = [0.0]
+        bench_epoch(rep, dev, quick, name)
+        bench_epoch(rep, dev, quick, name, autocast=True)
+        if dev.type == "cuda":
+            bench_epoch(rep, dev, quick, name, graph=True)
 
-        def epoch():
-            loss_sum = torch.zeros((), device=dev)
-            for start in range(0, n, batch):
-                opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(net(x[start:start + batch]),
-                                                         y[start:start + batch])
-                loss.backward()
-                opt.step()
-                loss_sum += loss.detach()
-            last[0] = loss_sum.item()
 
-        t = time_op(1, 1 if quick else 3, 1, epoch)
-        ok = math.isfinite(last[0])
+def bench_autocast_step(rep, dev, quick):
+    """gpu_bench's step.mlp4096.*: MLP 4096-4096-4096-10, batch 512, SGD, ms per step."""
+    width, batch = 4096, 512
+    for bf16 in (False, True):
+        torch.manual_seed(3)
+        net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                  torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                  torch.nn.Linear(width, 10)).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        x = torch.randn(batch, width, device=dev)
+        y = torch.randint(10, (batch,), device=dev)
+        last = [None]
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            last[0] = loss
+
+        t = time_op(3, 3 if quick else 11, 2 if quick else 10, step)
+        key = f"step.mlp4096.{'bf16' if bf16 else 'fp32'}"
+        ok = math.isfinite(last[0].item())
         if not ok:
-            rep.errors.append(f"train.{name}: the loss is not finite")
-        rep.record(f"train.{name}", t, t["seconds"], "s/epoch", rel_err=0.0, ok=ok)
+            rep.errors.append(f"{key}: the loss is not finite")
+        rep.record(key, t, t["seconds"] * 1e3, "ms", rel_err=0.0, ok=ok)
+        del net, opt
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
+    parser.add_argument("--device", default="cuda:0",
+                        help="cpu tries the script without a GPU (copies and graphs skipped)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated sections, as gpu_bench's --only")
     args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    global DEVICE
+    DEVICE = torch.device(args.device)
 
     rep = Report()
     info = {"impl": "pytorch", "version": torch.__version__, "device": "none",
@@ -275,24 +360,37 @@ def main():
             "timing": "median over reps of (rep time / inner); host clock, "
                       "torch.cuda.synchronize before reading it"}
     status = 0
-    if not torch.cuda.is_available():
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
         print("pytorch_gpu: torch.cuda.is_available() is False", flush=True)
         rep.errors.append("no GPU: torch.cuda.is_available() is False")
         status = 2
     else:
-        dev = torch.device("cuda:0")
-        info["device"] = torch.cuda.get_device_name(dev)
-        info["cuda"] = torch.version.cuda
+        dev = DEVICE
+        if dev.type == "cuda":
+            info["device"] = torch.cuda.get_device_name(dev)
+            info["cuda"] = torch.version.cuda
+        else:
+            info["device"] = "cpu"
         print(f"pytorch_gpu: torch {torch.__version__} (CUDA {torch.version.cuda}) on "
               f"{info['device']}{', quick' if args.quick else ''}", flush=True)
+
+        def run(section_id, name, fn):
+            if not only or section_id in only:
+                rep.section(name, fn)
+
         t0 = time.perf_counter()
-        rep.section("per-op overhead (a + b on 2x3)", lambda: bench_small_add(rep, dev, args.quick))
-        rep.section("issue cost of exercise 3's ops", lambda: bench_issue_costs(rep, dev, args.quick))
-        rep.section("matmul float32 / TF32", lambda: bench_matmul(rep, dev, args.quick))
-        rep.section("host <-> device copies", lambda: bench_copies(rep, dev, args.quick))
-        rep.section("device bandwidth (copy_, a + b on 256 Mi)",
-                    lambda: bench_device_bandwidth(rep, dev, args.quick))
-        rep.section("training epochs (MLP, LeNet)", lambda: bench_train(rep, dev, args.quick))
+        run("small_add", "per-op overhead (a + b on 2x3)",
+            lambda: bench_small_add(rep, dev, args.quick))
+        run("issue", "issue cost of exercise 3's ops", lambda: bench_issue_costs(rep, dev, args.quick))
+        run("matmul", "matmul float32 / TF32 / bfloat16", lambda: bench_matmul(rep, dev, args.quick))
+        if dev.type == "cuda":
+            run("copies", "host <-> device copies", lambda: bench_copies(rep, dev, args.quick))
+            run("bandwidth", "device bandwidth (copy_, a + b on 256 Mi)",
+                lambda: bench_device_bandwidth(rep, dev, args.quick))
+        run("train", "training epochs (MLP, LeNet: float32, bfloat16 autocast, graphs)",
+            lambda: bench_train(rep, dev, args.quick))
+        run("autocast", "MLP 4096-4096-4096-10 step, float32 and bfloat16 autocast",
+            lambda: bench_autocast_step(rep, dev, args.quick))
         print(f"pytorch_gpu: done in {time.perf_counter() - t0:.1f} s, "
               f"{len(rep.errors)} error(s)", flush=True)
         for e in rep.errors:
