@@ -228,9 +228,11 @@ class Backend {
   // Batched: a [B, M, K], b [B, K, N], out [B, M, N] contiguous; a and b may be transposed
   // views in their last two dims.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
-  // Whether matmul takes a, b and out of half dtype `dtype` as they are (summing exact
-  // products in float32, rounding once into out); otherwise the front end hands it float32
-  // copies (Note [Half precision]). Must not change while the process runs.
+  // Whether matmul takes a and b of half dtype `dtype` as they are, summing exact products in
+  // float32 and rounding once into an out of that dtype, or not at all into a float32 out
+  // (a layer that adds a bias before its one rounding: detail::half_product_float32);
+  // otherwise the front end hands it float32 copies (Note [Half precision]). Must not change
+  // while the process runs.
   virtual bool matmul_takes_half(Dtype /*dtype*/) const { return false; }
   // Softmax (or log-softmax) along `dim` of a contiguous tensor.
   virtual void softmax(const Tensor& in, int dim, bool log, const Tensor& out) = 0;

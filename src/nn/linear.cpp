@@ -6,6 +6,7 @@
 #include "autograd/record.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "ops/fused_ops.h"
 #include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/operators.h"
@@ -84,9 +85,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     x2 = x.dim() == 2 ? x : x.reshape({-1, in});
     Tensor y2;
     if (is_half(x.dtype()) && weight.dtype() == x.dtype()) {
-      // The product and the bias in float32, rounded once, as a GEMM's epilogue would.
+      // The product and the bias in float32, rounded once, as a GEMM's epilogue would; the
+      // product from the half operands themselves where the backend can.
       const AutocastGuard exact(x.device().kind(), kBFloat16, /*enabled=*/false);
-      y2 = matmul(x2.to(kFloat32), weight.to(kFloat32).t());
+      y2 = detail::half_product_float32(x2, weight.t());
       if (bias.defined()) y2.add_(bias.to(kFloat32));
       y2 = y2.to(x.dtype());
     } else {

@@ -34,6 +34,13 @@ void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
                const AdamParams& p);
 
+// a @ b for 2-D half a [m, k] and b [k, n] of one dtype (either may be a transposed view),
+// in float32: the float32 sums of exact products, not yet rounded to the half type, for a
+// layer that adds its bias before the one rounding (nn::Linear under autocast). The backend
+// multiplies the half operands themselves where it can (Backend::matmul_takes_half), else
+// float32 copies of them. Not recorded for autograd.
+Tensor half_product_float32(const Tensor& a, const Tensor& b);
+
 // Parameter `site.index`'s grad *= inv_scale in place, and found_inf = 1 when any of its
 // elements was infinite or NaN: one pass, no host wait (GradScaler::unscale_). inv_scale and
 // found_inf are float32 0-dim tensors; all three on one device (DeviceMismatchError).

@@ -103,4 +103,22 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return product;
 }
 
+namespace detail {
+
+Tensor half_product_float32(const Tensor& a, const Tensor& b) {
+  const Device device = common_device("matmul", a, b);
+  TESSERA_INTERNAL_ASSERT(is_half(a.dtype()) && a.dtype() == b.dtype() && a.dim() == 2 &&
+                              b.dim() == 2 && a.size(1) == b.size(0),
+                          "half_product_float32 of {} {} and {} {}", dtype_name(a.dtype()),
+                          a.shape().str(), dtype_name(b.dtype()), b.shape().str());
+  NoGradGuard internal;
+  const bool native = backend_of(device).matmul_takes_half(a.dtype());
+  const Tensor a2 = native ? a : to_float32(a), b2 = native ? b : to_float32(b);
+  const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor out = make_tensor({1, m, n}, kFloat32, device, "matmul");
+  backend_of(device).matmul(as_batched(a2, {}, m, k), as_batched(b2, {}, k, n), out);
+  return out.view({m, n});
+}
+
+}  // namespace detail
 }  // namespace tessera

@@ -28,7 +28,8 @@
 // Note [CPU bfloat16 GEMM]
 // A CPU with AVX512-BF16 (vdpbf16ps: bfloat16 products summed in float32) multiplies
 // bfloat16 operands as they are, through a oneDNN matmul primitive that rounds once into the
-// bfloat16 output: no float32 copies of the operands, half their memory traffic. Primitives
+// bfloat16 output (or writes the float32 sums, for nn::Linear, which adds its bias before
+// rounding): no float32 copies of the operands, half their memory traffic. Primitives
 // are kept per shape and layout (creating one costs far more than a small product). Other
 // CPUs, float16, and TESSERA_CPU_BF16_MATMUL=0 take the front end's float32 path (Note [Half
 // precision]); both give float32 sums of exact products, rounded once.
@@ -110,7 +111,8 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
 struct Bf16GemmKey {
   i64 m, n, k, lda, ldb;
   bool ta, tb;
-  auto tie() const { return std::tie(m, n, k, lda, ldb, ta, tb); }
+  bool float32_out;  // the sums unrounded (detail::half_product_float32)
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ta, tb, float32_out); }
   bool operator<(const Bf16GemmKey& o) const { return tie() < o.tie(); }
 };
 
@@ -139,31 +141,32 @@ const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
                key.ta ? dnnl::memory::dims{1, key.lda} : dnnl::memory::dims{key.lda, 1});
   const md weights({key.k, key.n}, dt::bf16,
                    key.tb ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
-  const md dst({key.m, key.n}, dt::bf16, dnnl::memory::dims{key.n, 1});
+  const md dst({key.m, key.n}, key.float32_out ? dt::f32 : dt::bf16, dnnl::memory::dims{key.n, 1});
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), cpu_engine());
   dnnl::matmul primitive(pd);
   return made.emplace(key, Bf16Gemm{std::move(pd), std::move(primitive)}).first->second;
 }
 
+// bfloat16 a and b, out bfloat16 or float32.
 void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   const i64 batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   char* c = impl_of(out).data();
-  const std::size_t item = itemsize(kBFloat16);
-  if (k == 0) {  // an empty sum
-    std::memset(c, 0, static_cast<std::size_t>(out.numel()) * item);
+  const std::size_t item = itemsize(kBFloat16), out_item = itemsize(out.dtype());
+  if (k == 0) {  // an empty sum: zero bits are 0 in both dtypes
+    std::memset(c, 0, static_cast<std::size_t>(out.numel()) * out_item);
     return;
   }
   const GemmOperand ga = gemm_operand(a), gb = gemm_operand(b);
   try {
-    const Bf16GemmKey key{m, n, k, ga.ld, gb.ld, ga.trans, gb.trans};
+    const Bf16GemmKey key{m, n, k, ga.ld, gb.ld, ga.trans, gb.trans, out.dtype() == kFloat32};
     const Bf16Gemm& gemm = bf16_gemm(key);
     const dnnl::matmul::primitive_desc& pd = gemm.pd;
     dnnl::stream stream(cpu_engine());
     for (i64 bi = 0; bi < batches; ++bi) {
       dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
       dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
-      dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * item);
+      dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * out_item);
       gemm.primitive.execute(
           stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     }
@@ -198,7 +201,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() > 0 && k > 0) {
     const i64 lda = gemm_operand(a).ld, ldb = gemm_operand(b).ld;
     const i64 int_max = std::numeric_limits<int>::max();
-    TESSERA_CHECK(out.dtype() == kBFloat16 ||
+    TESSERA_CHECK(a.dtype() == kBFloat16 ||
                       (out.dtype() == kFloat32 && m * n * k >= kDnnlMinWork) ||
                       std::max({m, n, k, lda, ldb}) <= int_max,
                   ShapeError,
@@ -207,7 +210,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                   m, n, k, lda, ldb, dtype_name(out.dtype()));
   }
   launch(out.device().index(), [a, b, out] {
-    if (out.dtype() == kBFloat16) return matmul_bf16(a, b, out);  // Note [CPU bfloat16 GEMM]
+    if (a.dtype() == kBFloat16) return matmul_bf16(a, b, out);  // Note [CPU bfloat16 GEMM]
     dispatch_floating(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       matmul_typed<T>(a, b, out);
