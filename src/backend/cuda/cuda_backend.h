@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;  // cuda_matmul.cpp
+  bool matmul_takes_half(Dtype dtype) const override;                         // cuda_matmul.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cuda_ops.cpp

@@ -50,8 +50,9 @@ std::size_t GemmPlans::Hash::operator()(const GemmShape& s) const {
   std::size_t h = static_cast<std::size_t>(s.op_a) * 31 + static_cast<std::size_t>(s.op_b);
   for (std::int64_t v :
        {s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.batches, s.stride_a, s.stride_b, s.stride_c,
-        static_cast<std::int64_t>(s.type), static_cast<std::int64_t>(s.compute),
-        std::int64_t{s.align_a}, std::int64_t{s.align_b}, std::int64_t{s.align_c}}) {
+        static_cast<std::int64_t>(s.type), static_cast<std::int64_t>(s.out_type),
+        static_cast<std::int64_t>(s.compute), std::int64_t{s.align_a}, std::int64_t{s.align_b},
+        std::int64_t{s.align_c}}) {
     h = h * 1000003u ^ static_cast<std::size_t>(v);
   }
   return h;
@@ -72,7 +73,7 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   const bool ta = s.op_a != CUBLAS_OP_N, tb = s.op_b != CUBLAS_OP_N;
   p.a = layout(s.type, ta ? s.k : s.m, ta ? s.m : s.k, s.lda, s.batches, s.stride_a);
   p.b = layout(s.type, tb ? s.n : s.k, tb ? s.k : s.n, s.ldb, s.batches, s.stride_b);
-  p.c = layout(s.type, s.m, s.n, s.ldc, s.batches, s.stride_c);
+  p.c = layout(s.out_type, s.m, s.n, s.ldc, s.batches, s.stride_c);
   cublasLtMatmulPreference_t pref;
   TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const std::uint64_t ws = workspace_bytes;

@@ -16,7 +16,8 @@ namespace tessera::detail {
 struct GemmShape {
   cublasOperation_t op_a, op_b;
   std::int64_t m, n, k, lda, ldb, ldc, batches, stride_a, stride_b, stride_c;
-  cudaDataType type;
+  cudaDataType type;      // A and B
+  cudaDataType out_type;  // C (and D): type, or float32 sums of half operands
   cublasComputeType_t compute;
   // Alignment of the A, B and C pointers in bytes (a power of two up to 256): views may
   // start anywhere, and an algorithm picked for aligned pointers may need them.

@@ -3,6 +3,9 @@
 // or cuBLAS where cuBLASLt has no algorithm. See Note [cuBLAS operands].
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/check.h"
@@ -19,6 +22,16 @@
 // CPU's row-major BLAS call uses. Batch stride 0 (a broadcast operand) is legal in cuBLAS.
 // float32 uses CUBLAS_COMPUTE_32F (exact float32 products and sums) unless
 // set_matmul_allow_tf32(true), then CUBLAS_COMPUTE_32F_FAST_TF32.
+//
+// Note [CUDA half GEMM]
+// bfloat16 and float16 operands go to cuBLASLt as they are (CUDA_R_16BF, CUDA_R_16F) with
+// CUBLAS_COMPUTE_32F: exact products summed in float32 on the tensor cores, rounded once into
+// a half output, or written unrounded into a float32 one (detail::half_product_float32, for
+// a Linear that adds its bias before rounding). These are the combinations cuBLASLt
+// documents for 16-bit inputs and 32-bit compute, and what Note [Half precision] promises of
+// the front end's float32 path, without its float32 copies of the operands. They skip our
+// small-matmul kernel, which is float32 only. TESSERA_CUDA_HALF_MATMUL=0 goes back to the
+// float32 copies.
 
 namespace tessera::detail {
 namespace {
@@ -41,7 +54,28 @@ GemmOperand gemm_operand(const cuda::KernelArg& t) {
           t.data};
 }
 
+cudaDataType cuda_type(Dtype dtype) {
+  switch (dtype) {
+    case kFloat64:
+      return CUDA_R_64F;
+    case kBFloat16:
+      return CUDA_R_16BF;
+    case kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
 }  // namespace
+
+bool CudaBackend::matmul_takes_half(Dtype dtype) const {
+  static const bool on = [] {
+    const char* env = std::getenv("TESSERA_CUDA_HALF_MATMUL");
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
+  }();
+  return on && is_half(dtype);  // Note [CUDA half GEMM]
+}
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   const cuda::KernelArg ka = kernel_arg(a), kb = kernel_arg(b), kc = kernel_arg(out);
@@ -54,17 +88,20 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   TESSERA_INTERNAL_ASSERT(kc.contiguous, "matmul output must be contiguous");
-  if (is_half(kc.dtype)) half_reached_kernel(kc.dtype);  // the front end widens
-  if (cuda::small_gemm_fits(batches, m, n, k)) {         // Note [Small matmuls]
+  const bool half = is_half(ka.dtype);  // Note [CUDA half GEMM]
+  if (half && !matmul_takes_half(ka.dtype)) half_reached_kernel(ka.dtype);
+  TESSERA_INTERNAL_ASSERT(kc.dtype == ka.dtype || (half && kc.dtype == kFloat32),
+                          "matmul of {} into {}", dtype_name(ka.dtype), dtype_name(kc.dtype));
+  if (!half && cuda::small_gemm_fits(batches, m, n, k)) {  // Note [Small matmuls]
     cuda::launch_small_gemm(stream, ka, kb, kc);
     return;
   }
   const GemmOperand ga = gemm_operand(ka), gb = gemm_operand(kb);
   const bool dbl = kc.dtype == kFloat64;
-  const cudaDataType type = dbl ? CUDA_R_64F : CUDA_R_32F;
-  const cublasComputeType_t compute = dbl                   ? CUBLAS_COMPUTE_64F
-                                      : matmul_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                            : CUBLAS_COMPUTE_32F;
+  const cudaDataType type = cuda_type(ka.dtype), out_type = cuda_type(kc.dtype);
+  const cublasComputeType_t compute = dbl                            ? CUBLAS_COMPUTE_64F
+                                      : !half && matmul_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                     : CUBLAS_COMPUTE_32F;
   // alpha and beta are host scalars of the compute type (CUBLAS_POINTER_MODE_HOST, the
   // handle's default).
   const float alpha_f = 1.0f, beta_f = 0.0f;
@@ -90,6 +127,7 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                           .stride_b = ga.batch_stride,
                           .stride_c = m * n,
                           .type = type,
+                          .out_type = out_type,
                           .compute = compute,
                           .align_a = pointer_alignment(gb.data),
                           .align_b = pointer_alignment(ga.data),
@@ -102,12 +140,12 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (batches == 1) {  // the plain GEMM entry point, as PyTorch's mm uses
     TESSERA_CUBLAS_CHECK(cublasGemmEx_64(cublas(out.device().index()), gb.op, ga.op, n, m, k, alpha,
                                          gb.data, type, gb.ld, ga.data, type, ga.ld, beta, kc.data,
-                                         type, n, compute, CUBLAS_GEMM_DEFAULT));
+                                         out_type, n, compute, CUBLAS_GEMM_DEFAULT));
     return;
   }
   TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
       cublas(out.device().index()), gb.op, ga.op, n, m, k, alpha, gb.data, type, gb.ld,
-      gb.batch_stride, ga.data, type, ga.ld, ga.batch_stride, beta, kc.data, type, n, m * n,
+      gb.batch_stride, ga.data, type, ga.ld, ga.batch_stride, beta, kc.data, out_type, n, m * n,
       batches, compute, CUBLAS_GEMM_DEFAULT));
 }
 
