@@ -7,51 +7,59 @@
 #include <cstdint>
 #include <cstring>
 
+// Always inlined: in a kernel that converts many dtypes (the CPU copy kernel's dozens of
+// instantiations) the compiler's inlining budget runs out, and perf showed a call per
+// element to float_to_float16_bits.
+#define TESSERA_HALF_INLINE [[gnu::always_inline]] inline
+
 namespace tessera::detail {
 
-inline std::uint32_t float_bits(float f) {
+TESSERA_HALF_INLINE std::uint32_t float_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-inline float bits_float(std::uint32_t u) {
+TESSERA_HALF_INLINE float bits_float(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
 
-inline std::uint16_t float_to_bfloat16_bits(float f) {
+TESSERA_HALF_INLINE std::uint16_t float_to_bfloat16_bits(float f) {
   const std::uint32_t x = float_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
-inline float bfloat16_bits_to_float(std::uint16_t h) {
+TESSERA_HALF_INLINE float bfloat16_bits_to_float(std::uint16_t h) {
   return bits_float(static_cast<std::uint32_t>(h) << 16);
 }
 
-// See Note [float16 rounding].
-inline std::uint16_t float_to_float16_bits(float f) {
-  std::uint32_t x = float_bits(f);
-  const std::uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  if (x > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
-  if (x >= 0x47800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65536
-  if (x < 0x38800000u) {  // below 2^-14: a subnormal float16 (or zero)
-    const float t = bits_float(x) + 0.5f;
-    return static_cast<std::uint16_t>(sign | (float_bits(t) - 0x3f000000u));
-  }
-  x += 0xc8000fffu + ((x >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | (x >> 13));
+// See Note [float16 rounding]. Every case is computed and one is selected, without branches
+// (the same bits as the branching form for all 2^32 inputs, checked exhaustively once).
+TESSERA_HALF_INLINE std::uint16_t float_to_float16_bits(float f) {
+  const std::uint32_t all = float_bits(f);
+  const std::uint32_t sign = (all >> 16) & 0x8000u;
+  const std::uint32_t x = all & 0x7fffffffu;
+  const std::uint32_t nan = 0x7e00u | ((x >> 13) & 0x3ffu);
+  // Below 2^-14: a subnormal float16 (or zero). The mask keeps the addition finite for the
+  // inputs whose result another case gives.
+  const std::uint32_t subnormal = float_bits(bits_float(x & 0x3fffffffu) + 0.5f) - 0x3f000000u;
+  const std::uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+  std::uint32_t r = x < 0x38800000u ? subnormal : normal;
+  r = x >= 0x47800000u ? 0x7c00u : r;  // >= 65536: infinity
+  r = x > 0x7f800000u ? nan : r;
+  return static_cast<std::uint16_t>(sign | r);
 }
-inline float float16_bits_to_float(std::uint16_t h) {
+// Branch-free as float_to_float16_bits.
+TESSERA_HALF_INLINE float float16_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) {
-    const float v = static_cast<float>(mant) * 0x1p-24f;  // exact
-    return bits_float(sign | float_bits(v));
-  }
-  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  const std::uint32_t inf_nan = 0x7f800000u | (mant << 13);
+  const std::uint32_t subnormal = float_bits(static_cast<float>(mant) * 0x1p-24f);  // exact
+  const std::uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
+  std::uint32_t r = exp == 0 ? subnormal : normal;
+  r = exp == 0x1f ? inf_nan : r;
+  return bits_float(sign | r);
 }
 
 // Note [float16 rounding]
@@ -64,15 +72,15 @@ inline float float16_bits_to_float(std::uint16_t h) {
 struct BFloat16 {
   std::uint16_t bits = 0;
   BFloat16() = default;
-  explicit BFloat16(float f) : bits(float_to_bfloat16_bits(f)) {}
-  operator float() const { return bfloat16_bits_to_float(bits); }
+  [[gnu::always_inline]] explicit BFloat16(float f) : bits(float_to_bfloat16_bits(f)) {}
+  [[gnu::always_inline]] operator float() const { return bfloat16_bits_to_float(bits); }
 };
 
 struct Float16 {
   std::uint16_t bits = 0;
   Float16() = default;
-  explicit Float16(float f) : bits(float_to_float16_bits(f)) {}
-  operator float() const { return float16_bits_to_float(bits); }
+  [[gnu::always_inline]] explicit Float16(float f) : bits(float_to_float16_bits(f)) {}
+  [[gnu::always_inline]] operator float() const { return float16_bits_to_float(bits); }
 };
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Float16) == 2);

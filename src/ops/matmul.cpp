@@ -52,6 +52,18 @@ Tensor as_batched(const Tensor& t, const Shape& batch, std::int64_t rows, std::i
   return e.contiguous().view({batch.numel(), rows, cols});
 }
 
+// t in float32 for a product, in t's layout when t is a transposed dense matrix (a.t(), the
+// weight of a Linear): the conversion then runs over dense rows, and the GEMM reads the
+// transposed view for free (Note [Matmul operands]). Call it under NoGradGuard.
+Tensor widen_for_product(const Tensor& t) {
+  if (t.dim() >= 2 && !t.is_contiguous()) {
+    const int rows = t.dim() - 2, cols = t.dim() - 1;
+    const Tensor back = t.transpose(rows, cols);
+    if (back.is_contiguous()) return detail::to_float32(back).transpose(rows, cols);
+  }
+  return detail::to_float32(t);
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -79,7 +91,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // Note [Half precision]: half operands are multiplied in float32, rounded once, by the
   // backend itself where it can (Note [CPU bfloat16 GEMM]), else in float32 copies.
   const bool half = is_half(a.dtype()) && !detail::backend_of(device).matmul_takes_half(a.dtype());
-  const Tensor a32 = half ? detail::to_float32(a) : a, b32 = half ? detail::to_float32(b) : b;
+  const Tensor a32 = half ? widen_for_product(a) : a, b32 = half ? widen_for_product(b) : b;
   const Tensor a2 = a.dim() == 1 ? a32.unsqueeze(0) : a32;
   const Tensor b2 = b.dim() == 1 ? b32.unsqueeze(1) : b32;
   const std::int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
@@ -113,7 +125,7 @@ Tensor half_product_float32(const Tensor& a, const Tensor& b) {
                           a.shape().str(), dtype_name(b.dtype()), b.shape().str());
   NoGradGuard internal;
   const bool native = backend_of(device).matmul_takes_half(a.dtype());
-  const Tensor a2 = native ? a : to_float32(a), b2 = native ? b : to_float32(b);
+  const Tensor a2 = native ? a : widen_for_product(a), b2 = native ? b : widen_for_product(b);
   const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   Tensor out = make_tensor({1, m, n}, kFloat32, device, "matmul");
   backend_of(device).matmul(as_batched(a2, {}, m, k), as_batched(b2, {}, k, n), out);
