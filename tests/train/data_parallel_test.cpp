@@ -21,7 +21,13 @@ class DataParallel : public DeviceTest {
   std::vector<Device> group() const { return same_kind_devices(); }
 };
 
-std::shared_ptr<nn::Module> make_net(bool conv) {
+// conv: a small LeNet-like net; wide: an MLP whose first weight (64 x 1024 float32) is large
+// enough to be all-reduced in place (Note [Gradients reduced in place]).
+std::shared_ptr<nn::Module> make_net(bool conv, bool wide = false) {
+  if (wide) {
+    return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 1024), nn::ReLU(),
+                                            nn::Linear(1024, 4));
+  }
   if (conv) {
     return std::make_shared<nn::Sequential>(nn::Conv2d(1, 3, 3, {.padding = {1, 1}}), nn::Sigmoid(),
                                             nn::AvgPool2d(2), nn::Flatten(), nn::Linear(48, 4));
@@ -42,15 +48,15 @@ std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bo
                                           double clip, int epochs,
                                           std::vector<std::shared_ptr<nn::Module>>* made = nullptr,
                                           bool graph = false, Tensor* step_losses = nullptr,
-                                          Dtype precision = kFloat32) {
+                                          Dtype precision = kFloat32, bool wide = false) {
   const auto [images, labels] = random_images(23);
   data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});  // 7, 7, 7, 2
   manual_seed(0);
   std::vector<std::shared_ptr<nn::Module>> local;
   auto& models = made ? *made : local;
   train::Classifier task(
-      [&models, conv] {
-        models.push_back(make_net(conv));
+      [&models, conv, wide] {
+        models.push_back(make_net(conv, wide));
         return models.back();
       },
       make_opt(adam));
@@ -85,6 +91,27 @@ TEST_P(DataParallel, ReplicasEndWhereOneDeviceEnds) {
           testing::expect_close(many[i], one[i], 1e-4, 1e-5,
                                 what + " parameter " + std::to_string(i));
         }
+      }
+    }
+  }
+}
+
+// A layer whose gradient is summed in place, eager and recorded, with clipping and Adam.
+TEST_P(DataParallel, AWideLayerEndsWhereOneDeviceEnds) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  for (const bool graph : {false, true}) {
+    if (graph && device().is_cuda()) continue;  // a graph holds one GPU
+    for (const bool adam : {false, true}) {
+      const std::string what = fmt::format("graph={} adam={}", graph, adam);
+      const auto one = train_on({device()}, false, adam, 0.5, 2, nullptr, graph, nullptr, kFloat32,
+                                /*wide=*/true);
+      const auto many =
+          train_on(g, false, adam, 0.5, 2, nullptr, graph, nullptr, kFloat32, /*wide=*/true);
+      ASSERT_EQ(one.size(), many.size());
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        testing::expect_close(many[i], one[i], 1e-4, 1e-5,
+                              what + " parameter " + std::to_string(i));
       }
     }
   }
