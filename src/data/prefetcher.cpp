@@ -55,7 +55,7 @@ namespace {
 }  // namespace
 
 Prefetcher::Prefetcher(std::int64_t count, std::int64_t depth, std::uint64_t epoch,
-                       std::function<data::Batch(std::int64_t)> gather)
+                       std::function<Pieces(std::int64_t)> gather)
     : count_(count), depth_(depth), epoch_(epoch), gather_(std::move(gather)) {
   TESSERA_INTERNAL_ASSERT(depth_ >= 1, "prefetch depth {}", depth_);
   thread_ = std::thread([this] { run(); });
@@ -94,7 +94,7 @@ void Prefetcher::run() {
   }
 }
 
-data::Batch Prefetcher::next() {
+Prefetcher::Pieces Prefetcher::next() {
   std::unique_lock lock(mutex_);
   if (failed_) std::rethrow_exception(failed_);
   TESSERA_INTERNAL_ASSERT(taken_ < count_, "batch {} of {} taken from a prefetcher", taken_,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "tessera/data/loader.h"
 
@@ -15,10 +16,12 @@ namespace tessera::detail {
 
 class Prefetcher {
  public:
+  // The pieces of one batch (one per device of DataLoader::split, else one).
+  using Pieces = std::vector<data::Batch>;
   // Gathers gather(0), ..., gather(count - 1) in that order on its own thread, at most
   // `depth` (>= 1) batches ahead of next(). `epoch` only names the epoch in error messages.
   Prefetcher(std::int64_t count, std::int64_t depth, std::uint64_t epoch,
-             std::function<data::Batch(std::int64_t)> gather);
+             std::function<Pieces(std::int64_t)> gather);
   // Stops the thread after the batch it is gathering, if any, and joins it; batches not
   // taken are dropped. Never waits for more than one batch.
   ~Prefetcher();
@@ -28,18 +31,18 @@ class Prefetcher {
   // The next batch, in order, waiting for it when it is not ready. An exception thrown while
   // gathering it is rethrown here, on the caller's thread, as the same type with the batch
   // and the epoch named in front of its message; later calls throw it again.
-  data::Batch next();
+  Pieces next();
 
  private:
   struct Slot {
-    data::Batch batch;
+    Pieces batch;
     std::exception_ptr error;
   };
   void run();
 
   const std::int64_t count_, depth_;
   const std::uint64_t epoch_;
-  const std::function<data::Batch(std::int64_t)> gather_;
+  const std::function<Pieces(std::int64_t)> gather_;
   std::mutex mutex_;
   std::condition_variable ready_cv_, space_cv_;
   std::deque<Slot> ready_;

@@ -26,6 +26,15 @@
 // while the host queues the next replica's. Metrics and the loss log stay on each device and
 // are read once per epoch (and once per fit), as on one device.
 
+// Note [One copy of a batch]
+// The host used to gather this rank's rows of a batch into host memory (cpu:0's, with
+// logical CPU devices) and cut it into views: replica r > 0's piece was then copied to its
+// device every step, and with TrainerOptions::graph copied again there into the recorded
+// step's inputs, on the device's core. DataLoader::split instead gathers each replica's
+// piece straight into its device's memory where the host can write it (logical CPU
+// devices): eager steps copy no batch, recorded steps copy each piece once, within its
+// device. GPUs' pieces are still gathered on the host and copied once by prepare_batch.
+
 namespace tessera::train {
 namespace {
 
@@ -36,15 +45,6 @@ void check_splittable(std::int64_t batch, std::size_t k) {
                 "replica needs at least one); use a batch size of at least {}, or drop_last "
                 "to skip a short last batch",
                 batch, k, k);
-}
-
-// Rows of each of `k` replicas for `rows` examples, as DataLoader::shard cuts a batch.
-std::vector<std::int64_t> shard_sizes(std::int64_t rows, std::size_t k) {
-  check_splittable(rows, k);
-  std::vector<std::int64_t> sizes;
-  const auto kk = static_cast<std::int64_t>(k);
-  for (std::int64_t r = 0; r < kk; ++r) sizes.push_back(rows / kk + (r < rows % kk ? 1 : 0));
-  return sizes;
 }
 
 // Refuses replicas whose parameters differ from replica 0's, naming the first difference.
@@ -182,23 +182,18 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     }
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
-    // Each rank gathers only its own rows of every batch (its part of `ranks`).
-    for (const data::Batch& mine :
-         train.shard(static_cast<std::int64_t>(rank), static_cast<std::int64_t>(ranks))) {
+    // Each rank gathers only its own rows of every batch (its part of `ranks`), each
+    // replica's piece straight into its device's memory where the host writes it (logical
+    // CPU devices), so prepare_batch copies nothing there (Note [One copy of a batch]).
+    for (const std::vector<data::Batch>& pieces :
+         train.split(static_cast<std::int64_t>(rank), static_cast<std::int64_t>(ranks), devices_)) {
       const std::int64_t batch = train.batch_length(done);
       check_splittable(batch, ranks * k);
-      const std::vector<std::int64_t> sizes = shard_sizes(mine.examples(), k);
-      // Each replica's share of every tensor of the batch, on its device.
-      std::vector<data::Batch> on_devices;
-      std::int64_t offset = 0;
+      std::vector<std::int64_t> sizes;
+      std::vector<data::Batch> on_devices;  // each replica's piece, on its device
       for (std::size_t r = 0; r < k; ++r) {
-        data::Batch shard;
-        shard.more.resize(mine.more.size());
-        for (std::size_t i = 0; i < mine.size(); ++i) {
-          if (mine[i].defined()) shard[i] = mine[i].narrow(0, offset, sizes[r]);
-        }
-        on_devices.push_back(prepare_batch(shard, devices_[r]));
-        offset += sizes[r];
+        sizes.push_back(pieces[r].examples());
+        on_devices.push_back(prepare_batch(pieces[r], devices_[r]));
       }
       const bool full = batch == train.options().batch_size;
       std::vector<StepResult> results;

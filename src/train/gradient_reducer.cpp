@@ -15,10 +15,13 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> params,
   std::size_t bytes = 0;
   for (std::size_t p = first.size(); p-- > 0;) {
     const Tensor& t = first[p];
-    const bool fits = !buckets_.empty() && bytes + t.nbytes() <= bucket_bytes &&
+    const bool alone = t.nbytes() >= kInPlaceBytes;  // Note [Gradients reduced in place]
+    const bool fits = !buckets_.empty() && !alone && !buckets_.back().in_place &&
+                      bytes + t.nbytes() <= bucket_bytes &&
                       first[buckets_.back().slots.front().param].dtype() == t.dtype();
     if (!fits) {
       buckets_.emplace_back();
+      buckets_.back().in_place = alone;
       bytes = 0;
     }
     Bucket& b = buckets_.back();
@@ -32,8 +35,9 @@ GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> params,
     const std::int64_t numel = b.slots.back().offset + b.slots.back().numel;
     const Tensor& like = first[b.slots.front().param];
     for (const std::vector<Tensor>& replica : params_) {
-      b.flat.push_back(empty({numel}, {like.dtype(), replica.front().device()}));
+      b.own.push_back(empty({numel}, {like.dtype(), replica.front().device()}));
     }
+    b.flat = b.own;
     for (const Slot& s : b.slots) bucket_of_[s.param] = i;
   }
   reset();
@@ -70,8 +74,25 @@ void GradientReducer::mark_ready(std::size_t replica, std::size_t param) {
   }
 }
 
+std::size_t GradientReducer::in_place_buckets() const {
+  std::size_t n = 0;
+  for (const Bucket& b : buckets_) n += b.in_place ? 1 : 0;
+  return n;
+}
+
 void GradientReducer::fill(Bucket& b, std::size_t replica) {
   NoGradGuard no_grad;
+  b.flat[replica] = b.own[replica];
+  if (b.in_place) {
+    const Tensor& param = params_[replica][b.slots.front().param];
+    const Tensor g = param.grad();
+    if (g.defined() && g.is_contiguous() && g.dtype() == param.dtype()) {
+      b.flat[replica] = g.view({b.slots.front().numel});  // summed where it lies
+      b.waiting[replica] = 0;
+      ++b.filled;
+      return;
+    }
+  }
   for (const Slot& s : b.slots) {
     Tensor slice = b.flat[replica].narrow(0, s.offset, s.numel);
     const Tensor g = params_[replica][s.param].grad();

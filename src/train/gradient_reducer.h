@@ -26,6 +26,15 @@ namespace tessera::train {
 // parameter no loss depends on gets no hook call; it contributes zeros, so every replica
 // still steps identically) and starts the next step afresh. One backward per replica per
 // step: a second pass before reduce() adds nothing to buckets already filled.
+//
+// Note [Gradients reduced in place]
+// Copying a gradient into its bucket costs a pass over its bytes on every replica every
+// step: for the MLP on two logical CPU devices, 0.8 MB per device per step, about as long
+// as the all-reduce itself. So a parameter of at least kInPlaceBytes gets a bucket of its
+// own, whose flat buffer on each replica is the gradient backward made (contiguous, of the
+// parameter's dtype): it is summed where it lies, and the copy is saved for the price of
+// one more collective per such parameter. A gradient that is not like that (none, a
+// strided view, another dtype) is copied into the bucket's own buffer as before.
 class GradientReducer {
  public:
   using AllReduceSum = std::function<void(const std::vector<Tensor>& one_per_replica)>;
@@ -43,6 +52,11 @@ class GradientReducer {
   void reduce();
 
   std::size_t buckets() const { return buckets_.size(); }
+  // Buckets of one parameter, whose gradients are summed in place (Note [Gradients reduced
+  // in place]).
+  std::size_t in_place_buckets() const;
+  // A parameter's gradient of at least this many bytes is reduced in place.
+  static constexpr std::size_t kInPlaceBytes = std::size_t{256} << 10;
   // Buckets whose all-reduce was queued during backward in the last step (for tests).
   std::size_t overlapped() const { return overlapped_; }
 
@@ -53,7 +67,9 @@ class GradientReducer {
   };
   struct Bucket {
     std::vector<Slot> slots;
-    std::vector<Tensor> flat;          // one per replica, on its device
+    std::vector<Tensor> own;           // one flat buffer per replica, on its device
+    std::vector<Tensor> flat;          // what is summed: `own`, or the gradient in place
+    bool in_place = false;             // one parameter, summed where its gradient lies
     std::vector<std::size_t> waiting;  // per replica: slots whose gradient is not final yet
     std::size_t filled = 0;            // replicas whose flat buffer has been filled
     bool launched = false;

@@ -21,7 +21,13 @@ class DataParallel : public DeviceTest {
   std::vector<Device> group() const { return same_kind_devices(); }
 };
 
-std::shared_ptr<nn::Module> make_net(bool conv) {
+// conv: a small LeNet-like net; wide: an MLP whose first weight (64 x 1024 float32) is large
+// enough to be all-reduced in place (Note [Gradients reduced in place]).
+std::shared_ptr<nn::Module> make_net(bool conv, bool wide = false) {
+  if (wide) {
+    return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 1024), nn::ReLU(),
+                                            nn::Linear(1024, 4));
+  }
   if (conv) {
     return std::make_shared<nn::Sequential>(nn::Conv2d(1, 3, 3, {.padding = {1, 1}}), nn::Sigmoid(),
                                             nn::AvgPool2d(2), nn::Flatten(), nn::Linear(48, 4));
@@ -42,15 +48,15 @@ std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bo
                                           double clip, int epochs,
                                           std::vector<std::shared_ptr<nn::Module>>* made = nullptr,
                                           bool graph = false, Tensor* step_losses = nullptr,
-                                          Dtype precision = kFloat32) {
+                                          Dtype precision = kFloat32, bool wide = false) {
   const auto [images, labels] = random_images(23);
   data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});  // 7, 7, 7, 2
   manual_seed(0);
   std::vector<std::shared_ptr<nn::Module>> local;
   auto& models = made ? *made : local;
   train::Classifier task(
-      [&models, conv] {
-        models.push_back(make_net(conv));
+      [&models, conv, wide] {
+        models.push_back(make_net(conv, wide));
         return models.back();
       },
       make_opt(adam));
@@ -90,6 +96,27 @@ TEST_P(DataParallel, ReplicasEndWhereOneDeviceEnds) {
   }
 }
 
+// A layer whose gradient is summed in place, eager and recorded, with clipping and Adam.
+TEST_P(DataParallel, AWideLayerEndsWhereOneDeviceEnds) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  for (const bool graph : {false, true}) {
+    if (graph && device().is_cuda()) continue;  // a graph holds one GPU
+    for (const bool adam : {false, true}) {
+      const std::string what = fmt::format("graph={} adam={}", graph, adam);
+      const auto one = train_on({device()}, false, adam, 0.5, 2, nullptr, graph, nullptr, kFloat32,
+                                /*wide=*/true);
+      const auto many =
+          train_on(g, false, adam, 0.5, 2, nullptr, graph, nullptr, kFloat32, /*wide=*/true);
+      ASSERT_EQ(one.size(), many.size());
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        testing::expect_close(many[i], one[i], 1e-4, 1e-5,
+                              what + " parameter " + std::to_string(i));
+      }
+    }
+  }
+}
+
 TEST_P(DataParallel, ReplicasStayIdenticalWithoutAHostWaitPerStep) {
   const auto g = group();
   if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
@@ -114,24 +141,33 @@ TEST_P(DataParallel, TheLedgerShowsTheAllReduceBytes) {
   const auto g = group();
   if (g.size() != 2) GTEST_SKIP() << "counts bytes for two devices";
   const auto [images, labels] = random_images(32);
-  data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 1});  // 4 steps
-  train::Classifier task([] { return make_net(false); }, make_opt(false));
-  train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g});
-  synchronize(g[0]);
-  reset_transfer_stats();
-  trainer.fit(task, loader);
-  std::int64_t numel = 0;
-  for (const Tensor& p : task.model().parameters()) numel += p.numel();
-  // Into the first device: per step the all-reduce of one float32 bucket (for two devices,
-  // (k - 1) * c + (n - c) = n elements). Logical CPU devices also count what the GPU
-  // counts as h2d and d2h: on cpu:0 (where batches and step_losses() live), the other
-  // replica's loss log at the end; elsewhere the model's one move from cpu:0 and each
-  // step's shard (4 images of 8x8 float32 and 4 int64 labels).
-  const auto n = static_cast<std::uint64_t>(numel);
-  std::uint64_t expected = 4 * n * 4;
-  if (g[0] == cpu(0)) expected += 4 * 4;
-  if (g[0].is_cpu() && g[0] != cpu(0)) expected += n * 4 + 4 * (4 * 64 * 4 + 4 * 8);
-  EXPECT_EQ(transfer_stats(g[0]).d2d_bytes, expected) << transfer_stats(g[0]);
+  // Recorded steps too where a graph may hold several devices (not GPUs).
+  for (const bool graph :
+       g[0].is_cpu() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    SCOPED_TRACE(graph ? "recorded steps" : "eager steps");
+    data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 1});  // 4 steps
+    train::Classifier task([] { return make_net(false); }, make_opt(false));
+    train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g, .graph = graph});
+    synchronize(g[0]);
+    reset_transfer_stats();
+    trainer.fit(task, loader);
+    std::int64_t numel = 0;
+    for (const Tensor& p : task.model().parameters()) numel += p.numel();
+    // Into the first device: per step the all-reduce of one float32 bucket (for two devices,
+    // (k - 1) * c + (n - c) = n elements). Logical CPU devices also count what the GPU
+    // counts as h2d and d2h: on cpu:0 (where step_losses() lives), the other replica's loss
+    // log at the end; elsewhere the model's one move from cpu:0. No batch crosses between
+    // logical devices: each replica's piece is gathered in its device's memory
+    // (DataLoader::split), and a recorded step copies it within that device. The front end
+    // counts a collective when it is called: a recorded step's all-reduce once, when it is
+    // recorded (the second step), not at each replay (the third and fourth).
+    const auto n = static_cast<std::uint64_t>(numel);
+    std::uint64_t expected = (graph ? 2 : 4) * n * 4;
+    if (g[0] == cpu(0)) expected += 4 * 4;
+    if (g[0].is_cpu() && g[0] != cpu(0)) expected += n * 4;
+    EXPECT_EQ(transfer_stats(g[0]).d2d_bytes, expected) << transfer_stats(g[0]);
+    if (g[0].is_cpu()) EXPECT_EQ(transfer_stats().h2d_bytes, 0u) << transfer_stats();
+  }
 }
 
 TEST_P(DataParallel, RefusesWhatCannotWork) {

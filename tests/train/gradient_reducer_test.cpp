@@ -85,6 +85,52 @@ TEST_P(GradientReducerTest, OneBucketIsQueuedOnlyOnceEveryReplicaFilledIt) {
   EXPECT_EQ(w1, replicas[1].w1.grad().to_vector<float>());
 }
 
+// Note [Gradients reduced in place]: a parameter of kInPlaceBytes or more is a bucket of its
+// own, summed where backward left its gradient (no copy into a flat buffer); the smaller ones
+// share a bucket as before. The sums are the same.
+TEST_P(GradientReducerTest, ALargeGradientIsSummedWhereItLies) {
+  const std::int64_t wide = GradientReducer::kInPlaceBytes / sizeof(float) / 4;  // [4, wide]
+  const std::vector<Tensor> xs = {randn({6, 4}, device()), randn({6, 4}, device())};
+  std::vector<std::vector<Tensor>> params;
+  for (int r = 0; r < 2; ++r) {
+    manual_seed(1);
+    params.push_back(
+        {randn({4, wide}, device()).requires_grad_(), randn({wide}, device()).requires_grad_()});
+  }
+  const auto loss = [&](std::size_t r) {
+    return sum(relu(matmul(xs[r], params[r][0]) + params[r][1]));
+  };
+  std::vector<std::vector<std::vector<float>>> own(2);
+  for (std::size_t r = 0; r < 2; ++r) {
+    loss(r).backward();
+    for (const Tensor& p : params[r]) own[r].push_back(p.grad().to_vector<float>());
+  }
+  GradientReducer reducer(params, sum_on_host_device);
+  EXPECT_EQ(reducer.buckets(), 2u);
+  EXPECT_EQ(reducer.in_place_buckets(), 1u);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<Tensor> made;  // the large gradient each replica's backward made
+    for (std::size_t r = 0; r < 2; ++r) {
+      for (Tensor p : params[r]) p.set_grad(Tensor());
+      loss(r).backward();
+      made.push_back(params[r][0].grad());
+    }
+    reducer.reduce();
+    EXPECT_EQ(reducer.overlapped(), 2u);
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(params[r][0].grad().shares_storage(made[r])) << "summed in place";
+      for (std::size_t p = 0; p < 2; ++p) {
+        const std::vector<float> got = params[r][p].grad().to_vector<float>();
+        ASSERT_EQ(got.size(), own[0][p].size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          ASSERT_NEAR(got[i], static_cast<double>(own[0][p][i]) + own[1][p][i], 1e-4)
+              << "step " << step << " replica " << r << " param " << p << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(GradientReducerTest);
 
 }  // namespace

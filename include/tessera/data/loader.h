@@ -97,22 +97,54 @@ class TESSERA_API DataLoader {
    public:
     using value_type = Batch;
     using difference_type = std::ptrdiff_t;
-    const Batch& operator*() const { return batch_; }
-    const Batch* operator->() const { return &batch_; }
+    const Batch& operator*() const { return pieces_.front(); }
+    const Batch* operator->() const { return &pieces_.front(); }
     iterator& operator++();
     bool operator==(const iterator& other) const { return index_ == other.index_; }
 
    private:
     friend class DataLoader;
     TESSERA_HIDDEN iterator(const DataLoader* loader, std::int64_t index, std::int64_t part = 0,
-                            std::int64_t parts = 1,
+                            std::int64_t parts = 1, std::vector<Device> devices = {},
                             std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
     void load();
     const DataLoader* loader_ = nullptr;
     std::int64_t index_ = 0;
     std::int64_t part_ = 0, parts_ = 1;  // the rows of each batch it yields (see shard())
+    std::vector<Device> devices_;        // split()'s devices; none: one piece on the host
     std::shared_ptr<detail::Prefetcher> prefetcher_;  // null without prefetch
-    Batch batch_;
+    std::vector<Batch> pieces_{1};                    // one per device of split(), else one
+  };
+  /// One part of every batch cut again over devices (see split()): iterating it starts an
+  /// epoch, as begin() does, and yields one batch per device.
+  class TESSERA_API Split {
+   public:
+    class iterator {
+     public:
+      using value_type = std::vector<Batch>;
+      using difference_type = std::ptrdiff_t;
+      const std::vector<Batch>& operator*() const { return it_.pieces_; }
+      iterator& operator++() {
+        ++it_;
+        return *this;
+      }
+      bool operator==(const iterator& other) const { return it_ == other.it_; }
+
+     private:
+      friend class Split;
+      explicit iterator(DataLoader::iterator it) : it_(std::move(it)) {}
+      DataLoader::iterator it_;
+    };
+    iterator begin();
+    iterator end() const;
+
+   private:
+    friend class DataLoader;
+    Split(DataLoader* loader, std::int64_t part, std::int64_t parts, std::vector<Device> devices)
+        : loader_(loader), part_(part), parts_(parts), devices_(std::move(devices)) {}
+    DataLoader* loader_;
+    std::int64_t part_, parts_;
+    std::vector<Device> devices_;
   };
   /// Starts an epoch: each begin() reshuffles (seed + the number of epochs begun before) and,
   /// with prefetch, starts the thread that gathers the epoch's batches. Rethrows an error of
@@ -132,16 +164,33 @@ class TESSERA_API DataLoader {
   ///
   ///   for (const data::Batch& mine : train.shard(rank, world_size)) { ... }
   Shard shard(std::int64_t part, std::int64_t parts);
+  /// Part `part` of `parts` of every batch (as shard() cuts it), cut again in the same way
+  /// over `devices`: for each batch, piece r holds the rows replica r on devices[r] trains
+  /// on, the pieces stacked are the part (same epoch order and values). Each piece is
+  /// gathered straight into memory of its device when the host writes that memory (the
+  /// plain CPU and logical CPU devices: it is fresh, so no queued work reads it), so that
+  /// moving it there (to_device, Trainer::prepare_batch) copies nothing; into host memory
+  /// otherwise (a GPU's piece, pinned). A piece can be empty when the part has fewer rows
+  /// than devices. Error unless 0 <= part < parts and `devices` is not empty.
+  ///
+  ///   for (const std::vector<data::Batch>& pieces : train.split(rank, world_size, devices))
+  Split split(std::int64_t part, std::int64_t parts, std::vector<Device> devices);
 
  private:
   // Batch i of `order`, gathered from `sources` (this loader's, or a prefetch thread's
-  // handles to them): images and labels, or any tensors.
-  // Only the rows of part `part` of `parts` (see shard()).
-  Batch gather(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
-               std::int64_t i, std::int64_t part = 0, std::int64_t parts = 1) const;
-  iterator begin_epoch(std::int64_t part, std::int64_t parts);
+  // handles to them): images and labels, or any tensors. Only the rows of part `part` of
+  // `parts` (see shard()), one piece per device of `devices` (see split()), or one piece on
+  // the host when `devices` is empty.
+  std::vector<Batch> gather(const std::vector<Tensor>& sources,
+                            const std::vector<std::int64_t>& order, std::int64_t i,
+                            std::int64_t part = 0, std::int64_t parts = 1,
+                            const std::vector<Device>& devices = {}) const;
+  iterator begin_epoch(std::int64_t part, std::int64_t parts, std::vector<Device> devices = {});
+  // Rows [start, start + len) of `order` into a batch in memory of `home` (a CPU device).
+  Batch gather_rows(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
+                    std::int64_t start, std::int64_t len, Device home) const;
   Batch gather_images(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
-                      std::int64_t start, std::int64_t len) const;
+                      std::int64_t start, std::int64_t len, Device home) const;
   // images and labels (images_ true), or the tensors of a general loader.
   std::vector<Tensor> sources_;
   bool images_ = true;
