@@ -143,7 +143,8 @@ void run_train(const TrainArgs& a) {
                                 .gradient_clip_val = a.clip,
                                 .progress = !a.quiet,
                                 .metrics_path = a.metrics,
-                                .device = std::nullopt};
+                                .device = std::nullopt,
+                                .devices = {}};
   options.graph = a.graph;
   options.precision = a.precision == "bf16"   ? kBFloat16
                       : a.precision == "fp16" ? kFloat16
