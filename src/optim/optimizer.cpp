@@ -63,6 +63,21 @@ void Optimizer::check_found_inf(const char* op, const Tensor& found_inf) const {
   }
 }
 
+OptimizerState Optimizer::state_dict() const {
+  TESSERA_CHECK(false, Error,
+                "[{}.state_dict] this optimizer cannot save its state; use SGD, Adam or AdamW, "
+                "or override Optimizer::state_dict and load_state_dict",
+                name_);
+  return {};
+}
+
+void Optimizer::load_state_dict(const OptimizerState&) {
+  TESSERA_CHECK(false, Error,
+                "[{}.load_state_dict] this optimizer cannot load a state; use SGD, Adam or "
+                "AdamW, or override Optimizer::state_dict and load_state_dict",
+                name_);
+}
+
 // Note [Optimizer state keys]
 // A state_dict names each tensor "<parameter index>.<name>", as torch.optim keys its state by
 // parameter index: the optimizer holds tensors, not names (it may optimize tensors of no

@@ -59,15 +59,16 @@ class TESSERA_API Optimizer {
   /// devices, keyed "<parameter index>.<name>" ("0.momentum_buffer", "3.exp_avg"); a
   /// parameter no step has reached yet has no entries. Options (lr, betas, ...) are not in
   /// it: they come from the constructor and set_lr, as the program that resumes gives them.
-  /// Never waits for the device.
-  virtual OptimizerState state_dict() const = 0;
+  /// Never waits for the device. SGD, Adam and AdamW implement it; the default throws Error,
+  /// so that an optimizer that cannot save its state is never resumed without it.
+  virtual OptimizerState state_dict() const;
   /// Copies `state` into this optimizer's state, on its parameters' devices (a tensor on
   /// another device is copied there explicitly). Every key is checked before anything
   /// changes: Error for a key this optimizer does not keep (another optimizer's state), a
   /// parameter index past params(), or a parameter's entries incomplete; ShapeError and
   /// DtypeError for a tensor unlike the parameter's state. On an error this optimizer is
-  /// left as it was. Parameters without entries start afresh.
-  virtual void load_state_dict(const OptimizerState& state) = 0;
+  /// left as it was. Parameters without entries start afresh. The default throws Error.
+  virtual void load_state_dict(const OptimizerState& state);
 
  protected:
   /// Checks `params`: not empty, each defined, a leaf, floating, and given once (Error,
