@@ -45,8 +45,8 @@ void save_training_state(const std::filesystem::path& path, const nn::Module& mo
                   "it. Use another key",
                   reserved);
   }
-  meta[kTrainingStateKey] = "1";
-  meta[kEpochKey] = std::to_string(epoch);
+  meta.emplace(kTrainingStateKey, std::string("1"));
+  meta.emplace(kEpochKey, std::to_string(epoch));
   save_safetensors(path, tensors, meta, {.allow_non_finite = false});
 }
 
