@@ -33,5 +33,6 @@
 #include "tessera/sync_guard.h"
 #include "tessera/tensor.h"
 #include "tessera/train/trainer.h"
+#include "tessera/train/training_state.h"
 #include "tessera/transfer_ledger.h"
 #include "tessera/version.h"

@@ -21,8 +21,15 @@ std::map<std::string, std::string> load_checkpoint(Module& module,
   // its data), and only then is the data read, straight into the module's tensors (Note
   // [Reading checkpoints] in src/io/safetensors_reader.cpp): a refused file changes nothing.
   const io::SafetensorsReader file(path);
+  // A training state (train/training_state.h) is a checkpoint with the optimizer's and the
+  // scaler's state beside the module's under prefixes no module tensor may take: skip them.
+  const bool training_state = file.metadata().contains("tessera.training_state");
+  auto is_module_tensor = [&](const std::string& name) {
+    return !training_state || (name.rfind("optim.", 0) != 0 && name.rfind("scaler.", 0) != 0);
+  };
   std::map<std::string, Module::TensorLayout> layouts;
   for (const auto& item : file.items()) {
+    if (!is_module_tensor(item.name)) continue;
     layouts.emplace(item.name, Module::TensorLayout{item.shape, item.dtype});
   }
   module.check_state_dict(layouts);
@@ -32,6 +39,10 @@ std::map<std::string, std::string> load_checkpoint(Module& module,
   std::vector<Tensor> dsts;
   std::vector<Device> devices;
   for (const auto& item : file.items()) {
+    if (!is_module_tensor(item.name)) {
+      dsts.emplace_back();  // an undefined destination: read_into skips the item
+      continue;
+    }
     dsts.push_back(own.at(item.name));
     const Device d = dsts.back().device();
     if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);

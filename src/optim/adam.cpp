@@ -70,6 +70,59 @@ std::int64_t Adam::step_count(std::size_t i) const {
   return static_cast<std::int64_t>(device_steps_.at(i).item<double>());
 }
 
+OptimizerState Adam::state_dict() const {
+  NoGradGuard no_grad;
+  OptimizerState state;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    const std::string prefix = std::to_string(i) + ".";
+    state.emplace(prefix + "exp_avg", exp_avg_[i].clone());
+    state.emplace(prefix + "exp_avg_sq", exp_avg_sq_[i].clone());
+    state.emplace(prefix + "step", capturable_ ? device_steps_[i].clone()
+                                               : full({}, static_cast<double>(steps_[i]),
+                                                      {kFloat64, params_[i].device()}));
+  }
+  return state;
+}
+
+void Adam::load_state_dict(const OptimizerState& state) {
+  const char* op = decoupled_ ? "AdamW.load_state_dict" : "Adam.load_state_dict";
+  NoGradGuard no_grad;
+  // Everything is checked before anything changes: a refused state leaves this optimizer.
+  std::vector<Tensor> m(params_.size()), v(params_.size()), t(params_.size());
+  for (const auto& [key, value] : state) {
+    const auto [i, name] = parse_state_key(op, key, {"exp_avg", "exp_avg_sq", "step"});
+    if (name == "step") {
+      check_state_tensor(op, key, value, Shape{}, kFloat64);
+      t[i] = value;
+    } else {
+      check_state_tensor(op, key, value, params_[i].shape(), params_[i].dtype());
+      (name == "exp_avg" ? m : v)[i] = value;
+    }
+  }
+  std::vector<double> counts(params_.size(), 0);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const int given = int{m[i].defined()} + int{v[i].defined()} + int{t[i].defined()};
+    TESSERA_CHECK(given == 0 || given == 3, Error,
+                  "[{}] parameter {}'s state is incomplete: it needs '{}.exp_avg', "
+                  "'{}.exp_avg_sq' and '{}.step' together. Load a whole state_dict as "
+                  "state_dict() made it",
+                  op, i, i, i, i);
+    if (!t[i].defined()) continue;
+    AllowSync deliberate;  // loading is rare; the host needs the count when not capturable
+    counts[i] = t[i].item<double>();
+    TESSERA_CHECK(counts[i] >= 0 && counts[i] == std::floor(counts[i]), Error,
+                  "[{}] '{}.step' is {}; a step count is a whole number >= 0", op, i, counts[i]);
+  }
+  // Explicit copies into fresh state on each parameter's device, never aliasing the caller's.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i] = m[i].defined() ? empty_like(params_[i]).copy_(m[i]) : Tensor();
+    exp_avg_sq_[i] = v[i].defined() ? empty_like(params_[i]).copy_(v[i]) : Tensor();
+    steps_[i] = static_cast<std::int64_t>(counts[i]);
+    if (capturable_) device_steps_[i] = full({}, counts[i], {kFloat64, params_[i].device()});
+  }
+}
+
 void Adam::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;

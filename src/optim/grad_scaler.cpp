@@ -19,7 +19,8 @@ constexpr int kMaxGrowthInterval = 1 << 24;  // counted exactly in a float32
 
 }  // namespace
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(options), start_scale_(options.init_scale) {
   TESSERA_CHECK(std::isfinite(options.init_scale) && options.init_scale > 0, Error,
                 "[GradScaler] invalid init_scale={}: it must be a finite number > 0",
                 options.init_scale);
@@ -51,8 +52,8 @@ Tensor GradScaler::scale(const Tensor& loss) {
   if (!scale_.defined()) {
     NoGradGuard no_grad;
     const TensorOptions on_device{kFloat32, loss.device()};
-    scale_ = full({}, options_.init_scale, on_device);
-    growth_tracker_ = zeros({}, on_device);
+    scale_ = full({}, start_scale_, on_device);
+    growth_tracker_ = full({}, start_growth_tracker_, on_device);
     inv_scale_ = zeros({}, on_device);
   }
   TESSERA_CHECK(loss.device() == scale_.device(), DeviceMismatchError,
@@ -136,9 +137,61 @@ void GradScaler::update() {
 
 double GradScaler::get_scale() const {
   if (!options_.enabled) return 1.0;
-  if (!scale_.defined()) return options_.init_scale;
+  if (!scale_.defined()) return start_scale_;
   AllowSync deliberate;
   return scale_.item<double>();
+}
+
+std::map<std::string, Tensor> GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
+  NoGradGuard no_grad;
+  if (!scale_.defined()) {
+    return {{"scale", full({}, start_scale_, {kFloat32, cpu()})},
+            {"growth_tracker", full({}, start_growth_tracker_, {kFloat32, cpu()})}};
+  }
+  return {{"scale", scale_.clone()}, {"growth_tracker", growth_tracker_.clone()}};
+}
+
+void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
+  constexpr const char* kOp = "GradScaler.load_state_dict";
+  if (!options_.enabled) return;
+  for (const auto& [key, t] : state) {
+    TESSERA_CHECK(key == "scale" || key == "growth_tracker", Error,
+                  "[{}] unknown key '{}': a GradScaler's state is 'scale' and 'growth_tracker'",
+                  kOp, key);
+    TESSERA_CHECK(t.defined(), Error, "[{}] '{}' is an undefined tensor", kOp, key);
+    TESSERA_CHECK(t.dim() == 0, ShapeError, "[{}] '{}' has shape {}; it must be 0-dim", kOp, key,
+                  t.shape().str());
+    TESSERA_CHECK(t.dtype() == kFloat32, DtypeError, "[{}] '{}' is {}; it must be float32", kOp,
+                  key, dtype_name(t.dtype()));
+  }
+  for (const char* key : {"scale", "growth_tracker"}) {
+    TESSERA_CHECK(state.contains(key), Error,
+                  "[{}] missing key '{}'; load a whole state_dict as GradScaler.state_dict() "
+                  "made it",
+                  kOp, key);
+  }
+  double scale = 0, tracker = 0;
+  {
+    AllowSync deliberate;  // loading is rare; the values are checked on the host
+    scale = state.at("scale").item<double>();
+    tracker = state.at("growth_tracker").item<double>();
+  }
+  TESSERA_CHECK(std::isfinite(scale) && scale > 0, Error,
+                "[{}] 'scale' is {}; it must be a finite number > 0", kOp, scale);
+  TESSERA_CHECK(
+      tracker >= 0 && tracker < options_.growth_interval && tracker == std::floor(tracker), Error,
+      "[{}] 'growth_tracker' is {}; it must be a whole number in [0, {}) (this "
+      "scaler's growth_interval). Build the scaler with the growth_interval it was "
+      "saved with",
+      kOp, tracker, options_.growth_interval);
+  start_scale_ = scale;
+  start_growth_tracker_ = tracker;
+  if (scale_.defined()) {
+    NoGradGuard no_grad;
+    scale_.fill_(scale);
+    growth_tracker_.fill_(tracker);
+  }
 }
 
 Tensor GradScaler::found_inf(const Optimizer& optimizer) const {

@@ -2,6 +2,8 @@
 // skip a step for optimizers that cannot.
 #include "tessera/optim/optimizer.h"
 
+#include <algorithm>
+#include <charconv>
 #include <unordered_map>
 
 #include "core/check.h"
@@ -59,6 +61,67 @@ void Optimizer::check_found_inf(const char* op, const Tensor& found_inf) const {
                   "gradient scaler work on one device: use one GradScaler per device",
                   op, i, p.device().str(), found_inf.device().str());
   }
+}
+
+OptimizerState Optimizer::state_dict() const {
+  TESSERA_CHECK(false, Error,
+                "[{}.state_dict] this optimizer cannot save its state; use SGD, Adam or AdamW, "
+                "or override Optimizer::state_dict and load_state_dict",
+                name_);
+  return {};
+}
+
+void Optimizer::load_state_dict(const OptimizerState&) {
+  TESSERA_CHECK(false, Error,
+                "[{}.load_state_dict] this optimizer cannot load a state; use SGD, Adam or "
+                "AdamW, or override Optimizer::state_dict and load_state_dict",
+                name_);
+}
+
+// Note [Optimizer state keys]
+// A state_dict names each tensor "<parameter index>.<name>", as torch.optim keys its state by
+// parameter index: the optimizer holds tensors, not names (it may optimize tensors of no
+// module, or of several), and indices are what every replica and rank agree on when each
+// builds its model the same way. Options are left out, unlike PyTorch's param_groups: the
+// resuming program passes them (and may mean to change lr); a file that carried them would
+// silently override the command line.
+
+std::pair<std::size_t, std::string> Optimizer::parse_state_key(
+    const char* op, const std::string& key, const std::vector<std::string>& names) const {
+  const std::size_t dot = key.find('.');
+  std::size_t index = 0;
+  const char* end = key.data() + (dot == std::string::npos ? 0 : dot);
+  const auto [ptr, ec] = std::from_chars(key.data(), end, index);
+  std::string name = dot == std::string::npos ? std::string() : key.substr(dot + 1);
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  TESSERA_CHECK(dot != std::string::npos && dot > 0 && ec == std::errc() && ptr == end, Error,
+                "[{}] unknown key '{}': {} state keys are '<parameter index>.<name>' with name "
+                "one of {}. Load a state_dict saved from a {}",
+                op, key, name_, known, name_);
+  TESSERA_CHECK(std::find(names.begin(), names.end(), name) != names.end(), Error,
+                "[{}] unknown key '{}': {} keeps {} per parameter, not '{}'. Was the state "
+                "saved from another kind of optimizer? Load it into a {} built with the same "
+                "settings",
+                op, key, name_, known, name, name_);
+  TESSERA_CHECK(index < params_.size(), Error,
+                "[{}] key '{}' names parameter {} but this {} has {} parameters. Build the "
+                "optimizer over the same parameters as the one that was saved",
+                op, key, index, name_, params_.size());
+  return {index, std::move(name)};
+}
+
+void Optimizer::check_state_tensor(const char* op, const std::string& key, const Tensor& t,
+                                   const Shape& shape, Dtype dtype) {
+  TESSERA_CHECK(t.defined(), Error, "[{}] '{}' is an undefined tensor", op, key);
+  TESSERA_CHECK(t.shape() == shape, ShapeError,
+                "[{}] '{}' has shape {} but this optimizer keeps it as {}. Build the optimizer "
+                "over the same model as the one that was saved",
+                op, key, t.shape().str(), shape.str());
+  TESSERA_CHECK(t.dtype() == dtype, DtypeError,
+                "[{}] '{}' is {} but this optimizer keeps it as {}. Build the model in the "
+                "dtype it was saved in",
+                op, key, dtype_name(t.dtype()), dtype_name(dtype));
 }
 
 void Optimizer::zero_grad() {

@@ -38,6 +38,56 @@ void SGD::set_lr(double lr) {
   options_.lr = lr;
 }
 
+OptimizerState SGD::state_dict() const {
+  NoGradGuard no_grad;
+  OptimizerState state;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!momentum_[i].defined()) continue;
+    state.emplace(std::to_string(i) + ".momentum_buffer", momentum_[i].clone());
+    if (unwritten_[i].defined()) {
+      state.emplace(std::to_string(i) + ".momentum_unwritten", unwritten_[i].clone());
+    }
+  }
+  return state;
+}
+
+void SGD::load_state_dict(const OptimizerState& state) {
+  constexpr const char* kOp = "SGD.load_state_dict";
+  NoGradGuard no_grad;
+  // Everything is checked before anything changes: a refused state leaves this optimizer.
+  std::vector<Tensor> buffers(params_.size()), unwritten(params_.size());
+  for (const auto& [key, t] : state) {
+    const auto [i, name] = parse_state_key(kOp, key, {"momentum_buffer", "momentum_unwritten"});
+    if (name == "momentum_buffer") {
+      check_state_tensor(kOp, key, t, params_[i].shape(), params_[i].dtype());
+      buffers[i] = t;
+    } else {
+      check_state_tensor(kOp, key, t, Shape{}, kFloat32);
+      unwritten[i] = t;
+    }
+  }
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    TESSERA_CHECK(!unwritten[i].defined() || buffers[i].defined(), Error,
+                  "[{}] '{}.momentum_unwritten' without '{}.momentum_buffer': the state is "
+                  "incomplete. Load a whole state_dict as SGD.state_dict() made it",
+                  kOp, i, i);
+    TESSERA_CHECK(!buffers[i].defined() || options_.momentum != 0, Error,
+                  "[{}] '{}.momentum_buffer' given to an SGD with momentum=0, which keeps no "
+                  "buffers. Build the SGD with the momentum it was saved with",
+                  kOp, i);
+  }
+  // Explicit copies into fresh state on each parameter's device (Tensor::copy_ copies across
+  // devices when asked to), so the caller's tensors are never aliased.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    momentum_[i] = Tensor();
+    unwritten_[i] = Tensor();
+    if (buffers[i].defined()) momentum_[i] = empty_like(params_[i]).copy_(buffers[i]);
+    if (unwritten[i].defined()) {
+      unwritten_[i] = empty({}, {kFloat32, params_[i].device()}).copy_(unwritten[i]);
+    }
+  }
+}
+
 void SGD::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,

@@ -262,6 +262,11 @@ TEST_P(Scaler, RefusesAnOptimizerThatCannotSkipOnTheDevice) {
                            {"[HostStep.step_unless] this optimizer cannot skip a step on the "
                             "device",
                             "use SGD, Adam or AdamW"});
+  // Nor can it save or load a state: refused, never saved empty.
+  expect_throw_with<Error>([&] { (void)opt.state_dict(); },
+                           {"[HostStep.state_dict] this optimizer cannot save its state"});
+  expect_throw_with<Error>([&] { opt.load_state_dict({}); },
+                           {"[HostStep.load_state_dict] this optimizer cannot load a state"});
 }
 
 // step_unless checks the flag it is handed: the kernels read it as one float32 there.

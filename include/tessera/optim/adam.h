@@ -45,6 +45,13 @@ class TESSERA_API Adam : public Optimizer {
   /// How many steps updated parameter i (0 before its first grad); when capturable, read
   /// from the device (a deliberate host wait), so replayed steps count.
   std::int64_t step_count(std::size_t i) const;
+  /// Per parameter a step reached: "<i>.exp_avg", "<i>.exp_avg_sq" (the parameter's shape
+  /// and dtype) and "<i>.step" (float64 0-dim, on the parameter's device whether or not
+  /// capturable). See Optimizer::state_dict; never waits.
+  OptimizerState state_dict() const override;
+  /// See Optimizer::load_state_dict. When not capturable the step counts are read on the
+  /// host (a deliberate wait); Error for a count that is not a whole number >= 0.
+  void load_state_dict(const OptimizerState& state) override;
 
  protected:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, const char* name);

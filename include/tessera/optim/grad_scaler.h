@@ -24,6 +24,8 @@
 ///
 /// A scaler's state (the scale, found_inf) lives on one device, that of the first loss it
 /// scales: data-parallel replicas each use their own scaler, as each has its own optimizer.
+#include <map>
+#include <string>
 #include <unordered_map>
 
 #include "tessera/export.h"
@@ -73,6 +75,18 @@ class TESSERA_API GradScaler {
   /// Whether `optimizer`'s last unscaled grads had an inf or NaN: a float32 0-dim tensor on
   /// the device (1 or 0), kept until its next unscale_; undefined before it.
   Tensor found_inf(const Optimizer& optimizer) const;
+  /// {"scale", "growth_tracker"}: copies of the float32 0-dim state on the scaler's device,
+  /// or, before the first scale(), the values it will start from, on the CPU. Empty when
+  /// disabled. Never waits.
+  std::map<std::string, Tensor> state_dict() const;
+  /// Continues from `state` (as state_dict() made it). Before the first scale() the values
+  /// are kept on the host and the state is made with them on the first loss's device, as
+  /// always (so loading never decides a device); after it they are copied into the state
+  /// explicitly. Error for a missing or unknown key, a scale that is not finite and > 0, a
+  /// growth_tracker outside [0, growth_interval); ShapeError/DtypeError for a tensor that is
+  /// not float32 0-dim. Reads the values on the host (a deliberate wait). Changes nothing
+  /// when it throws; ignored when disabled, as PyTorch's.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -86,6 +100,8 @@ class TESSERA_API GradScaler {
 
   GradScalerOptions options_;
   Tensor scale_, growth_tracker_, inv_scale_;  // float32 0-dim, updated in place
+  // What scale() starts from: init_scale and 0 unless load_state_dict came first.
+  double start_scale_, start_growth_tracker_ = 0;
   std::unordered_map<const Optimizer*, PerOptimizer> per_optimizer_;
 };
 

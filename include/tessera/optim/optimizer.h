@@ -4,12 +4,20 @@
 /// kernel per parameter; its state (momentum, moments) lives beside each parameter and is
 /// allocated at the first step that reaches it. Parameters without a grad are skipped.
 #include <cstddef>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/export.h"
 #include "tessera/tensor.h"
 
 namespace tessera::optim {
+
+/// An optimizer's state as named tensors, as state_dict() returns it and load_state_dict()
+/// takes it; the same container as nn::StateDict. See Note [Optimizer state keys] in
+/// src/optim/optimizer.cpp.
+using OptimizerState = std::map<std::string, Tensor>;
 
 class TESSERA_API Optimizer {
  public:
@@ -47,12 +55,35 @@ class TESSERA_API Optimizer {
   virtual void set_capturable(bool on) { capturable_ = on; }
   bool capturable() const { return capturable_; }
 
+  /// The state that step() carries from one step to the next, as copies on the parameters'
+  /// devices, keyed "<parameter index>.<name>" ("0.momentum_buffer", "3.exp_avg"); a
+  /// parameter no step has reached yet has no entries. Options (lr, betas, ...) are not in
+  /// it: they come from the constructor and set_lr, as the program that resumes gives them.
+  /// Never waits for the device. SGD, Adam and AdamW implement it; the default throws Error,
+  /// so that an optimizer that cannot save its state is never resumed without it.
+  virtual OptimizerState state_dict() const;
+  /// Copies `state` into this optimizer's state, on its parameters' devices (a tensor on
+  /// another device is copied there explicitly). Every key is checked before anything
+  /// changes: Error for a key this optimizer does not keep (another optimizer's state), a
+  /// parameter index past params(), or a parameter's entries incomplete; ShapeError and
+  /// DtypeError for a tensor unlike the parameter's state. On an error this optimizer is
+  /// left as it was. Parameters without entries start afresh. The default throws Error.
+  virtual void load_state_dict(const OptimizerState& state);
+
  protected:
   /// Checks `params`: not empty, each defined, a leaf, floating, and given once (Error,
   /// DtypeError). `name` ("SGD") prefixes messages.
   Optimizer(std::vector<Tensor> params, const char* name);
   /// The checks step_unless promises on a defined found_inf; `op` ("SGD.step_unless").
   void check_found_inf(const char* op, const Tensor& found_inf) const;
+  /// Splits a state_dict key "<index>.<name>" into its parameter index and name, checking
+  /// that the index names a parameter and the name is one of `names` (Error, naming `op`).
+  std::pair<std::size_t, std::string> parse_state_key(const char* op, const std::string& key,
+                                                      const std::vector<std::string>& names) const;
+  /// Checks one loaded tensor against what the optimizer keeps: `shape`, `dtype` (ShapeError,
+  /// DtypeError naming `op` and `key`).
+  static void check_state_tensor(const char* op, const std::string& key, const Tensor& t,
+                                 const Shape& shape, Dtype dtype);
 
   std::vector<Tensor> params_;
   const char* name_;

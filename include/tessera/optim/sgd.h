@@ -34,6 +34,11 @@ class TESSERA_API SGD final : public Optimizer {
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const SgdOptions& options() const { return options_; }
+  /// Per parameter a step reached: "<i>.momentum_buffer" (the parameter's shape and dtype),
+  /// and "<i>.momentum_unwritten" (float32 0-dim) while a scaled step may have skipped its
+  /// first update. Empty without momentum. See Optimizer::state_dict.
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
 
  private:
   SgdOptions options_;

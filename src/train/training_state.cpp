@@ -1,0 +1,107 @@
+// Training-state files: a module checkpoint with the optimizer's and the scaler's state
+// beside it, under prefixes, in one atomically written safetensors file.
+#include "tessera/train/training_state.h"
+
+#include "core/check.h"
+#include "tessera/safetensors.h"
+
+namespace tessera::train {
+namespace {
+
+constexpr const char* kOptimPrefix = "optim.";
+constexpr const char* kScalerPrefix = "scaler.";
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+// Note [Training state files]
+// One file rather than a checkpoint plus a sidecar: a resume must never pair parameters with
+// the optimizer state of another save, and one atomic rename gives that for free. The module's
+// tensors keep their plain names and the others take prefixes, so nn::load_checkpoint (and
+// `tessera train --load`) reads the file as a model checkpoint, skipping the prefixed keys
+// when the metadata marks a training state. A module whose own names start with "optim." or
+// "scaler." is refused when saving, so the split is never ambiguous.
+
+void save_training_state(const std::filesystem::path& path, const nn::Module& module,
+                         const optim::Optimizer& optimizer, const optim::GradScaler* scaler,
+                         int epoch, const std::map<std::string, std::string>& metadata) {
+  TESSERA_CHECK(epoch >= 0, Error, "[save_training_state] epoch is {}; it must be >= 0", epoch);
+  std::map<std::string, Tensor> tensors = module.state_dict();
+  for (const auto& [name, t] : tensors) {
+    TESSERA_CHECK(!starts_with(name, kOptimPrefix) && !starts_with(name, kScalerPrefix), Error,
+                  "[save_training_state] the module has a tensor named '{}'; the prefixes "
+                  "'{}' and '{}' are kept for the optimizer and the scaler. Rename the submodule",
+                  name, kOptimPrefix, kScalerPrefix);
+  }
+  for (const auto& [key, t] : optimizer.state_dict()) tensors.emplace(kOptimPrefix + key, t);
+  if (scaler != nullptr) {
+    for (const auto& [key, t] : scaler->state_dict()) tensors.emplace(kScalerPrefix + key, t);
+  }
+  std::map<std::string, std::string> meta = metadata;
+  for (const char* reserved : {kTrainingStateKey, kEpochKey}) {
+    TESSERA_CHECK(!meta.contains(reserved), Error,
+                  "[save_training_state] metadata key '{}' is reserved: the file's format sets "
+                  "it. Use another key",
+                  reserved);
+  }
+  meta.emplace(kTrainingStateKey, std::string("1"));
+  meta.emplace(kEpochKey, std::to_string(epoch));
+  save_safetensors(path, tensors, meta, {.allow_non_finite = false});
+}
+
+std::map<std::string, std::string> load_training_state(const std::filesystem::path& path,
+                                                       nn::Module& module,
+                                                       optim::Optimizer& optimizer,
+                                                       optim::GradScaler* scaler) {
+  constexpr const char* kOp = "load_training_state";
+  // Read onto the CPU; each load_state_dict then copies onto its own devices explicitly.
+  SafetensorsFile file = load_safetensors(path);
+  TESSERA_CHECK(file.metadata.contains(kTrainingStateKey) && file.metadata.contains(kEpochKey),
+                Error,
+                "[{}] {} is a model checkpoint without optimizer state (no '{}' metadata), so "
+                "training cannot resume from it. Load it with nn::load_checkpoint "
+                "(`tessera train --load`), or save with save_training_state",
+                kOp, path.string(), kTrainingStateKey);
+  nn::StateDict model_state;
+  optim::OptimizerState optim_state;
+  std::map<std::string, Tensor> scaler_state;
+  for (auto& [name, t] : file.tensors) {
+    if (starts_with(name, kOptimPrefix)) {
+      optim_state.emplace(name.substr(std::string(kOptimPrefix).size()), t);
+    } else if (starts_with(name, kScalerPrefix)) {
+      scaler_state.emplace(name.substr(std::string(kScalerPrefix).size()), t);
+    } else {
+      model_state.emplace(name, t);
+    }
+  }
+  const bool wants_scaler = scaler != nullptr && scaler->is_enabled();
+  TESSERA_CHECK(scaler_state.empty() || wants_scaler, Error,
+                "[{}] {} holds a GradScaler's state but no enabled scaler was given to load it "
+                "into. Resume with the precision it was saved with (float16)",
+                kOp, path.string());
+  TESSERA_CHECK(!scaler_state.empty() || !wants_scaler, Error,
+                "[{}] {} holds no GradScaler state but a scaler was given: the run was saved "
+                "without loss scaling. Resume with the precision it was saved with",
+                kOp, path.string());
+  // Each load checks everything before it changes anything; what loaded before a later one
+  // throws is put back, so a refused file changes none of the three.
+  module.check_state_dict([&] {
+    std::map<std::string, nn::Module::TensorLayout> layouts;
+    for (const auto& [name, t] : model_state)
+      layouts.emplace(name, nn::Module::TensorLayout{t.shape(), t.dtype()});
+    return layouts;
+  }());
+  const optim::OptimizerState optim_before = optimizer.state_dict();
+  optimizer.load_state_dict(optim_state);
+  try {
+    if (wants_scaler) scaler->load_state_dict(scaler_state);
+    module.load_state_dict(model_state);
+  } catch (...) {
+    optimizer.load_state_dict(optim_before);
+    throw;
+  }
+  return file.metadata;
+}
+
+}  // namespace tessera::train
