@@ -11,6 +11,7 @@
 
 #include "support/device_test.h"
 #include "support/fifo.h"
+#include "support/temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -20,11 +21,6 @@ using testing::expect_throw_with;
 
 class DataFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "tessera-data-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   fs::path write(const std::string& name, const std::string& bytes, bool gzip = false) {
     const fs::path p = dir_ / name;
     if (gzip) {
@@ -36,7 +32,8 @@ class DataFiles : public ::testing::Test {
     }
     return p;
   }
-  fs::path dir_;
+  testing::TempDir scratch_{"tessera-data"};
+  fs::path dir_ = scratch_.path();
 };
 
 // An IDX file of unsigned bytes with these dims and data.

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "support/device_test.h"
+#include "support/temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -64,12 +65,6 @@ void fix_length(std::string& s, std::size_t data_bytes) {
 
 class ParserFuzz : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "tessera-fuzz-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Runs `load` on `iterations` mutants of each seed in `corpus`; `prepare` may adjust each.
   template <typename Load, typename Prepare>
   void fuzz(const std::string& corpus, int iterations, Load load, Prepare prepare) {
@@ -102,7 +97,8 @@ class ParserFuzz : public ::testing::Test {
               << seconds << " s\n";
   }
 
-  fs::path dir_;
+  testing::TempDir scratch_{"tessera-fuzz"};
+  fs::path dir_ = scratch_.path();
 };
 
 TEST_F(ParserFuzz, SafetensorsMutantsLoadOrAreRefused) {

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "support/device_test.h"
+#include "support/temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -19,12 +20,7 @@ using testing::expect_throw_with;
 
 class SafetensorsHeaders : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "tessera-header-XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-    path_ = dir_ / "t.safetensors";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { path_ = dir_ / "t.safetensors"; }
 
   // Writes a file with this JSON header and `data` after it; the header length field says
   // `declared` bytes when given.
@@ -43,7 +39,8 @@ class SafetensorsHeaders : public ::testing::Test {
     expect_throw_with<IOError>([&] { read_safetensors_header(path_); }, all);
   }
 
-  fs::path dir_, path_;
+  testing::TempDir scratch_{"tessera-header"};
+  fs::path dir_ = scratch_.path(), path_;
 };
 
 const std::string kTensor = R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})";

@@ -12,6 +12,7 @@
 #include "io/parallel_read.h"
 #include "io/safetensors_reader.h"
 #include "support/device_test.h"
+#include "support/temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -20,18 +21,7 @@ namespace fs = std::filesystem;
 using testing::DeviceTest;
 using testing::expect_throw_with;
 
-class Scratch {
- public:
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "tessera-read-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~Scratch() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using Scratch = testing::TempDir;
 
 // A module with a large float parameter (over the size from which reads use several threads)
 // and a BOOL buffer, whose bytes a file can get wrong.

@@ -16,6 +16,7 @@
 #include "io/interop_tensors.h"
 #include "support/device_test.h"
 #include "support/fifo.h"
+#include "support/temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -23,21 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::DeviceTest;
 using testing::expect_throw_with;
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tessera-io-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "support/device_test.h"
+#include "support/temp_dir.h"
 #include "tessera/nn/checkpoint.h"
 #include "tessera/nn/linear.h"
 #include "tessera/nn/sequential.h"
@@ -22,19 +23,7 @@ namespace fs = std::filesystem;
 using testing::DeviceTest;
 using testing::expect_throw_with;
 using testing::random_values;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tessera-state-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 class TrainingState : public DeviceTest {
  protected:
