@@ -5,6 +5,7 @@
 // backend keeps the tensors it was handed alive until its queued work is done.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -176,6 +177,12 @@ class Backend {
   // the host alone wrote and will not write again (SourceWriters::kHostOnly), and reads them
   // on dst's queue.
   virtual void copy_from_cpu(const Tensor& src, const Tensor& dst);
+  // Runs `fill`, host code that writes only fresh tensors of device `index` (nothing queued
+  // reads them yet), in the order of the work this thread queues on the device: on the
+  // queue of its current stream, or now when that stream has none. Only a backend whose
+  // memory the host writes runs it (fills_from_host()); the base class throws.
+  virtual bool fills_from_host() const { return false; }
+  virtual void fill_from_host(int index, std::function<void()> fill);
   // Waits for all work queued on the device, on every stream.
   virtual void synchronize(int index) = 0;
 

@@ -15,6 +15,13 @@ void Backend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   copy_from_host(impl_of(src).data(), dst);
 }
 
+void Backend::fill_from_host(int index, std::function<void()> /*fill*/) {
+  TESSERA_INTERNAL_ASSERT(false,
+                          "fill_from_host on device {} of a backend whose memory the "
+                          "host does not write; ask fills_from_host() first",
+                          index);
+}
+
 void Backend::collective(const CollectiveCall& call) {
   throw DeviceError(fmt::format(
       "[collective] {} devices have no collectives in this build; group devices of a kind "

@@ -49,6 +49,8 @@ void copy_data(const Tensor& src, const Tensor& dst, const char* op,
   TESSERA_INTERNAL_ASSERT(src.shape() == dst.shape(), "copy_data from {} into {}",
                           src.shape().str(), dst.shape().str());
   const Device from = src.device(), to = dst.device();
+  // A DataLoader piece gathered on its device's queue: the host did not write it itself.
+  if (impl_of(src).storage->filled_in_device_order) writers = SourceWriters::kAnyQueue;
   if (from.kind() == to.kind()) {
     if (writers == SourceWriters::kHostOnly && from.is_cpu() && from != to && src.is_contiguous() &&
         dst.is_contiguous() && src.dtype() == dst.dtype()) {

@@ -1,6 +1,7 @@
 #pragma once
 // The data behind a Tensor handle. Metadata (shape, strides, offset, dtype) never changes
 // after construction, so work queued on a device can hold a handle without copying it.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,13 @@ struct Storage {
   std::size_t bytes = 0;
   Device device;
   bool pinned = false;
+  // Written by host code queued on the device (fill_in_device_order): a copy out of it
+  // follows the device's queue even where its caller vouches that only the host wrote it.
+  bool filled_in_device_order = false;
+  // Views of this storage that queued or recorded CPU kernels hold, and nothing else does
+  // (QueuedView in backend/cpu/queued_view.h): autograd keeps a first gradient that only they
+  // share with it instead of copying it (Note [Gradients queued work still holds]).
+  std::atomic<std::int32_t> queued_views{0};
   // Bumped by every in-place write (mark_written), so backward() can tell that a tensor a
   // formula saved has changed since. See Note [Saved tensors] in autograd/engine.cpp.
   std::uint64_t version = 0;

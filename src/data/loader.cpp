@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
 
 #include "core/check.h"
 #include "core/copy.h"
+#include "core/host_fill.h"
 #include "core/tensor_impl.h"
 #include "data/prefetcher.h"
 #include "tessera/device.h"
@@ -190,6 +192,21 @@ DataLoader::iterator DataLoader::end() const { return iterator(this, batches());
 
 Batch DataLoader::batch(std::int64_t i) const { return gather(sources_, *order_, i).front(); }
 
+// Note [Gathering on the devices]
+// With logical CPU devices that own every core, the host thread that gathered each replica's
+// piece of a batch took that time from one device's core, and the other device then waited
+// for that one at the step's all-reduce: the host's gather cost the step about twice its
+// time. split() instead queues each CPU device's piece on that device
+// (fill_in_device_order): each device gathers the rows it trains on, on its own core, right
+// before the step that reads them, and the host only allocates the piece and copies its row
+// numbers. The piece is fresh memory of its device, so nothing queued earlier reads it, and
+// the step's ops, queued after it, see it filled. Without work queues (the plain CPU,
+// TESSERA_CPU_ASYNC=0) the fill runs on the calling thread as before; a GPU's piece is still
+// gathered on the host, into pinned memory. A single-device loop (begin(), shard()) keeps
+// gathering on the host: there a device that owns part of the cores leaves the host thread
+// a core of its own, and Trainer::prepare_batch copies the batch to the device without a
+// host wait (to_device).
+
 std::vector<Batch> DataLoader::gather(const std::vector<Tensor>& sources,
                                       const std::vector<std::int64_t>& order, std::int64_t i,
                                       std::int64_t part, std::int64_t parts,
@@ -197,76 +214,101 @@ std::vector<Batch> DataLoader::gather(const std::vector<Tensor>& sources,
   // The part's slice of the batch: rows [start, start + len) of the epoch's order.
   const std::int64_t whole = std::min(options_.batch_size, n_ - i * options_.batch_size);
   const auto [start, len] = cut(i * options_.batch_size, whole, part, parts);
-  if (devices.empty()) return {gather_rows(sources, order, start, len, cpu())};
+  if (devices.empty()) return {gather_rows(sources, order, start, len, cpu(), false)};
   // Note [Data-parallel steps] in data_parallel.cpp: each device's piece of the part.
   std::vector<Batch> pieces;
   const auto k = static_cast<std::int64_t>(devices.size());
   for (std::int64_t r = 0; r < k; ++r) {
     const auto [from, rows] = cut(start, len, r, k);
     const Device d = devices[static_cast<std::size_t>(r)];
-    pieces.push_back(gather_rows(sources, order, from, rows, d.is_cpu() ? d : cpu()));
+    const bool on_device = detail::host_writes_memory_of(d);  // Note [Gathering on the devices]
+    pieces.push_back(gather_rows(sources, order, from, rows, on_device ? d : cpu(), on_device));
   }
   return pieces;
 }
 
-Batch DataLoader::gather_rows(const std::vector<Tensor>& sources,
-                              const std::vector<std::int64_t>& order, std::int64_t start,
-                              std::int64_t len, Device home) const {
-  if (images_) return gather_images(sources, order, start, len, home);
-  // Any tensors: each example's row of each, byte for byte, in the batch's order.
-  const bool pinned = num_gpus() > 0 && home == cpu();  // as for images
-  std::vector<Tensor> out;
-  for (const Tensor& t : sources) {
-    Shape shape = t.shape();
-    shape[0] = len;
-    Tensor b = detail::make_tensor(shape, t.dtype(), home, "DataLoader", pinned);
-    const std::size_t row = t.size(0) == 0 ? 0 : t.nbytes() / static_cast<std::size_t>(t.size(0));
-    const char* src = static_cast<const char*>(detail::impl_of(t).data());
-    char* dst = static_cast<char*>(detail::impl_of(b).data());
-    for (std::int64_t k = 0; k < len; ++k) {
-      const std::int64_t e = order[static_cast<std::size_t>(start + k)];
-      std::memcpy(dst + static_cast<std::size_t>(k) * row, src + static_cast<std::size_t>(e) * row,
-                  row);
-    }
-    out.push_back(std::move(b));
-  }
-  return Batch::of(std::move(out));
-}
+namespace {
 
-Batch DataLoader::gather_images(const std::vector<Tensor>& sources,
-                                const std::vector<std::int64_t>& order, std::int64_t start,
-                                std::int64_t len, Device home) const {
-  const Tensor& images = sources[0];
-  const Tensor& labels = sources[1];
-  // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
-  const bool pinned = num_gpus() > 0 && home == cpu();
-  Shape xs = images.shape();
-  xs[0] = len;
-  if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
-  Batch b{detail::make_tensor(xs, kFloat32, home, "DataLoader", pinned),
-          detail::make_tensor({len}, kInt64, home, "DataLoader", pinned),
-          {}};
+// Rows `rows` of `images` (uint8, example_numel bytes each) scaled into x (float32) and
+// their labels into y (int64).
+void fill_images(const Tensor& images, const Tensor& labels, const std::vector<std::int64_t>& rows,
+                 std::int64_t example_numel, float scale, float shift, const Tensor& x,
+                 const Tensor& y) {
   const auto* src = reinterpret_cast<const std::uint8_t*>(detail::impl_of(images).data());
   const auto* label = reinterpret_cast<const std::int64_t*>(detail::impl_of(labels).data());
-  auto* x = reinterpret_cast<float*>(detail::impl_of(b.x).data());
-  auto* y = reinterpret_cast<std::int64_t*>(detail::impl_of(b.y).data());
-  const float scale = static_cast<float>(1.0 / (255.0 * options_.std));
-  const float shift = static_cast<float>(options_.mean / options_.std);
+  auto* xs = reinterpret_cast<float*>(detail::impl_of(x).data());
+  auto* ys = reinterpret_cast<std::int64_t*>(detail::impl_of(y).data());
+  const auto len = static_cast<std::int64_t>(rows.size());
   for (std::int64_t k = 0; k < len; ++k) {
     // Note [Gathering rows ahead]: start reading a later row now.
     if (k + kRowsAhead < len) {
-      const std::int64_t later = order[static_cast<std::size_t>(start + k + kRowsAhead)];
-      prefetch_bytes(src + later * example_numel_, example_numel_);
+      const std::int64_t later = rows[static_cast<std::size_t>(k + kRowsAhead)];
+      prefetch_bytes(src + later * example_numel, example_numel);
       prefetch_bytes(label + later, 1);
     }
-    const std::int64_t e = order[static_cast<std::size_t>(start + k)];
-    const std::uint8_t* px = src + e * example_numel_;
-    float* out = x + k * example_numel_;
-    for (std::int64_t j = 0; j < example_numel_; ++j)
+    const std::int64_t e = rows[static_cast<std::size_t>(k)];
+    const std::uint8_t* px = src + e * example_numel;
+    float* out = xs + k * example_numel;
+    for (std::int64_t j = 0; j < example_numel; ++j)
       out[j] = static_cast<float>(px[j]) * scale - shift;
-    y[k] = label[e];
+    ys[k] = label[e];
   }
-  return b;
+}
+
+// Rows `rows` of each of `sources`, byte for byte, into the matching tensor of `out`.
+void fill_rows(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& rows,
+               const std::vector<Tensor>& out) {
+  for (std::size_t s = 0; s < sources.size(); ++s) {
+    const Tensor& t = sources[s];
+    const std::size_t row = t.size(0) == 0 ? 0 : t.nbytes() / static_cast<std::size_t>(t.size(0));
+    const char* src = static_cast<const char*>(detail::impl_of(t).data());
+    char* dst = static_cast<char*>(detail::impl_of(out[s]).data());
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      std::memcpy(dst + k * row, src + static_cast<std::size_t>(rows[k]) * row, row);
+    }
+  }
+}
+
+}  // namespace
+
+Batch DataLoader::gather_rows(const std::vector<Tensor>& sources,
+                              const std::vector<std::int64_t>& order, std::int64_t start,
+                              std::int64_t len, Device home, bool on_device) const {
+  // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
+  const bool pinned = num_gpus() > 0 && home == cpu();
+  std::vector<Tensor> out;
+  if (images_) {
+    Shape xs = sources[0].shape();
+    xs[0] = len;
+    if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
+    out.push_back(detail::make_tensor(xs, kFloat32, home, "DataLoader", pinned));
+    out.push_back(detail::make_tensor({len}, kInt64, home, "DataLoader", pinned));
+  } else {
+    for (const Tensor& t : sources) {
+      Shape shape = t.shape();
+      shape[0] = len;
+      out.push_back(detail::make_tensor(shape, t.dtype(), home, "DataLoader", pinned));
+    }
+  }
+  const auto first = order.begin() + start;
+  std::function<void()> fill;
+  if (images_) {
+    fill = [sources, out, rows = std::vector<std::int64_t>(first, first + len),
+            numel = example_numel_, scale = static_cast<float>(1.0 / (255.0 * options_.std)),
+            shift = static_cast<float>(options_.mean / options_.std)] {
+      fill_images(sources[0], sources[1], rows, numel, scale, shift, out[0], out[1]);
+    };
+  } else {
+    fill = [sources, out, rows = std::vector<std::int64_t>(first, first + len)] {
+      fill_rows(sources, rows, out);
+    };
+  }
+  if (on_device) {
+    detail::fill_in_device_order(home, "DataLoader", "gathering a batch", out, std::move(fill));
+  } else {
+    fill();
+  }
+  return Batch::of(std::move(out));
 }
 
 DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index, std::int64_t part,

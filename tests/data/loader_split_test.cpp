@@ -1,7 +1,13 @@
 // DataLoader::split: one piece of each batch per device, gathered straight into the memory of
-// its device where the host writes it (CPU devices), so moving it there copies nothing; the
-// pieces stacked are the shard of the same part (same epoch order and values).
+// its device where the host writes it (CPU devices, by the device's own queue when it has
+// one), so moving it there copies nothing; the pieces stacked are the shard of the same part
+// (same epoch order and values).
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <thread>
+
+#include "core/host_fill.h"
 
 #include "support/device_test.h"
 
@@ -76,6 +82,53 @@ TEST_P(LoaderSplit, RefusesNoDevicesAndMissingParts) {
                            {"[DataLoader::split] needs at least one device"});
   expect_throw_with<Error>([&] { loader.split(1, 1, {device()}); },
                            {"[DataLoader::split] part 1 of 1 does not exist", "[0, 1)"});
+}
+
+// Note [Gathering on the devices]: a piece gathered by its device's queue is copied elsewhere
+// only after that gather, though to_device skips the wait for batches the host filled. The
+// device is held back first (by work of its own that waits for this thread), so a copy that
+// did not wait would read the piece before its rows are there.
+TEST_P(LoaderSplit, APieceGatheredOnItsDeviceIsCopiedAfterTheGather) {
+  const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2 || !devices[0].is_cpu()) GTEST_SKIP() << "needs two CPU devices";
+  AllowSync deliberate;  // the test's own reads
+  const std::vector<Device> pair{devices[0], devices[1]};
+  data::DataLoader reference = make_loader(0), loader = make_loader(0);
+  const data::Batch whole = *reference.begin();
+  std::atomic<bool> open{false};
+  // Inline (no queue) the hold runs here; the thread below releases it either way.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    open = true;
+  });
+  detail::fill_in_device_order(pair[1], "test", "a hold", {}, [&] {
+    while (!open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  auto pieces_it = loader.split(0, 1, pair).begin();
+  const std::vector<data::Batch>& pieces = *pieces_it;
+  const data::Batch moved = data::to_device(pieces[1], pair[0]);
+  const std::vector<float> got = moved.x.to_vector<float>();
+  opener.join();
+  const std::vector<float> all = whole.x.to_vector<float>();
+  const std::vector<float> second(all.begin() + static_cast<std::ptrdiff_t>(all.size() / 2),
+                                  all.end());
+  EXPECT_EQ(got, second) << "the copy read the piece before its device gathered it";
+}
+
+// Gathering a piece is host work on the device's queue: a replay would not gather the next
+// batch, so it is refused while the device records a graph.
+TEST_P(LoaderSplit, GatheringWhileTheDeviceRecordsIsRefused) {
+  if (!device().is_cpu()) GTEST_SKIP() << "a GPU's piece is gathered on the host";
+  data::DataLoader loader = make_loader(0);
+  expect_throw_with<GraphCaptureError>(
+      [&] {
+        const Graph graph =
+            Graph::capture(device(), [&] { loader.split(0, 1, {device()}).begin(); });
+      },
+      {"[DataLoader]", "is capturing a graph", "gathering a batch"});
+  // The device is usable afterwards.
+  AllowSync deliberate;
+  EXPECT_EQ((*loader.split(0, 1, {device()}).begin())[0].examples(), 10);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(LoaderSplit);

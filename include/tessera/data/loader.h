@@ -168,10 +168,11 @@ class TESSERA_API DataLoader {
   /// over `devices`: for each batch, piece r holds the rows replica r on devices[r] trains
   /// on, the pieces stacked are the part (same epoch order and values). Each piece is
   /// gathered straight into memory of its device when the host writes that memory (the
-  /// plain CPU and logical CPU devices: it is fresh, so no queued work reads it), so that
-  /// moving it there (to_device, Trainer::prepare_batch) copies nothing; into host memory
-  /// otherwise (a GPU's piece, pinned). A piece can be empty when the part has fewer rows
-  /// than devices. Error unless 0 <= part < parts and `devices` is not empty.
+  /// plain CPU and logical CPU devices), by that device's own work queue when it has one
+  /// (so each device gathers its rows on its own core, in order before the work queued
+  /// after), so that moving it there (to_device, Trainer::prepare_batch) copies nothing;
+  /// into host memory otherwise (a GPU's piece, pinned). A piece can be empty when the part has
+  /// fewer rows than devices. Error unless 0 <= part < parts and `devices` is not empty.
   ///
   ///   for (const std::vector<data::Batch>& pieces : train.split(rank, world_size, devices))
   Split split(std::int64_t part, std::int64_t parts, std::vector<Device> devices);
@@ -186,11 +187,11 @@ class TESSERA_API DataLoader {
                             std::int64_t part = 0, std::int64_t parts = 1,
                             const std::vector<Device>& devices = {}) const;
   iterator begin_epoch(std::int64_t part, std::int64_t parts, std::vector<Device> devices = {});
-  // Rows [start, start + len) of `order` into a batch in memory of `home` (a CPU device).
+  // Rows [start, start + len) of `order` into a batch in memory of `home` (a CPU device),
+  // gathered by the calling thread, or by work queued on `home` when `on_device` (Note
+  // [Gathering on the devices] in loader.cpp).
   Batch gather_rows(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
-                    std::int64_t start, std::int64_t len, Device home) const;
-  Batch gather_images(const std::vector<Tensor>& sources, const std::vector<std::int64_t>& order,
-                      std::int64_t start, std::int64_t len, Device home) const;
+                    std::int64_t start, std::int64_t len, Device home, bool on_device) const;
   // images and labels (images_ true), or the tensors of a general loader.
   std::vector<Tensor> sources_;
   bool images_ = true;
@@ -204,8 +205,9 @@ class TESSERA_API DataLoader {
 
 /// A batch the DataLoader made, on `device`: every tensor of it (each itself when it is
 /// already there), as Trainer::prepare_batch moves it. Unlike Tensor::to, it never waits for a
-/// logical CPU device's queue: only the loader's thread wrote a fresh batch. For a batch you have
-/// changed with tensor ops since, use .to(). Copies are counted in the transfer ledger.
+/// logical CPU device's queue: only the loader's thread wrote a fresh batch (a piece that
+/// split() had gathered by a device's queue is copied in that queue's order). For a batch you
+/// have changed with tensor ops since, use .to(). Copies are counted in the transfer ledger.
 TESSERA_API Batch to_device(const Batch& batch, Device device,
                             std::source_location where = std::source_location::current());
 

@@ -297,4 +297,8 @@ void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
 }
 
+void CpuBackendBase::fill_from_host(int index, std::function<void()> fill) {
+  launch(index, std::move(fill));
+}
+
 }  // namespace tessera::detail

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/queued_view.h"
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -209,7 +210,10 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                   "32-bit limit for {}; split the product into smaller blocks",
                   m, n, k, lda, ldb, dtype_name(out.dtype()));
   }
-  launch(out.device().index(), [a, b, out] {
+  // The output through a QueuedView: autograd may keep it as a weight's gradient without a
+  // copy while the kernel is queued (Note [Gradients queued work still holds]).
+  launch(out.device().index(), [a, b, held = QueuedView(out)] {
+    const Tensor& out = held.tensor();
     if (a.dtype() == kBFloat16) return matmul_bf16(a, b, out);  // Note [CPU bfloat16 GEMM]
     dispatch_floating(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
