@@ -36,6 +36,7 @@ struct TrainArgs {
   std::uint64_t seed = 0;
   std::string data_dir;
   std::string save, load, metrics, plot;
+  std::string save_state, resume;  // the training state after every epoch; a run to continue
   double clip = 0;
   bool quiet = false;
   bool graph = false;
@@ -119,6 +120,7 @@ void check_outputs(const TrainArgs& a) {
   check_output_path("--save", a.save);
   check_output_path("--plot", a.plot);
   check_output_path("--metrics", a.metrics);
+  check_output_path("--save-state", a.save_state);
 }
 
 // Built on the training device directly: no initialization on the host first.
@@ -146,6 +148,8 @@ void run_train(const TrainArgs& a) {
                                 .device = std::nullopt,
                                 .devices = {}};
   options.graph = a.graph;
+  options.state_path = a.save_state;
+  options.resume_from = a.resume;
   options.precision = a.precision == "bf16"   ? kBFloat16
                       : a.precision == "fp16" ? kFloat16
                                               : kFloat32;
@@ -326,10 +330,20 @@ void add_train_command(CLI::App& app) {
       ->check(kNotEmpty);
   cmd->add_option("--save", a->save, "Write the trained parameters to this safetensors file")
       ->check(kNotEmpty);
-  cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file")
-      ->check(kNotEmpty);
+  CLI::Option* load =
+      cmd->add_option("--load", a->load, "Start from the parameters in this safetensors file")
+          ->check(kNotEmpty);
   cmd->add_option("--metrics", a->metrics, "Write per-epoch metrics as JSON lines to this file")
       ->check(kNotEmpty);
+  cmd->add_option("--save-state", a->save_state,
+                  "After every epoch, save the training state (parameters, optimizer state, "
+                  "epochs done) to this safetensors file, for --resume")
+      ->check(kNotEmpty);
+  cmd->add_option("--resume", a->resume,
+                  "Continue the run whose --save-state file this is, up to --epochs in all "
+                  "(same model, batch size and optimizer options); --metrics is appended to")
+      ->check(CLI::ExistingFile)
+      ->excludes(load);
   cmd->add_option("--plot", a->plot,
                   "Draw train/test loss and test accuracy per epoch (and every step's loss) to "
                   "this .svg or .png file")

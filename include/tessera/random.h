@@ -14,4 +14,15 @@ TESSERA_API void manual_seed(std::uint64_t seed);
 /// The seed last given to manual_seed (default 0x7e55e4a).
 TESSERA_API std::uint64_t initial_seed();
 
+/// Where the default generator stands: its seed and how many numbers it has handed out.
+/// Restoring it (set_rng_state) makes the draws that follow repeat those that followed when
+/// it was read, as a resumed training run needs for its dropout masks.
+struct TESSERA_API RngState {
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;  ///< numbers drawn since manual_seed(seed)
+  bool operator==(const RngState&) const = default;
+};
+TESSERA_API RngState rng_state();
+TESSERA_API void set_rng_state(const RngState& state);
+
 }  // namespace tessera

@@ -26,6 +26,17 @@ std::uint64_t initial_seed() {
   return g_seed;
 }
 
+RngState rng_state() {
+  std::lock_guard lock(g_mutex);
+  return {g_seed, g_offset};
+}
+
+void set_rng_state(const RngState& state) {
+  std::lock_guard lock(g_mutex);
+  g_seed = state.seed;
+  g_offset = state.offset;
+}
+
 }  // namespace tessera
 
 namespace tessera::detail {

@@ -132,7 +132,9 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
   std::ofstream metrics_file;
   if (!options_.metrics_path.empty() && lead) {
-    metrics_file.open(options_.metrics_path);
+    // A resumed run adds its epochs to the interrupted run's lines.
+    metrics_file.open(options_.metrics_path,
+                      options_.resume_from.empty() ? std::ios::out : std::ios::app);
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
@@ -163,6 +165,9 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     }
     return results;
   };
+  std::vector<optim::GradScaler*> scaler_of;
+  for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
+  const int done_before = loop::resume(options_, tasks, scaler_of, train);
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {
     capturable.push_back(
@@ -172,7 +177,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   bool warmed_up = false;            // a full batch has run eagerly
 
   std::vector<EpochMetrics> history;
-  for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
+  for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
     std::vector<loop::DeviceSums> sums;
     for (std::size_t r = 0; r < k; ++r) {
@@ -233,6 +238,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
                        metrics_file);
+    loop::save_state(options_, task, scalers[0], epoch, lead);
   }
   Tensor total = logs[0].to_host();
   for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();

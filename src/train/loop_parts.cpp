@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "core/check.h"
+#include "tessera/random.h"
+#include "tessera/safetensors.h"
+#include "tessera/train/training_state.h"
 
 namespace tessera::train::loop {
 
@@ -42,6 +47,64 @@ void check_finite(const EpochMetrics& m, bool has_val) {
                 "lower learning rate (--lr), gradient clipping (--clip), or a smaller batch",
                 m.epoch, train_bad ? "mean training" : "validation",
                 std::isnan(train_bad ? m.train_loss : m.val_loss) ? "NaN" : "infinite");
+}
+
+// Note [Resuming training]
+// A run resumed from its state file must continue as if it had never stopped: the same
+// values (model, optimizer state, the float16 scaler's scale and counts), the same next
+// batches (the loader's shuffle is seeded with seed + epochs begun, so it is set to the
+// epochs done), and the same random numbers (dropout masks come from the default generator,
+// whose seed and position are saved with the state). Every replica loads the same file, so
+// replicas and ranks stay identical. The file is written after the epoch's metrics were
+// checked, so a diverged epoch never replaces the last good state; the write is atomic
+// (nn::save_checkpoint's), so a run killed while writing leaves the previous file.
+
+namespace {
+
+constexpr const char* kRngSeedKey = "rng_seed";
+constexpr const char* kRngOffsetKey = "rng_offset";
+
+}  // namespace
+
+int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
+           std::vector<optim::GradScaler*> scalers, data::DataLoader& train) {
+  if (options.resume_from.empty()) return 0;
+  // The epochs first, from the header alone, so that a file with nothing left to train
+  // changes nothing; load_training_state refuses files that are not training states.
+  const SafetensorsHeader header = read_safetensors_header(options.resume_from);
+  if (const auto it = header.metadata.find(kEpochKey); it != header.metadata.end()) {
+    const int held = std::stoi(it->second);
+    TESSERA_CHECK(held < options.max_epochs, Error,
+                  "[Trainer] {} holds {} epoch(s) of training, and max_epochs is {}: there is "
+                  "nothing left to train. Raise max_epochs (--epochs) to train on",
+                  options.resume_from.string(), held, options.max_epochs);
+  }
+  const bool scaled = options.precision == kFloat16;
+  std::map<std::string, std::string> meta;
+  {
+    AllowSync deliberate;  // the file's values go to the devices once
+    for (std::size_t r = 0; r < tasks.size(); ++r) {
+      meta = load_training_state(options.resume_from, tasks[r]->model(), tasks[r]->optimizer(),
+                                 scaled ? scalers[r] : nullptr);
+    }
+  }
+  const int done = std::stoi(meta.at(kEpochKey));
+  if (meta.contains(kRngSeedKey) && meta.contains(kRngOffsetKey)) {
+    set_rng_state({std::stoull(meta.at(kRngSeedKey)), std::stoull(meta.at(kRngOffsetKey))});
+  }
+  train.set_epoch(static_cast<std::uint64_t>(done));
+  return done;
+}
+
+void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
+                int epoch, bool lead) {
+  if (options.state_path.empty() || !lead) return;
+  const RngState rng = rng_state();
+  AllowSync deliberate;  // one read of the state per epoch
+  save_training_state(
+      options.state_path, task.model(), task.optimizer(),
+      options.precision == kFloat16 ? &scaler : nullptr, epoch,
+      {{kRngSeedKey, std::to_string(rng.seed)}, {kRngOffsetKey, std::to_string(rng.offset)}});
 }
 
 }  // namespace tessera::train::loop

@@ -22,6 +22,16 @@
 
 namespace tessera::train::loop {
 
+// Note [Resuming training]: TrainerOptions::resume_from loaded into every replica's task
+// (tasks[r], with scalers[r]), the random generator and `train`'s epoch; returns the epochs
+// the file holds (0 when there is no file to resume from).
+int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
+           std::vector<optim::GradScaler*> scalers, data::DataLoader& train);
+// Writes TrainerOptions::state_path after `epoch` (when set and `lead`): a deliberate read of
+// every parameter and state tensor.
+void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
+                int epoch, bool lead);
+
 using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t) {

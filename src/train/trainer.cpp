@@ -176,7 +176,9 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   loop::StepLog log(device());
   std::ofstream metrics_file;
   if (!options_.metrics_path.empty()) {
-    metrics_file.open(options_.metrics_path);
+    // A resumed run adds its epochs to the interrupted run's lines.
+    metrics_file.open(options_.metrics_path,
+                      options_.resume_from.empty() ? std::ios::out : std::ios::app);
     TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
                   options_.metrics_path.string());
   }
@@ -197,11 +199,12 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     scaler.update();
     return r;
   };
+  const int done_before = loop::resume(options_, {&task}, {&scaler}, train);
   const loop::CapturableFor capturable(opt, options_.graph);
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly
   std::vector<EpochMetrics> history;
-  for (int epoch = 1; epoch <= options_.max_epochs; ++epoch) {
+  for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = Clock::now();
     model.train();
     log.begin_epoch(train.batches());
@@ -246,6 +249,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     m.seconds = seconds_since(start);
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
+    loop::save_state(options_, task, scaler, epoch, true);
   }
   step_losses_ = log.to_host();
   return history;

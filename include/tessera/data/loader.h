@@ -151,6 +151,12 @@ class TESSERA_API DataLoader {
   /// that thread for the first batch.
   iterator begin();
   iterator end() const;
+  /// The next epoch begun (begin(), shard(), split()) is epoch `epochs_begun`, shuffled with
+  /// seed + epochs_begun, as in a loader that has begun that many epochs: a resumed training
+  /// run continues with the order the interrupted run would have had.
+  void set_epoch(std::uint64_t epochs_begun) { epoch_ = epochs_begun; }
+  /// The epochs begun so far (or set by set_epoch).
+  std::uint64_t epochs_begun() const { return epoch_; }
   /// Batch i of the current epoch.
   Batch batch(std::int64_t i) const;
   /// Examples in batch i: batch_size, or fewer for a short last batch.

@@ -30,7 +30,7 @@ struct TESSERA_API TrainerOptions {
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
   bool progress = true;
   /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds,
-  /// train_seconds); empty: none.
+  /// train_seconds), appended to the file when resuming (resume_from); empty: none.
   std::filesystem::path metrics_path;
   /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
   /// the first GPU chosen by num_gpus, else the CPU.
@@ -63,6 +63,20 @@ struct TESSERA_API TrainerOptions {
   /// is skipped on the device, without a host wait. Any other dtype: DtypeError from the
   /// constructor.
   Dtype precision = kFloat32;
+  /// After every epoch, save the training state to this file (train/training_state.h: the
+  /// model, the optimizer, the float16 step's gradient scaler, the epochs done and the random
+  /// generator's position), atomically, replacing the epoch before; only rank 0 writes.
+  /// An epoch whose loss diverged is not saved, so the file keeps the last good one. Empty:
+  /// none.
+  std::filesystem::path state_path;
+  /// Continue the run whose state this file holds (as state_path writes it): fit loads it
+  /// into the model and the optimizer (every replica's) and the gradient scaler, puts the
+  /// random generator and the training loader's epoch where they were, and trains from the
+  /// next epoch up to max_epochs, numbering epochs on from the file's; the result equals
+  /// that of the run not interrupted. Error when the file holds max_epochs or more epochs,
+  /// and the errors of load_training_state (a plain checkpoint, another model or optimizer).
+  /// Empty: start afresh.
+  std::filesystem::path resume_from;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss

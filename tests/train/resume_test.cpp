@@ -1,0 +1,185 @@
+// TrainerOptions::state_path and resume_from (Note [Resuming training]): a run stopped after
+// an epoch and resumed in fresh objects ends where the run not interrupted ends, on one
+// device (with dropout, so the random generator must be restored too, and in float16 with
+// its gradient scaler) and on several (every replica loads the state); the metrics file goes
+// on; and a file with nothing left to train is refused before anything changes.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "support/device_test.h"
+#include "support/temp_dir.h"
+#include "tessera/nn/checkpoint.h"
+#include "tessera/nn/dropout.h"
+#include "tessera/optim/adam.h"
+#include "tessera/optim/sgd.h"
+#include "tessera/random.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::DeviceTest;
+using testing::expect_throw_with;
+using testing::TempDir;
+
+// Images whose label is which quarter of the image is bright, with noise.
+std::pair<Tensor, Tensor> quadrant_images(std::int64_t n) {
+  std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 8 * 8), 0);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    labels[static_cast<std::size_t>(i)] = i % 4;
+    const int r0 = static_cast<int>((i % 4) / 2 * 4), c0 = static_cast<int>((i % 4) % 2 * 4);
+    for (int r = 0; r < 8; ++r) {
+      for (int c = 0; c < 8; ++c) {
+        const bool bright = r >= r0 && r < r0 + 4 && c >= c0 && c < c0 + 4;
+        pixels[static_cast<std::size_t>((i * 8 + r) * 8 + c)] =
+            static_cast<std::uint8_t>((bright ? 150 : 0) + (i * 37 + r * 11 + c * 5) % 60);
+      }
+    }
+  }
+  return {from_vector(pixels, {n, 8, 8}), from_vector(labels, {n})};
+}
+
+class Resume : public DeviceTest {
+ protected:
+  // A classifier with dropout, built by factories so that replicas can be made; the same
+  // initial values for the same seed.
+  static std::unique_ptr<train::Classifier> make_task(Device device, bool adam) {
+    return std::make_unique<train::Classifier>(
+        [device] {
+          return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16, true, device),
+                                                  nn::ReLU(), nn::Dropout(0.25),
+                                                  nn::Linear(16, 4, true, device));
+        },
+        [adam](const std::vector<Tensor>& params) -> std::unique_ptr<optim::Optimizer> {
+          if (adam) return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 0.01});
+          return std::make_unique<optim::SGD>(params,
+                                              optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+        });
+  }
+
+  struct Run {
+    std::vector<train::EpochMetrics> history;
+    std::vector<std::vector<double>> params;
+  };
+
+  // Epochs up to `epochs` of a fresh task from seed 7; resumed from `resume` when given.
+  static Run fit(train::TrainerOptions options, bool adam, int epochs, const fs::path& state = {},
+                 const fs::path& resume = {}) {
+    const auto [images, labels] = quadrant_images(200);
+    data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+    manual_seed(7);
+    const Device first = options.devices.empty() ? *options.device : options.devices.front();
+    auto task = make_task(first, adam);
+    options.max_epochs = epochs;
+    options.progress = false;
+    options.state_path = state;
+    options.resume_from = resume;
+    train::Trainer trainer(options);
+    Run run;
+    run.history = trainer.fit(*task, train_data);
+    AllowSync deliberate;
+    for (const Tensor& p : task->model().parameters()) run.params.push_back(p.to_vector<double>());
+    return run;
+  }
+
+  static void expect_same_end(const Run& straight, const Run& resumed, double tol) {
+    ASSERT_EQ(straight.params.size(), resumed.params.size());
+    for (std::size_t i = 0; i < straight.params.size(); ++i) {
+      testing::expect_close(resumed.params[i], straight.params[i], tol, tol,
+                            "parameter " + std::to_string(i));
+    }
+    ASSERT_EQ(resumed.history.size(), 2u);
+    for (std::size_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(resumed.history[e].epoch, straight.history[e + 1].epoch);
+      EXPECT_NEAR(resumed.history[e].train_loss, straight.history[e + 1].train_loss, tol);
+    }
+  }
+};
+
+TEST_P(Resume, AResumedRunEndsWhereTheRunNotInterruptedEnds) {
+  const TempDir dir("resume");
+  for (const bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "Adam" : "SGD with momentum");
+    const train::TrainerOptions options{.device = device()};
+    const Run straight = fit(options, adam, 3);
+    const fs::path state = dir.path() / "state.safetensors";
+    const Run first = fit(options, adam, 1, state);
+    ASSERT_EQ(first.history.size(), 1u);
+    ASSERT_TRUE(fs::exists(state));
+    const Run resumed = fit(options, adam, 3, {}, state);
+    expect_same_end(straight, resumed, 1e-5);
+  }
+}
+
+TEST_P(Resume, Float16ResumesWithItsGradientScaler) {
+  const TempDir dir("resume16");
+  train::TrainerOptions options{.device = device()};
+  options.precision = kFloat16;
+  const Run straight = fit(options, false, 3);
+  const fs::path state = dir.path() / "state.safetensors";
+  fit(options, false, 1, state);
+  const Run resumed = fit(options, false, 3, {}, state);
+  expect_same_end(straight, resumed, 1e-4);
+  // A float32 run cannot continue it: the file's scaler has no place to go.
+  expect_throw_with<Error>([&] { fit({.device = device()}, false, 3, {}, state); }, {"scaler"});
+}
+
+TEST_P(Resume, EveryReplicaLoadsTheState) {
+  const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "needs two devices of one kind";
+  const TempDir dir("resume_dp");
+  const train::TrainerOptions options{.devices = {devices[0], devices[1]}};
+  const Run straight = fit(options, false, 3);
+  const fs::path state = dir.path() / "state.safetensors";
+  fit(options, false, 1, state);
+  const Run resumed = fit(options, false, 3, {}, state);
+  expect_same_end(straight, resumed, 1e-5);
+}
+
+TEST_P(Resume, TheMetricsFileGoesOn) {
+  const TempDir dir("resume_metrics");
+  const fs::path state = dir.path() / "state.safetensors", metrics = dir.path() / "m.jsonl";
+  train::TrainerOptions options{.device = device()};
+  options.metrics_path = metrics;
+  fit(options, false, 1, state);
+  fit(options, false, 3, {}, state);
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<std::string> epochs;
+  while (std::getline(in, line)) epochs.push_back(line.substr(0, line.find(',')));
+  EXPECT_EQ(epochs, (std::vector<std::string>{"{\"epoch\": 1", "{\"epoch\": 2", "{\"epoch\": 3"}));
+}
+
+TEST_P(Resume, NothingLeftToTrainIsRefusedBeforeAnythingChanges) {
+  const TempDir dir("resume_done");
+  const fs::path state = dir.path() / "state.safetensors";
+  const train::TrainerOptions options{.device = device()};
+  fit(options, false, 2, state);
+  const auto [images, labels] = quadrant_images(200);
+  data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+  manual_seed(7);
+  auto task = make_task(device(), false);
+  AllowSync deliberate;
+  const std::vector<double> before = task->model().parameters()[0].to_vector<double>();
+  train::Trainer trainer({.max_epochs = 2, .progress = false, .device = device()});
+  train::TrainerOptions again = trainer.options();
+  again.resume_from = state;
+  train::Trainer resuming(again);
+  expect_throw_with<Error>(
+      [&] { resuming.fit(*task, train_data); },
+      {"holds 2 epoch(s) of training", "max_epochs is 2", "Raise max_epochs (--epochs)"});
+  EXPECT_EQ(task->model().parameters()[0].to_vector<double>(), before) << "nothing loaded";
+  // A plain checkpoint is not a run to continue.
+  const fs::path plain = dir.path() / "plain.safetensors";
+  nn::save_checkpoint(task->model(), plain);
+  again.resume_from = plain;
+  train::Trainer from_plain(again);
+  expect_throw_with<Error>([&] { from_plain.fit(*task, train_data); }, {"without optimizer state"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Resume);
+
+}  // namespace
+}  // namespace tessera
