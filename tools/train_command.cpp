@@ -200,6 +200,12 @@ void run_train(const TrainArgs& a) {
         a.momentum, a.seed, a.graph ? ", recorded step replayed as a graph" : "",
         a.precision == "fp32" ? "" : fmt::format(", {} autocast", dtype_name(options.precision)));
   }
+  if (lead && !a.resume.empty()) {
+    const auto meta = read_safetensors_header(a.resume).metadata;
+    const auto done = meta.find(train::kEpochKey);
+    std::cout << fmt::format("resuming {} ({} of {} epochs done)\n", a.resume,
+                             done != meta.end() ? done->second : "no", a.epochs);
+  }
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
   if (!lead) return;  // rank 0 reports and writes the files
