@@ -188,6 +188,45 @@ TEST_P(Conv, PoolingMatchesReference) {
   EXPECT_TRUE(std::isnan(max_pool2d(with_nan).item<double>()));
 }
 
+// Each 2x2 window's gradient goes to the element the forward pass chose: of equal maxima the
+// first in row-major order, the first NaN when there is one (its value is the output), and
+// the first of a window that is all -inf. Checked in both float types.
+TEST_P(Conv, MaxPoolingRoutesTheGradientToTheElementItChose) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // Six windows side by side: columns 2k and 2k+1 of both rows are window k.
+  const std::vector<std::array<double, 4>> windows{
+      {5, 5, 5, 5},     {1, 7, 7, 2},    {-inf, -inf, -inf, -inf},
+      {1, NAN, NAN, 9}, {3, 9, -inf, 9}, {0, 1, 2, NAN}};
+  const std::vector<int> chosen{0, 1, 0, 1, 1, 3};  // position in the window (a, b, c, d)
+  std::vector<double> xs(2 * 12);
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    xs[2 * k] = windows[k][0];
+    xs[2 * k + 1] = windows[k][1];
+    xs[12 + 2 * k] = windows[k][2];
+    xs[12 + 2 * k + 1] = windows[k][3];
+  }
+  for (const Dtype dtype : {kFloat32, kFloat64}) {
+    Tensor x = from_vector(xs, {1, 1, 2, 12}, {dtype, device()});
+    x.requires_grad_();
+    const Tensor y = max_pool2d(x, {.kernel = {2, 2}});
+    y.sum().backward();
+    const std::vector<double> out = y.to_vector<double>(), grad = x.grad().to_vector<double>();
+    for (std::size_t k = 0; k < windows.size(); ++k) {
+      const double want = windows[k][static_cast<std::size_t>(chosen[k])];
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[k])) << "window " << k;
+      } else {
+        EXPECT_EQ(out[k], want) << "window " << k;
+      }
+      for (int p = 0; p < 4; ++p) {
+        const std::size_t at = (p < 2 ? 0 : 12) + 2 * k + static_cast<std::size_t>(p % 2);
+        EXPECT_EQ(grad[at], p == chosen[k] ? 1.0 : 0.0)
+            << dtype_name(dtype) << ", window " << k << ", element " << p;
+      }
+    }
+  }
+}
+
 TEST_P(Conv, LeNetLossFallsOnAFewBatches) {
   const Device d = device();
   manual_seed(0);

@@ -74,6 +74,58 @@ void avg_pool_2x2_backward(const T* gp, i64 h, i64 wd, i64 oh, i64 ow, T inv_are
 
 bool is_2x2_tiling(const Window2d& w) { return is_tiling(w) && w.kernel_h == 2 && w.kernel_w == 2; }
 
+// The 2x2, stride-2 maximum of LeNet, n windows of two rows, and each one's choice (0 to 3:
+// a = r0[2i], b = r0[2i + 1], c = r1[2i], d = r1[2i + 1]), in selects the compiler
+// vectorizes. Same values and choices as the general loop below, which scans a window in
+// order, takes a value greater than the best or NaN, and stops at the first NaN: a strict
+// maximum keeps the first of equal maxima (and a NaN a, since nothing compares greater), and
+// the first NaN then replaces it. The general loop's data-dependent branches made max pooling
+// a quarter of a LeNet epoch on the CPU.
+template <typename T>
+void max_of_windows(const T* __restrict r0, const T* __restrict r1, i64 n, T* __restrict out,
+                    T* __restrict choice) {
+  for (i64 i = 0; i < n; ++i) {
+    const T a = r0[2 * i], b = r0[2 * i + 1], c = r1[2 * i], d = r1[2 * i + 1];
+    T best = a, pick = T(0);
+    pick = b > best ? T(1) : pick;
+    best = b > best ? b : best;
+    pick = c > best ? T(2) : pick;
+    best = c > best ? c : best;
+    pick = d > best ? T(3) : pick;
+    best = d > best ? d : best;
+    pick = d != d ? T(3) : pick;  // the first NaN, set last
+    best = d != d ? d : best;
+    pick = c != c ? T(2) : pick;
+    best = c != c ? c : best;
+    pick = b != b ? T(1) : pick;
+    best = b != b ? b : best;
+    pick = a != a ? T(0) : pick;
+    best = a != a ? a : best;
+    out[i] = best;
+    choice[i] = pick;
+  }
+}
+
+// max_of_windows over a plane, with each window's choice as an index into the plane.
+template <typename T>
+void max_pool_2x2(const T* xp, i64 wd, i64 oh, i64 ow, T* yp, i64* ip) {
+  constexpr i64 kChunk = 64;
+  T choice[kChunk];
+  for (i64 oy = 0; oy < oh; ++oy) {
+    const T* r0 = xp + 2 * oy * wd;
+    const i64 at = 2 * oy * wd;  // the row's first window's first element, in the plane
+    for (i64 x0 = 0; x0 < ow; x0 += kChunk) {
+      const i64 n = std::min(kChunk, ow - x0);
+      max_of_windows(r0 + 2 * x0, r0 + wd + 2 * x0, n, yp + oy * ow + x0, choice);
+      i64* arg = ip + oy * ow + x0;
+      for (i64 i = 0; i < n; ++i) {
+        const auto k = static_cast<i64>(choice[i]);
+        arg[i] = at + 2 * (x0 + i) + (k & 1) + (k >> 1) * wd;
+      }
+    }
+  }
+}
+
 template <typename T>
 void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
                   const Window2d& w) {
@@ -90,6 +142,10 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
     const T* xp = px + pl * h * wd;
     if (kind == PoolKind::kAvg && is_2x2_tiling(w)) {
       avg_pool_2x2(xp, wd, oh, ow, inv_area, py + pl * oh * ow);
+      continue;
+    }
+    if (kind == PoolKind::kMax && is_2x2_tiling(w)) {
+      max_pool_2x2(xp, wd, oh, ow, py + pl * oh * ow, pi + pl * oh * ow);
       continue;
     }
     if (kind == PoolKind::kAvg && is_tiling(w)) {
