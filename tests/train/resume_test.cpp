@@ -24,7 +24,7 @@ using testing::expect_throw_with;
 using testing::TempDir;
 
 // Images whose label is which quarter of the image is bright, with noise.
-std::pair<Tensor, Tensor> quadrant_images(std::int64_t n) {
+std::pair<Tensor, Tensor> noisy_quadrant_images(std::int64_t n) {
   std::vector<std::uint8_t> pixels(static_cast<std::size_t>(n * 8 * 8), 0);
   std::vector<std::int64_t> labels(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
@@ -67,7 +67,7 @@ class Resume : public DeviceTest {
   // Epochs up to `epochs` of a fresh task from seed 7; resumed from `resume` when given.
   static Run fit(train::TrainerOptions options, bool adam, int epochs, const fs::path& state = {},
                  const fs::path& resume = {}) {
-    const auto [images, labels] = quadrant_images(200);
+    const auto [images, labels] = noisy_quadrant_images(200);
     data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
     manual_seed(7);
     const Device first = options.devices.empty() ? *options.device : options.devices.front();
@@ -157,7 +157,7 @@ TEST_P(Resume, NothingLeftToTrainIsRefusedBeforeAnythingChanges) {
   const fs::path state = dir.path() / "state.safetensors";
   const train::TrainerOptions options{.device = device()};
   fit(options, false, 2, state);
-  const auto [images, labels] = quadrant_images(200);
+  const auto [images, labels] = noisy_quadrant_images(200);
   data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
   manual_seed(7);
   auto task = make_task(device(), false);
