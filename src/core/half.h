@@ -1,7 +1,8 @@
 #pragma once
 // The storage types of bfloat16 and float16 on the host: two bytes, converted to and from
-// float32 by rounding to the nearest even value (NaN stays NaN, infinities stay infinite,
-// float16 overflows to infinity and keeps subnormals). Arithmetic on them goes through
+// float32 by rounding to the nearest even value (NaN stays NaN, quieted as the F16C
+// instructions quiet it, infinities stay infinite, float16 overflows to infinity and keeps
+// subnormals). Arithmetic on them goes through
 // float (the implicit conversion), which is how every CPU kernel computes with them.
 // The CUDA kernels use cuda_bf16.h / cuda_fp16.h instead (kernels_copy.cu).
 #include <cstdint>
@@ -54,7 +55,8 @@ TESSERA_HALF_INLINE std::uint16_t float_to_float16_bits(float f) {
 TESSERA_HALF_INLINE float float16_bits_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  const std::uint32_t inf_nan = 0x7f800000u | (mant << 13);
+  // A NaN comes back quiet (bit 22 set), as vcvtph2ps returns it (Note [Half rows]).
+  const std::uint32_t inf_nan = 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   const std::uint32_t subnormal = float_bits(static_cast<float>(mant) * 0x1p-24f);  // exact
   const std::uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
   std::uint32_t r = exp == 0 ? subnormal : normal;

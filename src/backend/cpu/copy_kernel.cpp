@@ -1,12 +1,27 @@
 #include "backend/cpu/copy_kernel.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/strided_loop.h"
 #include "core/dispatch_half.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail {
+namespace {
+
+template <typename To, typename From>
+void plain_rows(const From* in, To* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
+}
+
+// Written once, when the CPU backend is made, before any copy can run.
+HalfRowConverters g_half_rows{plain_rows<Float16, float>, plain_rows<float, Float16>,
+                              plain_rows<BFloat16, float>, plain_rows<float, BFloat16>};
+
+}  // namespace
+
+void use_half_row_converters(const HalfRowConverters& converters) { g_half_rows = converters; }
 
 void copy_kernel(const Tensor& src, const Tensor& dst) {
   const TensorImpl& s = impl_of(src);
@@ -31,7 +46,17 @@ void copy_kernel(const Tensor& src, const Tensor& dst) {
               // to bfloat16 of 16 Mi elements went from 11 ms to 3 ms on 2 threads).
               To* out = reinterpret_cast<To*>(p[0]);
               const From* in = reinterpret_cast<const From*>(p[1]);
-              for (std::int64_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
+              if constexpr (std::is_same_v<To, Float16> && std::is_same_v<From, float>) {
+                g_half_rows.float_to_float16(in, out, n);
+              } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, Float16>) {
+                g_half_rows.float16_to_float(in, out, n);
+              } else if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
+                g_half_rows.float_to_bfloat16(in, out, n);
+              } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, BFloat16>) {
+                g_half_rows.bfloat16_to_float(in, out, n);
+              } else {
+                for (std::int64_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
+              }
               return;
             }
             for (std::int64_t i = 0; i < n; ++i) {

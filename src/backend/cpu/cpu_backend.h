@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_allocator.h"
 #include "backend/cpu/work_queue.h"
 #include "core/device_registry.h"
@@ -223,8 +224,12 @@ namespace tessera::detail::TESSERA_CPU_ISA {
 
 // The kernels, built for one instruction-set level (the files that define them are compiled
 // once per level, each with its own TESSERA_CPU_ISA).
+// This level's float32 <-> float16 rows for the copy kernel (half_rows.cpp).
+HalfRowConverters half_row_converters();
+
 class CpuBackend final : public CpuBackendBase {
  public:
+  CpuBackend() { use_half_row_converters(half_row_converters()); }
   void fill(const Tensor& out, double value) override;
   void arange(const Tensor& out, double start, double step) override;
   void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
