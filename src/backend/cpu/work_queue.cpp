@@ -36,6 +36,12 @@
 // that has fed only this device lately may run kMaxPendingAlone (32) tasks ahead; one that
 // is feeding several (data-parallel replicas) may run kMaxPending (256) ahead of each. A
 // graph-recorded step (TrainerOptions::graph) is a few tasks per device and needs no lead.
+// The price: two-device LeNet holds 1.29 GB against 0.49 GB on one device. Smaller fixed
+// bounds save memory but the epoch falls off a model-dependent cliff (LeNet: 64 as fast,
+// 48 slower), and two adaptive bounds (256 only while another fed device runs low; twice
+// the host's longest run of launches on the device) saved under 10% and were dropped
+// (docs/benchmarks.md, 2026-11-25). Removing the need for a lead (a host thread per
+// replica, or memory freed in queue order as CUDA's caching allocators do) is what is left.
 
 namespace tessera::detail {
 namespace {
