@@ -15,6 +15,8 @@
 
 namespace tessera::detail {
 
+enum class FirstWriter : std::uint8_t;  // core/tensor_impl.h
+
 enum class UnaryOp : std::uint8_t { kNeg, kExp, kLog, kSqrt, kAbs, kRelu, kSigmoid, kTanh };
 
 enum class BinaryOp : std::uint8_t {
@@ -153,8 +155,9 @@ class Backend {
   virtual DeviceInfo info(int index) const = 0;
 
   // Memory. allocate returns nullptr when the device has no memory left (the front end
-  // turns that into OutOfMemoryError after emptying the cache once).
-  virtual void* allocate(int index, std::size_t bytes) = 0;
+  // turns that into OutOfMemoryError after emptying the cache once). `first`: who writes the
+  // memory first (a GPU's memory is only ever written by its streams, so GPUs ignore it).
+  virtual void* allocate(int index, std::size_t bytes, FirstWriter first) = 0;
   virtual void deallocate(int index, void* ptr, std::size_t bytes) = 0;
   virtual std::size_t reserved(int index) const = 0;
   virtual void empty_cache(int index) = 0;

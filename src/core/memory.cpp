@@ -46,7 +46,8 @@ namespace {
 
 }  // namespace
 
-Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pinned_in)
+Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pinned_in,
+                 FirstWriter first)
     : bytes(bytes_in), device(device_in), pinned(pinned_in) {
   DeviceCounters& c = counters(device);
   const std::size_t limit = c.limit.load(std::memory_order_relaxed);
@@ -64,12 +65,12 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
     }
   } else if (bytes > 0) {
     Backend& backend = backend_of(device);
-    data = backend.allocate(device.index(), bytes);
+    data = backend.allocate(device.index(), bytes, first);
     if (data == nullptr && !backend.capturing(device.index())) {
       // Return the cache to the device and retry once before giving up (never while
       // capturing a graph: freeing device memory waits for the device).
       backend.empty_cache(device.index());
-      data = backend.allocate(device.index(), bytes);
+      data = backend.allocate(device.index(), bytes, first);
     }
     if (data == nullptr) {
       c.in_use.fetch_sub(bytes);
@@ -84,6 +85,7 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
 }
 
 Storage::~Storage() {
+  if (borrowed) return;
   if (data != nullptr && pinned) {
     cuda_backend()->deallocate_pinned(data, bytes);
   } else if (data != nullptr) {

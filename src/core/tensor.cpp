@@ -73,17 +73,27 @@ std::size_t checked_bytes(const Shape& shape, Dtype dtype, const char* op) {
   return n;
 }
 
-}  // namespace
-
-Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op, bool pinned) {
+Tensor new_tensor(const Shape& shape, Dtype dtype, Device device, const char* op, bool pinned,
+                  FirstWriter first) {
   mark_devices_in_use();
   if (!is_available(device)) check_device(device, op);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(device, checked_bytes(shape, dtype, op), op, pinned);
+  impl->storage =
+      std::make_shared<Storage>(device, checked_bytes(shape, dtype, op), op, pinned, first);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op, bool pinned) {
+  return new_tensor(shape, dtype, device, op, pinned, FirstWriter::kAnyone);
+}
+
+Tensor make_output(const Shape& shape, Dtype dtype, Device device, const char* op) {
+  return new_tensor(shape, dtype, device, op, false, FirstWriter::kQueue);
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,

@@ -37,7 +37,7 @@ void settle_host(Device host) {
 // `t` itself when contiguous, else a contiguous copy queued on its own device.
 Tensor packed_on_device(const Tensor& t, const char* op) {
   if (t.is_contiguous()) return t;
-  Tensor packed = make_tensor(t.shape(), t.dtype(), t.device(), op);
+  Tensor packed = make_output(t.shape(), t.dtype(), t.device(), op);
   backend_of(t.device()).copy(t, packed);
   return packed;
 }

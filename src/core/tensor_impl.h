@@ -13,11 +13,30 @@
 
 namespace tessera::detail {
 
+// Who writes new memory first. Decides whether it may be a block that work queued on the
+// device still uses (Note [Memory freed in queue order] in backend/cpu/cpu_allocator.cpp).
+enum class FirstWriter : std::uint8_t {
+  kAnyone,  // the host may write it directly (a loader, a file reader): a block nothing uses
+  kQueue,   // a kernel this thread queues next on the device's current stream (an op's output)
+};
+
 // A block of device memory. Frees itself through the device's allocator and accounting.
 struct Storage {
   // Throws OutOfMemoryError naming `op` when the device's limit or memory is exhausted.
   // `pinned` (CPU only) takes page-locked memory from the GPU backend.
-  Storage(Device device, std::size_t bytes, const char* op, bool pinned = false);
+  Storage(Device device, std::size_t bytes, const char* op, bool pinned = false,
+          FirstWriter first = FirstWriter::kAnyone);
+  // A stand-in for `owner` that points at its memory without owning or counting it: what a
+  // kernel queued on a CPU device holds, so the memory goes back to the allocator when the
+  // last real handle goes (Note [Memory freed in queue order] in cpu_backend.cpp).
+  struct Borrow {};
+  Storage(Borrow, const Storage& owner)
+      : data(owner.data),
+        bytes(owner.bytes),
+        device(owner.device),
+        pinned(owner.pinned),
+        filled_in_device_order(owner.filled_in_device_order),
+        borrowed(true) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -29,6 +48,8 @@ struct Storage {
   // Written by host code queued on the device (fill_in_device_order): a copy out of it
   // follows the device's queue even where its caller vouches that only the host wrote it.
   bool filled_in_device_order = false;
+  // A Borrow stand-in: frees and counts nothing.
+  bool borrowed = false;
   // Views of this storage that queued or recorded CPU kernels hold, and nothing else does
   // (QueuedView in backend/cpu/queued_view.h): autograd keeps a first gradient that only they
   // share with it instead of copying it (Note [Gradients queued work still holds]).
@@ -70,6 +91,10 @@ bool is_contiguous_layout(const Shape& shape, const Strides& strides);
 // Checks that `device` exists (DeviceError otherwise).
 Tensor make_tensor(const Shape& shape, Dtype dtype, Device device, const char* op,
                    bool pinned = false);
+// make_tensor for an op's output: a new tensor that a kernel this thread queues next on
+// `device`'s current stream writes first (FirstWriter::kQueue), so its memory may be a block
+// that work queued there earlier still uses. Never for memory the host writes directly.
+Tensor make_output(const Shape& shape, Dtype dtype, Device device, const char* op);
 // A view of `base`'s storage with new metadata.
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides,
                  std::int64_t offset);

@@ -75,7 +75,7 @@ void check_rows(const char* op, const Tensor& t) {
 Tensor with_rows(const Tensor& t, std::int64_t rows, const char* op) {
   Shape shape = t.shape();
   shape[0] = rows;
-  return detail::make_tensor(shape, t.dtype(), t.device(), op);
+  return detail::make_output(shape, t.dtype(), t.device(), op);
 }
 
 void run(CollectiveCall call) { detail::backend_of(call.inputs.front().device()).collective(call); }

@@ -88,7 +88,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
   const std::int64_t ow = out_extent("conv2d", "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   Tensor out =
-      detail::make_tensor({x.size(0), weight.size(0), oh, ow}, x.dtype(), device, "conv2d");
+      detail::make_output({x.size(0), weight.size(0), oh, ow}, x.dtype(), device, "conv2d");
   Tensor xc, wc, bc;
   {
     NoGradGuard internal;
@@ -106,11 +106,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                      const Device d = xc.device();
                      Tensor dx, dw, db;
                      if (need_x)
-                       dx = detail::make_tensor(xc.shape(), xc.dtype(), d, "conv2d_backward");
+                       dx = detail::make_output(xc.shape(), xc.dtype(), d, "conv2d_backward");
                      if (need_w)
-                       dw = detail::make_tensor(wc.shape(), wc.dtype(), d, "conv2d_backward");
+                       dw = detail::make_output(wc.shape(), wc.dtype(), d, "conv2d_backward");
                      if (need_b)
-                       db = detail::make_tensor(bias_shape, wc.dtype(), d, "conv2d_backward");
+                       db = detail::make_output(bias_shape, wc.dtype(), d, "conv2d_backward");
                      detail::backend_of(d).conv2d_backward(xc, wc, g.contiguous(), dx, dw, db, w);
                      return std::vector<Tensor>{dx, dw, db};
                    },
@@ -142,9 +142,9 @@ Tensor pool2d(PoolKind kind, const char* op, const Tensor& x, const Pool2dOption
   const std::int64_t ow = out_extent(op, "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   const Device device = x.device();
   const Shape out_shape{x.size(0), x.size(1), oh, ow};
-  Tensor out = detail::make_tensor(out_shape, x.dtype(), device, op);
+  Tensor out = detail::make_output(out_shape, x.dtype(), device, op);
   Tensor indices;
-  if (kind == PoolKind::kMax) indices = detail::make_tensor(out_shape, kInt64, device, op);
+  if (kind == PoolKind::kMax) indices = detail::make_output(out_shape, kInt64, device, op);
   Tensor xc;
   {
     NoGradGuard internal;
@@ -155,7 +155,7 @@ Tensor pool2d(PoolKind kind, const char* op, const Tensor& x, const Pool2dOption
     detail::record(
         op, out, {&x},
         [kind, indices, w, x_shape = x.shape(), dtype = x.dtype(), device](const Tensor& g) {
-          Tensor dx = detail::make_tensor(x_shape, dtype, device, "pool2d_backward");
+          Tensor dx = detail::make_output(x_shape, dtype, device, "pool2d_backward");
           detail::backend_of(device).pool2d_backward(kind, g.contiguous(), indices, dx, w);
           return std::vector<Tensor>{dx};
         });

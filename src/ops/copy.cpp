@@ -10,6 +10,7 @@
 
 namespace tessera {
 using detail::check_defined;
+using detail::make_output;
 using detail::make_tensor;
 
 namespace {
@@ -44,7 +45,7 @@ Tensor Tensor::to(Device device, std::source_location where) const {
 Tensor Tensor::to(Dtype dtype) const {
   check_defined(*this, "to");
   if (dtype == this->dtype()) return *this;
-  Tensor out = make_tensor(shape(), dtype, device(), "to");
+  Tensor out = make_output(shape(), dtype, device(), "to");
   detail::backend_of(device()).copy(*this, out);
   if (detail::needs_grad(*this)) detail::record_copy("to", *this, out);
   return out;

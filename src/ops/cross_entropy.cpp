@@ -35,13 +35,13 @@ Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets) {
     t = targets.dtype() == kInt64 ? targets.contiguous() : targets.to(kInt64);
   }
   const std::int64_t n = x.size(0), c = x.size(1);
-  Tensor losses = make_tensor({n}, x.dtype(), device, "cross_entropy");
-  Tensor probs = make_tensor({n, c}, x.dtype(), device, "cross_entropy");
+  Tensor losses = make_output({n}, x.dtype(), device, "cross_entropy");
+  Tensor probs = make_output({n, c}, x.dtype(), device, "cross_entropy");
   backend_of(device).cross_entropy(x, t, losses, probs);
   if (needs_grad(x)) {
     record("cross_entropy", losses, {&x},
            [probs, t](const Tensor& grad) {
-             Tensor g = make_tensor(probs.shape(), probs.dtype(), probs.device(),
+             Tensor g = make_output(probs.shape(), probs.dtype(), probs.device(),
                                     "cross_entropy_backward");
              const Tensor grad_losses =
                  grad.dtype() == probs.dtype() ? grad.contiguous() : grad.to(probs.dtype());

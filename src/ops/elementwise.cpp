@@ -68,7 +68,7 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   detail::Backend& backend = detail::backend_of(device);
   if (ai.dtype == dtype && bi.dtype == dtype && ai.shape == bi.shape) {
     // The common case, kept free of handle copies: it bounds the per-op overhead.
-    Tensor out = detail::make_tensor(ai.shape, out_dtype, device, name);
+    Tensor out = detail::make_output(ai.shape, out_dtype, device, name);
     backend.binary(op, a, b, out);
     if (ai.autograd || bi.autograd) [[unlikely]] {
       if (detail::needs_grad({&a, &b})) detail::record_binary(op, name, a, b, out);
@@ -76,7 +76,7 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
     return out;
   }
   const Shape shape = detail::broadcast_shapes(name, ai.shape, bi.shape);
-  Tensor out = detail::make_tensor(shape, out_dtype, device, name);
+  Tensor out = detail::make_output(shape, out_dtype, device, name);
   const bool grad = detail::needs_grad({&a, &b});
   {
     NoGradGuard internal;  // dtype conversion and broadcasting are part of this op's formula
@@ -103,7 +103,7 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
     return out;
   }
   Tensor out =
-      detail::make_tensor(a.shape(), detail::is_comparison(op) ? kBool : dtype, a.device(), name);
+      detail::make_output(a.shape(), detail::is_comparison(op) ? kBool : dtype, a.device(), name);
   {
     NoGradGuard internal;
     const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
@@ -126,7 +126,7 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
     NoGradGuard internal;
     out = unary_op(op, name, detail::to_float32(a), float_only).to(dtype);
   } else {
-    out = detail::make_tensor(a.shape(), dtype, a.device(), name);
+    out = detail::make_output(a.shape(), dtype, a.device(), name);
     NoGradGuard internal;
     const Tensor x = a.dtype() == dtype ? a : a.to(dtype);
     detail::backend_of(a.device()).unary(op, x, out);
@@ -162,7 +162,7 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
     const Tensor y = detail::prepare_operand(src, kFloat32, self.shape());
-    Tensor r = detail::make_tensor(self.shape(), kFloat32, device, name);
+    Tensor r = detail::make_output(self.shape(), kFloat32, device, name);
     detail::backend_of(device).binary(op, x, y, r);
     detail::store_converted(r, self);
     return self;
@@ -186,7 +186,7 @@ Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
-    Tensor r = detail::make_tensor(self.shape(), kFloat32, self.device(), name);
+    Tensor r = detail::make_output(self.shape(), kFloat32, self.device(), name);
     detail::backend_of(self.device()).binary_scalar(op, x, s, false, r);
     detail::store_converted(r, self);
     return self;
@@ -246,7 +246,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape = detail::broadcast_shapes(
       "where", cond.shape(), detail::broadcast_shapes("where", a.shape(), b.shape()));
   const Dtype kernel_dtype = is_half(dtype) ? kFloat32 : dtype;  // Note [Half precision]
-  Tensor out = detail::make_tensor(shape, kernel_dtype, device, "where");
+  Tensor out = detail::make_output(shape, kernel_dtype, device, "where");
   const bool grad = detail::needs_grad({&a, &b});
   {
     NoGradGuard internal;
@@ -292,7 +292,7 @@ Tensor& Tensor::fill_(double value) {
   detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
   if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
-    Tensor value32 = detail::make_tensor({}, kFloat32, device(), "fill_");
+    Tensor value32 = detail::make_output({}, kFloat32, device(), "fill_");
     detail::backend_of(device()).fill(value32, value);
     detail::store_converted(value32.expand(shape()), *this);
     return *this;
@@ -317,7 +317,7 @@ Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) 
     return activation_backward(op, to_float32(grad), to_float32(saved)).to(saved.dtype());
   }
   const Tensor g = grad.dtype() == saved.dtype() ? grad.contiguous() : grad.to(saved.dtype());
-  Tensor grad_in = make_tensor(saved.shape(), saved.dtype(), saved.device(), "backward");
+  Tensor grad_in = make_output(saved.shape(), saved.dtype(), saved.device(), "backward");
   backend_of(saved.device()).unary_backward(op, g, saved.contiguous(), grad_in);
   return grad_in;
 }

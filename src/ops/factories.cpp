@@ -14,6 +14,7 @@
 #include "tessera/device_scope.h"
 
 namespace tessera {
+using detail::make_output;
 using detail::make_tensor;
 
 namespace {
@@ -29,7 +30,7 @@ Dtype kernel_dtype(Dtype d) { return is_half(d) ? kFloat32 : d; }
 
 Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
-  Tensor t = make_tensor(shape, kernel_dtype(dtype), device_of(options), op);
+  Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
   detail::backend_of(t.device()).fill(t, value);
   return t.to(dtype);
 }
@@ -103,7 +104,7 @@ Tensor from_vector(const void* data, Dtype data_dtype, std::size_t count, const 
                     i, bytes[i]);
     }
   }
-  Tensor t = make_tensor(shape, data_dtype, device_of(options), "from_vector");
+  Tensor t = make_output(shape, data_dtype, device_of(options), "from_vector");
   detail::check_not_capturing(t.device(), "from_vector", "a copy from the host");
   detail::backend_of(t.device()).copy_from_host(data, t);
   detail::count_host_write(t.device(), t.nbytes());
@@ -141,7 +142,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
       start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
   const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
   const Dtype dtype = dtype_of_options(options, integral ? kInt64 : kFloat32);
-  Tensor t = make_tensor({n}, kernel_dtype(dtype), device_of(options), "arange");
+  Tensor t = make_output({n}, kernel_dtype(dtype), device_of(options), "arange");
   detail::backend_of(t.device()).arange(t, start, step);
   return t.to(dtype);
 }
@@ -156,7 +157,7 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
   detail::check_not_capturing(device_of(options), op, "drawing random numbers");
-  Tensor t = make_tensor(shape, kernel_dtype(dtype), device_of(options), op);
+  Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
   const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
   detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
   return t.to(dtype);

@@ -104,7 +104,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Shape b_batch(b2.shape().begin(), b2.shape().end() - 2);
   const Shape batch =
       a_batch == b_batch ? a_batch : detail::broadcast_shapes("matmul", a_batch, b_batch);
-  Tensor out = detail::make_tensor({batch.numel(), m, n}, a2.dtype(), device, "matmul");
+  Tensor out = detail::make_output({batch.numel(), m, n}, a2.dtype(), device, "matmul");
   detail::backend_of(device).matmul(as_batched(a2, batch, m, k), as_batched(b2, batch, k, n), out);
   Shape result = batch;
   if (a.dim() > 1) result.push_back(m);
@@ -127,7 +127,7 @@ Tensor half_product_float32(const Tensor& a, const Tensor& b) {
   const bool native = backend_of(device).matmul_takes_half(a.dtype());
   const Tensor a2 = native ? a : widen_for_product(a), b2 = native ? b : widen_for_product(b);
   const std::int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor out = make_tensor({1, m, n}, kFloat32, device, "matmul");
+  Tensor out = make_output({1, m, n}, kFloat32, device, "matmul");
   backend_of(device).matmul(as_batched(a2, {}, m, k), as_batched(b2, {}, k, n), out);
   return out.view({m, n});
 }

@@ -71,7 +71,7 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& a, std::uint32_t mask
   // Note [Half precision]: a half input is reduced in float32 and the result rounded once.
   const bool half = is_half(a.dtype());
   const Dtype kernel_out = half && is_half(out_dtype) ? kFloat32 : out_dtype;
-  Tensor out = detail::make_tensor(keep, kernel_out, a.device(), name);
+  Tensor out = detail::make_output(keep, kernel_out, a.device(), name);
   if (half) [[unlikely]] {
     NoGradGuard internal;
     detail::backend_of(a.device()).reduce(op, detail::to_float32(a), mask, out);

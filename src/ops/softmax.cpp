@@ -32,7 +32,7 @@ Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
     const Tensor out = softmax_op(name, a.to(kFloat32), d, log);
     return detail::autocast_keeps_float32(a) ? out : out.to(a.dtype());
   }
-  Tensor out = detail::make_tensor(a.shape(), a.dtype(), a.device(), name);
+  Tensor out = detail::make_output(a.shape(), a.dtype(), a.device(), name);
   {
     NoGradGuard internal;  // the reshapes below are plumbing, not part of the graph
     // A 0-dim tensor is softmaxed as one element along a size-1 dim.

@@ -131,6 +131,7 @@ WorkQueue* CpuBackendBase::queue(int index) {
           std::make_unique<WorkQueue>([own = cores_of_device(cores, i, options.count, threads),
                                        threads] { enter_device_thread(own, threads); });
     }
+    queues_made_.store(true, std::memory_order_release);
   });
   return queues_[index].get();
 }
@@ -209,12 +210,31 @@ DeviceInfo CpuBackendBase::info(int index) const {
   return info;
 }
 
-void* CpuBackendBase::allocate(int index, std::size_t bytes) {
-  return allocators_[index]->allocate(bytes);
+void* CpuBackendBase::allocate(int index, std::size_t bytes, FirstWriter first) {
+  // Note [Memory freed in queue order]: an op's output is written first by a kernel this
+  // thread queues next on its current stream's queue; a queue's own thread is never after
+  // its queued work.
+  const WorkQueue* next = first == FirstWriter::kQueue && !WorkQueue::on_queue_thread()
+                              ? current_queue(index)
+                              : nullptr;
+  return allocators_[index]->allocate(bytes, next);
 }
 
 void CpuBackendBase::deallocate(int index, void* ptr, std::size_t bytes) {
-  allocators_[index]->deallocate(ptr, bytes);
+  // Every queue of the device may hold borrowed handles to the block
+  // (Note [Memory freed in queue order]).
+  static_assert(kSideStreams + 1 <= QueueUses::kMax);
+  QueueUses uses;
+  if (queues_made_.load(std::memory_order_acquire) && queues_[index] != nullptr) {
+    uses.add(queues_[index].get());
+  }
+  SideStreams& side = side_[index];
+  if (side.any.load(std::memory_order_acquire)) {
+    for (int id = 1; id <= kSideStreams; ++id) {
+      if (WorkQueue* q = side.made[id].load(std::memory_order_acquire)) uses.add(q);
+    }
+  }
+  allocators_[index]->deallocate(ptr, bytes, uses);
 }
 
 std::size_t CpuBackendBase::reserved(int index) const { return allocators_[index]->reserved(); }
@@ -264,7 +284,9 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
   const int s = src.device().index(), d = dst.device().index();
   const bool inline_devices = queue(s) == nullptr;  // logical devices: all queued or none
   if (s == d || (inline_devices && capturing_[d].load(std::memory_order_relaxed))) {
-    launch(d, [src, dst] { copy_kernel(src, dst); });  // queued, run, or recorded
+    // Queued, run, or recorded.
+    launch_with(
+        d, [](const Tensor& from, const Tensor& to) { copy_kernel(from, to); }, src, dst);
     return;
   }
   if (inline_devices) {

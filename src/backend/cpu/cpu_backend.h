@@ -1,8 +1,10 @@
 #pragma once
 // The CPU backend: the plain CPU, or logical CPU devices each with its own in-order work
-// queue (see cpu_devices.h). Kernels run through launch(), which either runs them now or
-// queues them on the device's thread; lambdas capture Tensor handles by value, which
-// keeps their storage alive until the kernel has run.
+// queue (see cpu_devices.h). Kernels run through launch() or launch_with(), which either run
+// them now or queue them on the device's thread. launch_with() queues borrowed handles, so
+// memory goes back to the allocator when the host drops a tensor and is reused in queue order
+// (Note [Memory freed in queue order] in cpu_allocator.cpp); a lambda given to launch()
+// holds its captured handles, and their storage, until it has run.
 //
 // Every CPU device also has side streams (cpu_streams.cpp, Note [CPU side streams]): more
 // in-order queues, each on its own thread, that launch() uses while a StreamGuard is open.
@@ -17,10 +19,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/borrowed_tensor.h"
 #include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_allocator.h"
 #include "backend/cpu/work_queue.h"
@@ -37,7 +41,7 @@ class CpuBackendBase : public Backend {
   std::string unavailable_reason() const override { return ""; }
   DeviceInfo info(int index) const override;
 
-  void* allocate(int index, std::size_t bytes) override;
+  void* allocate(int index, std::size_t bytes, FirstWriter first) override;
   void deallocate(int index, void* ptr, std::size_t bytes) override;
   std::size_t reserved(int index) const override;
   void empty_cache(int index) override;
@@ -91,8 +95,10 @@ class CpuBackendBase : public Backend {
       kernel();
     }
   }
-  // Runs kernel(tensors...) now, or queues it with copies of the handles. Cheaper than
-  // capturing the handles in the lambda when the device has no queue (no refcount traffic).
+  // Runs kernel(tensors...) now, or queues it with borrowed handles (borrow()), so the
+  // tensors' memory is reused in queue order once the host drops them; a recording keeps
+  // owning handles for the graph's life. Cheaper than capturing the handles in the lambda
+  // when the device has no queue (no refcount traffic).
   template <typename F, typename... Ts>
   void launch_with(int index, F kernel, const Ts&... tensors) {
     if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
@@ -100,7 +106,8 @@ class CpuBackendBase : public Backend {
       return;
     }
     if (WorkQueue* q = stream_queue(index)) {
-      q->submit([kernel, tensors...] { kernel(tensors...); }, run_ahead(index));
+      q->submit([kernel, held = std::tuple{borrow(tensors)...}] { std::apply(kernel, held); },
+                run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
       kernel(tensors...);
@@ -122,6 +129,9 @@ class CpuBackendBase : public Backend {
   // Makes the calling thread wait for the work queued so far on this thread's current stream
   // of `index` (cpu_streams.cpp): before a host thread runs work of that device itself.
   void wait_for_current_stream(int index);
+  // The queue this thread's next work on `index` goes to (its current stream's), nullptr when
+  // that work runs on the calling thread; unlike stream_queue, applies no joins.
+  WorkQueue* current_queue(int index);
   // Kernel threads of each logical device (Note [Devices own their cores]); 0 for the plain
   // CPU, whose kernels use the calling thread's OpenMP setting.
   int kernel_threads();
@@ -165,6 +175,9 @@ class CpuBackendBase : public Backend {
   struct SideStreams {
     std::mutex mutex;  // guards making queues and joins
     std::array<std::unique_ptr<WorkQueue>, kSideStreams + 1> queues;
+    // queues[id].get() once made, for readers that must not take the mutex (deallocate runs
+    // on queue threads, and the mutex is held while a full queue makes submit() wait).
+    std::array<std::atomic<WorkQueue*>, kSideStreams + 1> made{};
     std::array<std::uint64_t, kSideStreams + 1> joins{};
     std::atomic<bool> has_joins{false};
     std::atomic<bool> any{false};  // some side queue was made (synchronize's fast path)
@@ -202,6 +215,7 @@ class CpuBackendBase : public Backend {
   std::array<std::unique_ptr<CpuAllocator>, kMaxDevicesPerKind> allocators_;
   std::array<std::unique_ptr<WorkQueue>, kMaxDevicesPerKind> queues_;
   std::once_flag queues_once_;
+  std::atomic<bool> queues_made_{false};  // queues_ is filled (deallocate reads it)
   std::once_flag threads_once_;
   int kernel_threads_ = 0;
 };

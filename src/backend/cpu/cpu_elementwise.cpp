@@ -39,54 +39,63 @@ void parallel_index_loop(std::int64_t n, F&& f) {
 }  // namespace
 
 void CpuBackend::fill(const Tensor& out, double value) {
-  launch(out.device().index(), [out, value] {
-    dispatch_dtype(out.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T v = convert_value<T>(value);
-      for_each_row<1>(
-          layout_of<1>({&out}), {impl_of(out).data()}, out.numel(),
-          [v](std::array<char*, 1> p, std::int64_t n, const std::array<std::int64_t, 1>& st) {
-            if (st[0] == sizeof(T)) {
-              T* o = reinterpret_cast<T*>(p[0]);
-              for (std::int64_t i = 0; i < n; ++i) o[i] = v;
-            } else {
-              for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
-            }
-          });
-    });
-  });
+  launch_with(
+      out.device().index(),
+      [value](const Tensor& out) {
+        dispatch_dtype(out.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          const T v = convert_value<T>(value);
+          for_each_row<1>(
+              layout_of<1>({&out}), {impl_of(out).data()}, out.numel(),
+              [v](std::array<char*, 1> p, std::int64_t n, const std::array<std::int64_t, 1>& st) {
+                if (st[0] == sizeof(T)) {
+                  T* o = reinterpret_cast<T*>(p[0]);
+                  for (std::int64_t i = 0; i < n; ++i) o[i] = v;
+                } else {
+                  for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
+                }
+              });
+        });
+      },
+      out);
 }
 
 void CpuBackend::arange(const Tensor& out, double start, double step) {
-  launch(out.device().index(), [out, start, step] {
-    dispatch_dtype(out.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* o = reinterpret_cast<T*>(impl_of(out).data());
-      parallel_index_loop(out.numel(), [&](std::int64_t i) {
-        o[i] = convert_value<T>(start + static_cast<double>(i) * step);
-      });
-    });
-  });
+  launch_with(
+      out.device().index(),
+      [start, step](const Tensor& out) {
+        dispatch_dtype(out.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* o = reinterpret_cast<T*>(impl_of(out).data());
+          parallel_index_loop(out.numel(), [&](std::int64_t i) {
+            o[i] = convert_value<T>(start + static_cast<double>(i) * step);
+          });
+        });
+      },
+      out);
 }
 
 void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
                         std::uint64_t offset) {
-  launch(out.device().index(), [out, kind, a, b, seed, offset] {
-    dispatch_floating(out.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* o = reinterpret_cast<T*>(impl_of(out).data());
-      parallel_index_loop(out.numel(), [&](std::int64_t i) {
-        const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
-        if (kind == RandomKind::kNormal) {
-          o[i] = static_cast<T>(a + b * normal_double(r));
-        } else if constexpr (std::is_same_v<T, float>) {
-          o[i] = static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r);
-        } else {
-          o[i] = a + (b - a) * uniform_double(r);
-        }
-      });
-    });
-  });
+  launch_with(
+      out.device().index(),
+      [kind, a, b, seed, offset](const Tensor& out) {
+        dispatch_floating(out.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* o = reinterpret_cast<T*>(impl_of(out).data());
+          parallel_index_loop(out.numel(), [&](std::int64_t i) {
+            const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
+            if (kind == RandomKind::kNormal) {
+              o[i] = static_cast<T>(a + b * normal_double(r));
+            } else if constexpr (std::is_same_v<T, float>) {
+              o[i] = static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r);
+            } else {
+              o[i] = a + (b - a) * uniform_double(r);
+            }
+          });
+        });
+      },
+      out);
 }
 
 void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
@@ -250,24 +259,28 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool
 }
 
 void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  launch(out.device().index(), [cond, a, b, out] {
-    const auto layout = layout_of<4>({&out, &cond, &a, &b});
-    dispatch_dtype(out.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for_each_row<4>(
-          layout, {impl_of(out).data(), impl_of(cond).data(), impl_of(a).data(), impl_of(b).data()},
-          out.numel(),
-          [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
-            for (std::int64_t i = 0; i < n; ++i) {
-              // The byte, not a bool: a bool object holding 2 is undefined behaviour, and
-              // a select on it once indexed out of bounds.
-              const bool c = *reinterpret_cast<const std::uint8_t*>(p[1] + i * st[1]) != 0;
-              *reinterpret_cast<T*>(p[0] + i * st[0]) =
-                  *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
-            }
-          });
-    });
-  });
+  launch_with(
+      out.device().index(),
+      [](const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+        const auto layout = layout_of<4>({&out, &cond, &a, &b});
+        dispatch_dtype(out.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          for_each_row<4>(
+              layout,
+              {impl_of(out).data(), impl_of(cond).data(), impl_of(a).data(), impl_of(b).data()},
+              out.numel(),
+              [](std::array<char*, 4> p, std::int64_t n, const std::array<std::int64_t, 4>& st) {
+                for (std::int64_t i = 0; i < n; ++i) {
+                  // The byte, not a bool: a bool object holding 2 is undefined behaviour, and
+                  // a select on it once indexed out of bounds.
+                  const bool c = *reinterpret_cast<const std::uint8_t*>(p[1] + i * st[1]) != 0;
+                  *reinterpret_cast<T*>(p[0] + i * st[0]) =
+                      *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
+                }
+              });
+        });
+      },
+      cond, a, b, out);
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA

@@ -210,16 +210,21 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
                   "32-bit limit for {}; split the product into smaller blocks",
                   m, n, k, lda, ldb, dtype_name(out.dtype()));
   }
-  // The output through a QueuedView: autograd may keep it as a weight's gradient without a
-  // copy while the kernel is queued (Note [Gradients queued work still holds]).
-  launch(out.device().index(), [a, b, held = QueuedView(out)] {
-    const Tensor& out = held.tensor();
+  const auto kernel = [](const Tensor& a, const Tensor& b, const Tensor& out) {
     if (a.dtype() == kBFloat16) return matmul_bf16(a, b, out);  // Note [CPU bfloat16 GEMM]
     dispatch_floating(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       matmul_typed<T>(a, b, out);
     });
-  });
+  };
+  const int index = out.device().index();
+  if (capturing(index)) {
+    // The output through a QueuedView: autograd may keep it as a weight's gradient without a
+    // copy while a graph holds the kernel (Note [Gradients queued work still holds]).
+    launch(index, [kernel, a, b, held = QueuedView(out)] { kernel(a, b, held.tensor()); });
+  } else {
+    launch_with(index, kernel, a, b, out);  // borrowed handles: autograd sees none of them
+  }
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA

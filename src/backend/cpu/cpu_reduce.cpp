@@ -186,36 +186,40 @@ void reduce_typed(const Tensor& in, std::uint32_t mask, const Tensor& out) {
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) {
-  launch(out.device().index(), [op, in, dim_mask, out] {
-    dispatch_dtype(in.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      switch (op) {
-        case ReduceOp::kSum:
-          return reduce_typed<SumReducer<T, false, false>, T>(in, dim_mask, out);
-        case ReduceOp::kMax:
-          return reduce_typed<ExtremumReducer<T, true>, T>(in, dim_mask, out);
-        case ReduceOp::kMin:
-          return reduce_typed<ExtremumReducer<T, false>, T>(in, dim_mask, out);
-        case ReduceOp::kArgMax:
-          return reduce_typed<ArgReducer<T, true>, T>(in, dim_mask, out);
-        case ReduceOp::kArgMin:
-          return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
-        case ReduceOp::kMean:
-        case ReduceOp::kSumSquares:
-        case ReduceOp::kNorm:
-          if constexpr (std::is_floating_point_v<T>) {
-            if (op == ReduceOp::kMean) {
-              return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
-            }
-            if (op == ReduceOp::kNorm) {
-              return reduce_typed<SumReducer<T, true, false, true>, T>(in, dim_mask, out);
-            }
-            return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
+  launch_with(
+      out.device().index(),
+      [op, dim_mask](const Tensor& in, const Tensor& out) {
+        dispatch_dtype(in.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          switch (op) {
+            case ReduceOp::kSum:
+              return reduce_typed<SumReducer<T, false, false>, T>(in, dim_mask, out);
+            case ReduceOp::kMax:
+              return reduce_typed<ExtremumReducer<T, true>, T>(in, dim_mask, out);
+            case ReduceOp::kMin:
+              return reduce_typed<ExtremumReducer<T, false>, T>(in, dim_mask, out);
+            case ReduceOp::kArgMax:
+              return reduce_typed<ArgReducer<T, true>, T>(in, dim_mask, out);
+            case ReduceOp::kArgMin:
+              return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
+            case ReduceOp::kMean:
+            case ReduceOp::kSumSquares:
+            case ReduceOp::kNorm:
+              if constexpr (std::is_floating_point_v<T>) {
+                if (op == ReduceOp::kMean) {
+                  return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
+                }
+                if (op == ReduceOp::kNorm) {
+                  return reduce_typed<SumReducer<T, true, false, true>, T>(in, dim_mask, out);
+                }
+                return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
+              }
+              TESSERA_INTERNAL_ASSERT(false,
+                                      "mean/norm of a non-floating tensor reached the kernel");
           }
-          TESSERA_INTERNAL_ASSERT(false, "mean/norm of a non-floating tensor reached the kernel");
-      }
-    });
-  });
+        });
+      },
+      in, out);
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA

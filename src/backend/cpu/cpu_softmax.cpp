@@ -107,12 +107,15 @@ void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out) {
-  launch(out.device().index(), [in, dim, log, out] {
-    dispatch_floating(in.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      softmax_typed<T>(in, dim, log, out);
-    });
-  });
+  launch_with(
+      out.device().index(),
+      [dim, log](const Tensor& in, const Tensor& out) {
+        dispatch_floating(in.dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          softmax_typed<T>(in, dim, log, out);
+        });
+      },
+      in, out);
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA

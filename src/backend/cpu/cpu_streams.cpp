@@ -65,6 +65,7 @@ WorkQueue* CpuBackendBase::side_queue(int index, int id) {
       };
     }
     q = std::make_unique<WorkQueue>(std::move(on_start));
+    s.made[id].store(q.get(), std::memory_order_release);
     s.any.store(true, std::memory_order_release);
     static std::once_flag at_exit;
     std::call_once(at_exit, [] { std::atexit([] { cpu_backend_impl().drain_side_streams(); }); });
@@ -84,6 +85,11 @@ WorkQueue* CpuBackendBase::stream_queue(int index) {
     apply_joins(index);
   }
   return queue(index);
+}
+
+WorkQueue* CpuBackendBase::current_queue(int index) {
+  const int id = t_stream[index];
+  return id != 0 ? side_[index].queues[id].get() : queue(index);
 }
 
 void CpuBackendBase::wait_for_current_stream(int index) {

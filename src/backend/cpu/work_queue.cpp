@@ -48,6 +48,8 @@ namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(50);
 
+thread_local bool t_queue_thread = false;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -102,6 +104,8 @@ std::uint64_t WorkQueue::submit(std::function<void()> task, std::uint64_t max_pe
 
 std::uint64_t WorkQueue::last_ticket() const { return submitted_.load(); }
 
+bool WorkQueue::on_queue_thread() { return t_queue_thread; }
+
 void WorkQueue::wait(std::uint64_t ticket) {
   if (spin_until([&] { return completed_.load() >= ticket; })) return;
   std::unique_lock lock(mutex_);
@@ -154,6 +158,7 @@ void WorkQueue::finish_task() {
 }
 
 void WorkQueue::run(const std::function<void()>& on_start) {
+  t_queue_thread = true;
   if (on_start) on_start();
   std::function<void()> task;
   while (next_task(task)) {

@@ -33,6 +33,10 @@ class WorkQueue {
   std::uint64_t submit(std::function<void()> task, std::uint64_t max_pending = kMaxPending);
   // The ticket of the last task submitted (0 before any).
   std::uint64_t last_ticket() const;
+  // Whether the task with `ticket` (and every one before it) has run.
+  bool done(std::uint64_t ticket) const { return completed_.load() >= ticket; }
+  // Whether the calling thread is some WorkQueue's own (it runs a task now).
+  static bool on_queue_thread();
   // Blocks until the task with `ticket` (and all before it) has run.
   void wait(std::uint64_t ticket);
   // Waits for everything submitted so far, then rethrows the first exception a task threw

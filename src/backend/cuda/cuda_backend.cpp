@@ -149,7 +149,7 @@ DeviceInfo CudaBackend::info(int index) const {
   return info;
 }
 
-void* CudaBackend::allocate(int index, std::size_t bytes) {
+void* CudaBackend::allocate(int index, std::size_t bytes, FirstWriter /*first*/) {
   activate(index);
   return devices_[index].allocator->allocate(bytes);
 }

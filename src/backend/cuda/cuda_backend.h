@@ -32,7 +32,7 @@ class CudaBackend final : public Backend {
   std::string unavailable_reason() const override;
   DeviceInfo info(int index) const override;
 
-  void* allocate(int index, std::size_t bytes) override;
+  void* allocate(int index, std::size_t bytes, FirstWriter first) override;
   void deallocate(int index, void* ptr, std::size_t bytes) override;
   std::size_t reserved(int index) const override;
   void empty_cache(int index) override;

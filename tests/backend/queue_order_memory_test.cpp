@@ -1,0 +1,98 @@
+// Note [Memory freed in queue order]: on a CPU device with a work queue, a tensor the host
+// drops while kernels that use it are still queued goes back to the allocator at once, and
+// the next op's output on the same queue reuses it, so a host running ahead of its device
+// holds one step's memory, not every queued step's; the results stay right.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <vector>
+
+#include "core/device_registry.h"
+#include "core/host_fill.h"
+#include "core/tensor_impl.h"
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+
+class QueueOrderMemory : public DeviceTest {
+ protected:
+  void SetUp() override {
+    if (!device().is_cpu() || detail::cpu_options().count == 0 ||
+        !detail::cpu_options().async_queues) {
+      GTEST_SKIP() << "needs a logical CPU device with a work queue; CTest runs this suite with "
+                      "TESSERA_CPU_DEVICES=2 (a GPU's allocator is stream-ordered by design)";
+    }
+  }
+  // Holds the device's queue until the returned promise is set.
+  std::promise<void> hold_queue() {
+    std::promise<void> go;
+    const Tensor token = empty({1}, device());
+    detail::fill_in_device_order(device(), "test", "holding the queue", {token},
+                                 [gate = go.get_future().share()] { gate.wait(); });
+    return go;
+  }
+};
+
+TEST_P(QueueOrderMemory, TemporariesDroppedBeforeTheirKernelsRunAreReusedInQueueOrder) {
+  manual_seed(11);
+  // An odd size, so blocks cached by earlier tests do not serve it.
+  const Shape shape{331, 263};
+  const Tensor a = randn(shape, device());
+  const Tensor b = randn(shape, device());
+  synchronize(device());
+  empty_cache(device());
+  const std::size_t before = memory_stats(device()).reserved;
+  std::promise<void> go = hold_queue();
+  constexpr int kSteps = 8;
+  std::vector<Tensor> sums;
+  for (int i = 0; i < kSteps; ++i) {
+    const Tensor t = a * static_cast<double>(i + 1) + b;  // two temporaries of `shape`
+    sums.push_back(t.sum());
+  }
+  const std::size_t grown = memory_stats(device()).reserved - before;
+  go.set_value();
+  const std::size_t block = a.nbytes();
+  EXPECT_LT(grown, 3 * block) << "with the queue held, " << kSteps << " steps took "
+                              << format_bytes(grown) << ", not about two blocks of "
+                              << format_bytes(block) << ": dropped temporaries were not reused";
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  for (int i = 0; i < kSteps; ++i) {
+    double expected = 0;
+    for (std::size_t e = 0; e < av.size(); ++e) expected += av[e] * (i + 1) + bv[e];
+    EXPECT_NEAR(sums[static_cast<std::size_t>(i)].item<double>(), expected,
+                1e-4 * static_cast<double>(av.size()))
+        << "step " << i;
+  }
+}
+
+TEST_P(QueueOrderMemory, MemoryTheHostWritesIsNeverABlockQueuedWorkStillUses) {
+  const Shape shape{257, 131};
+  const Tensor a = ones(shape, device());
+  synchronize(device());
+  empty_cache(device());
+  std::promise<void> go = hold_queue();
+  const void* dropped = nullptr;
+  {
+    const Tensor t = a * 2.0;  // queued behind the held task; dropped at once
+    dropped = detail::impl_of(t).data();
+    const Tensor s = t.sum();
+  }
+  // What a loader or a file reader allocates (FirstWriter::kAnyone) and then fills on the
+  // host while the queue is still held.
+  const Tensor host = detail::make_tensor(shape, kFloat32, device(), "test");
+  EXPECT_NE(static_cast<const void*>(detail::impl_of(host).data()), dropped)
+      << "the host would write memory that the held multiply has yet to write";
+  // An op's output, written by a kernel queued behind the multiply, may take it.
+  const Tensor next = a * 3.0;
+  EXPECT_EQ(static_cast<const void*>(detail::impl_of(next).data()), dropped);
+  go.set_value();
+  EXPECT_DOUBLE_EQ(next.sum().item<double>(), 3.0 * static_cast<double>(a.numel()));
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(QueueOrderMemory);
+
+}  // namespace
+}  // namespace tessera
