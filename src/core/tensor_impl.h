@@ -28,7 +28,7 @@ struct Storage {
           FirstWriter first = FirstWriter::kAnyone);
   // A stand-in for `owner` that points at its memory without owning or counting it: what a
   // kernel queued on a CPU device holds, so the memory goes back to the allocator when the
-  // last real handle goes (Note [Memory freed in queue order] in cpu_backend.cpp).
+  // last real handle goes (Note [Memory freed in queue order] in backend/cpu/cpu_allocator.cpp).
   struct Borrow {};
   Storage(Borrow, const Storage& owner)
       : data(owner.data),

@@ -113,7 +113,15 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes, const QueueUses& use
   {
     std::lock_guard lock(mutex_);
     if (!uses.over_for(nullptr)) {
-      pending_[size].push_back({ptr, uses});
+      std::deque<Pending>& list = pending_[size];
+      // Blocks at the front whose uses have run join the capped cache, so a size nobody
+      // asks for again does not pile up here.
+      while (!list.empty() && list.front().uses.over_for(nullptr) &&
+             cache_.put(list.front().ptr, size, kMaxCached)) {
+        list.pop_front();
+        pending_bytes_ -= size;
+      }
+      list.push_back({ptr, uses});
       pending_bytes_ += size;
       return;
     }

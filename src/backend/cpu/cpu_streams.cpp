@@ -27,9 +27,8 @@
 // - Nested guards order the inner stream after the outer one on entry, and the outer after
 //   the inner on leaving.
 // Every wait is for a task queued before the waiting one, so the waits never form a cycle.
-// Memory needs nothing beyond the one-queue rule: a queued task holds the handles of the
-// tensors it touches, so a block goes back to the cache only after the last task using it,
-// on whichever stream, has run; a block handed out again has no pending user.
+// Memory: a block the host frees keeps the last ticket of every queue of the device, and is
+// handed out again only behind those tickets (Note [Memory freed in queue order]).
 // Collectives across processes issued under a side guard go through the default stream
 // (cpu_process_collectives.cpp), so one thread per device calls MPI.
 // Threads: t_stream is the calling thread's; queues[id] is written once, under the mutex,

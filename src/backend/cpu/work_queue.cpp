@@ -21,27 +21,26 @@
 // launches of one step, short enough not to steal a core from an idle machine's other work.
 
 // Note [Run-ahead memory]
-// Every task queued holds the tensors it reads and writes until it runs, so memory in use
-// grows with how far the host runs ahead, and the device's caching allocator then keeps
-// what that peak took (Note [CPU caching allocator]). At 256 tasks ahead (about 8 training
-// steps of an MLP, all 10 test batches of an evaluation) a logical CPU device held 10x the
-// memory of one step, and `tessera train` on cpu:1 had 2.3x the resident memory of a run
-// on the plain CPU. A CPU device needs far less lead than a GPU: its kernels take tens of
-// microseconds or more and a host submits one in a few, so 32 tasks (about a step) keep one
-// device busy. But one host thread feeds every replica of data-parallel training, replica
-// after replica, and a queue must hold a whole replica's step for the host to go on to the
-// next device while it runs: at 32 (and at 128) for every queue the host waited on cpu:0
-// while cpu:1 sat idle, and two logical devices trained LeNet 1.05x (1.66x) as fast as one
-// instead of 1.8x. So the bound depends on the host thread (CpuBackendBase::run_ahead): one
-// that has fed only this device lately may run kMaxPendingAlone (32) tasks ahead; one that
-// is feeding several (data-parallel replicas) may run kMaxPending (256) ahead of each. A
-// graph-recorded step (TrainerOptions::graph) is a few tasks per device and needs no lead.
-// The price: two-device LeNet holds 1.29 GB against 0.49 GB on one device. Smaller fixed
-// bounds save memory but the epoch falls off a model-dependent cliff (LeNet: 64 as fast,
-// 48 slower), and two adaptive bounds (256 only while another fed device runs low; twice
-// the host's longest run of launches on the device) saved under 10% and were dropped
-// (docs/benchmarks.md, 2026-11-25). Removing the need for a lead (a host thread per
-// replica, or memory freed in queue order as CUDA's caching allocators do) is what is left.
+// A host thread may queue many tasks ahead of a device, and until queued kernels borrowed
+// their tensors (Note [Memory freed in queue order] in cpu_allocator.cpp) every queued task
+// held what it reads and writes until it ran, so memory grew with the lead: at 256 tasks
+// ahead (about 8 training steps of an MLP) a logical CPU device held 10x the memory of one
+// step, and two devices training LeNet held 1.29 GB against 0.49 GB on one. Now a dropped
+// tensor is reused behind its queued uses: two devices hold 0.46 GB, one 0.43 GB, the plain
+// CPU 0.41 GB. What still grows with the lead is what queued tasks own (a loader's batches
+// gathered in device order, host data staged for a copy) and memory the host writes itself,
+// which takes only blocks whose uses have all run: one device 256 tasks ahead holds 0.49 GB
+// instead of 0.43 GB. So the bound still depends on the host thread
+// (CpuBackendBase::run_ahead). A CPU device needs far less lead than a GPU: its kernels take
+// tens of microseconds or more and a host submits one in a few, so kMaxPendingAlone (32)
+// tasks, about a step, keep one device busy. But one host thread feeds every replica of
+// data-parallel training, replica after replica, and a queue must hold a whole replica's
+// step for the host to go on to the next device while it runs: at 32 (and at 128) for every
+// queue the host waited on cpu:0 while cpu:1 sat idle, and two logical devices trained LeNet
+// 1.05x (1.66x) as fast as one instead of 1.8x. So a host thread that is feeding several
+// devices may run kMaxPending (256) tasks ahead of each. A graph-recorded step
+// (TrainerOptions::graph) is a few tasks per device and needs no lead. Measurements:
+// docs/benchmarks.md, 2026-11-25.
 
 namespace tessera::detail {
 namespace {

@@ -22,7 +22,7 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // Tasks queued but not finished beyond which submit() waits: like a GPU's launch queue,
-  // this keeps a host thread from running far ahead with every queued step's memory held
+  // this keeps a host thread from running far ahead with what queued tasks own held
   // (Note [Run-ahead memory]). kMaxPending is the most a caller may allow; a host that
   // feeds this queue alone needs about a step, kMaxPendingAlone.
   static constexpr std::uint64_t kMaxPending = 256;
