@@ -138,6 +138,24 @@ TEST(CpuAllocator, UsesThatHaveRunAreDroppedAndTheBlockIsFreeForAnyone) {
   a.empty_cache();
 }
 
+TEST(CpuAllocator, APendingBlockOfASizeNobodyFreesAgainIsRetiredByTheNextNewBlock) {
+  HeldQueue held;
+  CpuAllocator a(/*max_cached=*/0);  // no room in the cache: a retired block is freed
+  void* p = a.allocate(1000);
+  QueueUses uses;
+  uses.add(&held.queue);
+  a.deallocate(p, 1000, uses);
+  EXPECT_EQ(a.reserved(), 1024u) << "a block with a queued use is kept, whatever the cap";
+  held.release();
+  // No block of 1024 bytes is freed or asked for again: the next fresh block of another
+  // size finds the pending one over and returns it.
+  void* q = a.allocate(std::size_t{1} << 20);
+  EXPECT_EQ(a.reserved(), std::size_t{1} << 20) << "the pending 1 KiB block was not retired";
+  EXPECT_EQ(a.cached(), 0u);
+  a.deallocate(q, std::size_t{1} << 20);
+  EXPECT_EQ(a.reserved(), 0u) << "a cap of 0 caches nothing";
+}
+
 TEST(CpuAllocator, EmptyCacheWaitsForQueuedUsesAndThenFreesTheBlock) {
   HeldQueue held;
   CpuAllocator a;

@@ -47,7 +47,6 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-constexpr std::size_t kMaxCached = std::size_t{4} << 30;
 
 }  // namespace
 
@@ -76,11 +75,18 @@ std::size_t CpuAllocator::round_size(std::size_t bytes) {
 
 void* CpuAllocator::allocate(std::size_t bytes, const WorkQueue* next) {
   const std::size_t size = round_size(bytes);
+  std::vector<void*> freed;
   {
     std::lock_guard lock(mutex_);
     if (void* p = cache_.take(size)) return p;
     if (void* p = take_pending(size, next)) return p;
+    // About to take new memory: first retire the pending blocks of every size whose uses
+    // have run, so a size nobody frees again does not hold them outside the cache's cap.
+    if (pending_bytes_ > 0) {
+      for (auto& [other, list] : pending_) retire_pending(other, list, freed);
+    }
   }
+  for (void* p : freed) std::free(p);
   const std::size_t align = size >= kHugePage ? kHugePage : kAlignment;
   const std::size_t padded = (size + align - 1) / align * align;
   void* p = std::aligned_alloc(align, padded);
@@ -108,27 +114,37 @@ void* CpuAllocator::take_pending(std::size_t size, const WorkQueue* next) {
   return nullptr;
 }
 
+void CpuAllocator::retire_pending(std::size_t size, std::deque<Pending>& list,
+                                  std::vector<void*>& freed) {
+  while (!list.empty() && list.front().uses.over_for(nullptr)) {
+    void* p = list.front().ptr;
+    list.pop_front();
+    pending_bytes_ -= size;
+    if (!cache_.put(p, size, max_cached_)) {
+      reserved_bytes_ -= size;
+      freed.push_back(p);
+    }
+  }
+}
+
 void CpuAllocator::deallocate(void* ptr, std::size_t bytes, const QueueUses& uses) {
   const std::size_t size = round_size(bytes);
+  std::vector<void*> freed;
   {
     std::lock_guard lock(mutex_);
     if (!uses.over_for(nullptr)) {
       std::deque<Pending>& list = pending_[size];
-      // Blocks at the front whose uses have run join the capped cache, so a size nobody
-      // asks for again does not pile up here.
-      while (!list.empty() && list.front().uses.over_for(nullptr) &&
-             cache_.put(list.front().ptr, size, kMaxCached)) {
-        list.pop_front();
-        pending_bytes_ -= size;
-      }
+      retire_pending(size, list, freed);  // the blocks this size's earlier frees left here
       list.push_back({ptr, uses});
       pending_bytes_ += size;
+    } else if (cache_.put(ptr, size, max_cached_)) {
       return;
+    } else {
+      reserved_bytes_ -= size;
+      freed.push_back(ptr);
     }
-    if (cache_.put(ptr, size, kMaxCached)) return;
-    reserved_bytes_ -= size;
   }
-  std::free(ptr);
+  for (void* p : freed) std::free(p);
 }
 
 std::size_t CpuAllocator::reserved() const {

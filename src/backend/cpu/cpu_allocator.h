@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/block_cache.h"
 #include "backend/cpu/work_queue.h"
@@ -31,6 +32,9 @@ struct QueueUses {
 
 class CpuAllocator {
  public:
+  // `max_cached`: the most bytes kept in free blocks whose queued uses have all run.
+  explicit CpuAllocator(std::size_t max_cached = std::size_t{4} << 30) : max_cached_(max_cached) {}
+
   // nullptr when the system has no memory for it. The block's next user queues its work on
   // `next` (nullptr: runs it anywhere else, or is a queue's own thread): blocks whose last
   // uses are queued there may come back before those uses have run.
@@ -56,6 +60,11 @@ class CpuAllocator {
   };
   // A pending block of `size` that `next` may have now, or nullptr.
   void* take_pending(std::size_t size, const WorkQueue* next);
+  // Moves the pending blocks whose uses have all run, oldest first, into the capped cache,
+  // freeing those it has no room for. Called with the lock held.
+  void retire_pending(std::size_t size, std::deque<Pending>& list, std::vector<void*>& freed);
+
+  const std::size_t max_cached_;
 
   mutable SpinLock mutex_;  // the host allocates while device queues free
   BlockCache cache_;        // freed blocks by rounded size

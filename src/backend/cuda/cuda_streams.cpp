@@ -27,12 +27,12 @@ thread_local std::array<std::int8_t, kMaxDevicesPerKind> t_stream{};
 }  // namespace
 
 cudaStream_t CudaBackend::select(int index) {
-  thread_local int current = -1;
   PerDevice& d = device(index);
-  if (current != index) {
-    TESSERA_CUDA_CHECK(cudaSetDevice(index));
-    current = index;
-  }
+  // Ask the runtime which GPU is current (a thread-local read) rather than remembering what
+  // we set: the user, a library, or device()'s first-use setup may have changed it since.
+  int current = -1;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != index) TESSERA_CUDA_CHECK(cudaSetDevice(index));
   return d.streams[t_stream[index]].stream;
 }
 
