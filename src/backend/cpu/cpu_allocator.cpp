@@ -29,9 +29,11 @@
 //   is ordered after that queue's (Note [CPU side streams]);
 // - to anyone, once every use has run.
 // A queue's own thread (a kernel allocating a scratch tensor) is never "later" on its queue,
-// so it gets only blocks whose uses have all run. Before this, a queued kernel owned its
-// tensors, the memory came back only when the queue reached it, and a host running 256 tasks
-// ahead held every one of them: two logical devices training LeNet kept 1.29 GB against
+// so it gets only blocks whose uses have all run. A pending block whose uses have all run
+// moves to the capped cache when a block of its size is freed again or, for sizes nobody
+// frees again, when any request has to take new memory from the system. Before this, a queued
+// kernel owned its tensors, the memory came back only when the queue reached it, and a host running
+// 256 tasks ahead held every one of them: two logical devices training LeNet kept 1.29 GB against
 // 0.49 GB on one (Note [Run-ahead memory] in work_queue.cpp).
 //
 // Cross-device work keeps this rule: a copy between two queued devices also queues a task on
