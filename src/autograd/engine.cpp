@@ -1,7 +1,6 @@
 // The graph recorder and the backward pass. See Note [Backward pass].
 #include <fmt/format.h>
 
-#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -128,16 +127,12 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
   }
   // The first gradient is copied when anything else can see it: formulas may hand the same
   // tensor to several inputs (or a view of it), and users (or gradient clipping) scale
-  // grad() in place. A fresh, contiguous gradient nobody else holds is kept as it is; views
-  // held only by the queued kernel that writes it do not count (Note [Gradients queued work
-  // still holds] in backend/cpu/queued_view.h). The use count is read first: a view releases
-  // the storage only after leaving the count, so the difference never undercounts.
-  const Storage& storage = *detail::impl_of(g).storage;
-  const long storage_users = detail::impl_of(g).storage.use_count();
-  std::atomic_thread_fence(std::memory_order_acquire);
-  const long queued_views = storage.queued_views.load(std::memory_order_relaxed);
-  const bool sole_owner = g.impl_ptr().use_count() == 1 && storage_users - queued_views == 1 &&
-                          g.is_contiguous() && !detail::impl_of(g).autograd;
+  // grad() in place. A fresh, contiguous gradient nobody else holds is kept as it is. CPU
+  // kernels queued or recorded (by a graph) borrow their tensors, so the kernel that writes
+  // it does not count (Note [Memory freed in queue order], Note [Memory of CPU graphs]).
+  const bool sole_owner = g.impl_ptr().use_count() == 1 &&
+                          detail::impl_of(g).storage.use_count() == 1 && g.is_contiguous() &&
+                          !detail::impl_of(g).autograd;
   meta.grad = sole_owner ? std::move(g) : g.clone();
 }
 

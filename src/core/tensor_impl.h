@@ -1,7 +1,6 @@
 #pragma once
 // The data behind a Tensor handle. Metadata (shape, strides, offset, dtype) never changes
 // after construction, so work queued on a device can hold a handle without copying it.
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,10 +49,6 @@ struct Storage {
   bool filled_in_device_order = false;
   // A Borrow stand-in: frees and counts nothing.
   bool borrowed = false;
-  // Views of this storage that queued or recorded CPU kernels hold, and nothing else does
-  // (QueuedView in backend/cpu/queued_view.h): autograd keeps a first gradient that only they
-  // share with it instead of copying it (Note [Gradients queued work still holds]).
-  std::atomic<std::int32_t> queued_views{0};
   // Bumped by every in-place write (mark_written), so backward() can tell that a tensor a
   // formula saved has changed since. See Note [Saved tensors] in autograd/engine.cpp.
   std::uint64_t version = 0;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/tensor_impl.h"
 #include "support/device_test.h"
 
 namespace tessera {
@@ -64,6 +65,78 @@ TEST_P(Graphs, TensorsMadeDuringCaptureHoldTheLatestReplay) {
   { Graph gone = std::move(graph); }
   EXPECT_DOUBLE_EQ(max(y).item<double>(), 11.0);
   EXPECT_THROW(graph.replay(), GraphCaptureError);  // moved from
+}
+
+// Note [Memory of CPU graphs] (and the CUDA pool): a temporary the capture made and dropped
+// gives its block to the next one, as eager steps do, instead of every temporary of the
+// recorded work being held at once.
+TEST_P(Graphs, TemporariesDroppedDuringCaptureLendTheirMemoryToLaterOnes) {
+  constexpr int kSteps = 40;
+  constexpr std::int64_t kNumel = std::int64_t{1} << 18;  // 1 MiB of float32
+  manual_seed(7);
+  const Tensor x = rand({kNumel}, device());
+  Tensor eager = x;
+  for (int i = 0; i < kSteps; ++i) eager = eager * 0.5 + 1.0;
+  Tensor y;
+  synchronize(device());
+  const std::size_t before = memory_stats(device()).reserved;
+  Graph graph = Graph::capture(device(), [&] {
+    Tensor t = x;
+    for (int i = 0; i < kSteps; ++i) t = t * 0.5 + 1.0;  // two temporaries per step
+    y = t;
+  });
+  const std::size_t grown = memory_stats(device()).reserved - before;
+  EXPECT_LT(grown, std::size_t{16} << 20)
+      << "the capture held " << grown / (1 << 20) << " MiB for " << 2 * kSteps
+      << " temporaries of 1 MiB, of which at most a few are alive at once";
+  graph.replay();
+  testing::expect_close(y, eager.to_vector<double>(), 1e-6, 1e-6, "replay");
+}
+
+// What a replay reads and writes stays its own after the host lets go of it: the input made
+// before the capture, and the results made during it.
+TEST_P(Graphs, MemoryTheHostDroppedAfterCaptureIsNotGivenToOthers) {
+  constexpr std::int64_t kNumel = 4096;
+  Tensor x = full({kNumel}, 3.0, device());
+  Tensor y, z;
+  Graph graph = Graph::capture(device(), [&] {
+    y = x * 2.0;
+    z = y + 1.0;
+  });
+  x = Tensor();  // the graph still reads its memory
+  y = Tensor();  // and writes this
+  std::vector<Tensor> others;
+  for (int i = 0; i < 8; ++i) others.push_back(full({kNumel}, 9.0, device()));
+  graph.replay();
+  EXPECT_DOUBLE_EQ(min(z).item<double>(), 7.0);
+  EXPECT_DOUBLE_EQ(max(z).item<double>(), 7.0);
+  for (const Tensor& o : others) {
+    EXPECT_DOUBLE_EQ(min(o).item<double>(), 9.0);
+    EXPECT_DOUBLE_EQ(max(o).item<double>(), 9.0);
+  }
+}
+
+// A recorded matmul's product that becomes a weight's gradient is the gradient itself, not a
+// copy: the recording borrows it, so autograd sees nobody else holding it.
+TEST_P(Graphs, AWeightsGradientIsTheRecordedProductNotACopy) {
+  manual_seed(5);
+  const Tensor x = randn({6, 5}, device());
+  Tensor w = randn({5, 4}, device());
+  w.requires_grad_();
+  Graph graph = Graph::capture(device(), [&] { matmul(x, w).sum().backward(); });
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(detail::impl_of(w.grad()).storage.use_count(), 1)
+      << "the recorded kernels hold w.grad()'s memory: autograd would have copied it";
+  graph.replay();
+  // d/dw sum(x @ w) = x^T @ ones: each row i of the gradient is the sum of column i of x.
+  const std::vector<double> xs = x.to_vector<double>();
+  std::vector<double> expected(20, 0.0);
+  for (int i = 0; i < 5; ++i) {
+    for (int r = 0; r < 6; ++r) {
+      for (int j = 0; j < 4; ++j) expected[static_cast<std::size_t>(i * 4 + j)] += xs[r * 5 + i];
+    }
+  }
+  testing::expect_close(w.grad(), expected, 1e-5, 1e-5, "replayed gradient");
 }
 
 TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {

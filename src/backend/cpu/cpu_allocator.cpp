@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/check.h"
+
 // Note [CPU caching allocator]
 // The first write to a fresh 4 KiB page costs ~10 us on the machines we measure on, so a
 // training loop that frees and reallocates its activations every step would spend its
@@ -39,10 +41,11 @@
 // Cross-device work keeps this rule: a copy between two queued devices also queues a task on
 // the destination that waits for the copy, and a collective's task on each device waits at
 // its barriers for the others', so the last ticket of a block's own device covers every
-// task on another device that touched it. Kernels captured with owning handles (graph
-// recordings, collectives, copies) keep their tensors alive as before; when such a kernel
-// drops the last handle, on the queue's thread, the block still waits for the tickets of
-// that moment.
+// task on another device that touched it. Kernels with owning handles (collectives,
+// copies between devices) keep their tensors alive as before; when such a kernel drops the
+// last handle, on the queue's thread, the block still waits for the tickets of that moment.
+// Graph recordings borrow too, and their memory is the graph's (Note [Memory of CPU graphs]
+// in cpu_graph.cpp).
 
 namespace tessera::detail {
 namespace {
@@ -134,6 +137,18 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes, const QueueUses& use
   std::vector<void*> freed;
   {
     std::lock_guard lock(mutex_);
+    if (!graph_owned_.empty()) {
+      if (auto it = graph_owned_.find(ptr); it != graph_owned_.end()) {
+        // The graph's until it goes; during its capture, for its next recorded op.
+        CpuGraphPool& pool = *it->second;
+        if (it->second == capturing_) {
+          pool.free_blocks[size].push_back(ptr);
+        } else {
+          pool.freed_after.push_back({ptr, size, uses});
+        }
+        return;
+      }
+    }
     if (!uses.over_for(nullptr)) {
       std::deque<Pending>& list = pending_[size];
       retire_pending(size, list, freed);  // the blocks this size's earlier frees left here
@@ -145,6 +160,75 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes, const QueueUses& use
       reserved_bytes_ -= size;
       freed.push_back(ptr);
     }
+  }
+  for (void* p : freed) std::free(p);
+}
+
+void CpuAllocator::begin_capture(std::shared_ptr<CpuGraphPool> pool) {
+  std::lock_guard lock(mutex_);
+  capturing_ = std::move(pool);
+}
+
+void CpuAllocator::end_capture() {
+  std::lock_guard lock(mutex_);
+  capturing_.reset();
+}
+
+void* CpuAllocator::allocate_for_graph(std::size_t bytes) {
+  const std::size_t size = round_size(bytes);
+  {
+    std::lock_guard lock(mutex_);
+    TESSERA_INTERNAL_ASSERT(capturing_ != nullptr, "a graph's block outside its capture");
+    std::vector<void*>& reusable = capturing_->free_blocks[size];
+    if (!reusable.empty()) {
+      void* p = reusable.back();
+      reusable.pop_back();
+      return p;
+    }
+  }
+  // A block nothing queued uses (the cache's, or new): the pool owns it from here on.
+  void* p = allocate(bytes, nullptr);
+  if (p == nullptr) return nullptr;
+  std::lock_guard lock(mutex_);
+  capturing_->owned.push_back(p);
+  graph_owned_.emplace(p, capturing_);
+  return p;
+}
+
+bool CpuAllocator::made_for_capture(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const auto it = graph_owned_.find(ptr);
+  return it != graph_owned_.end() && it->second == capturing_;
+}
+
+void CpuAllocator::release(const std::shared_ptr<CpuGraphPool>& pool) {
+  std::vector<void*> freed;
+  {
+    std::lock_guard lock(mutex_);
+    if (capturing_ == pool) capturing_.reset();
+    // Blocks still held by tensors stay theirs; freeing them later goes to the cache.
+    for (void* p : pool->owned) graph_owned_.erase(p);
+    // Every replay has run (each held the recording that holds the pool).
+    const auto give_back = [&](void* p, std::size_t size) {
+      if (!cache_.put(p, size, max_cached_)) {
+        reserved_bytes_ -= size;
+        freed.push_back(p);
+      }
+    };
+    for (auto& [size, blocks] : pool->free_blocks) {
+      for (void* p : blocks) give_back(p, size);
+    }
+    for (CpuGraphPool::Freed& f : pool->freed_after) {
+      if (f.uses.over_for(nullptr)) {
+        give_back(f.ptr, f.size);
+      } else {
+        pending_[f.size].push_back({f.ptr, f.uses});
+        pending_bytes_ += f.size;
+      }
+    }
+    pool->free_blocks.clear();
+    pool->freed_after.clear();
+    pool->owned.clear();
   }
   for (void* p : freed) std::free(p);
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +31,21 @@ struct QueueUses {
   bool over_for(const WorkQueue* next) const;
 };
 
+// Memory of one graph being recorded or kept (Note [Memory of CPU graphs] in cpu_graph.cpp):
+// every block made for its capture, and those of them freed, which only that capture reuses
+// (its recorded order is the replay order) and which stay the graph's until it goes.
+struct CpuGraphPool {
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;  // by rounded size
+  std::vector<void*> owned;
+  // Freed after the capture: eager work queued since may still use them.
+  struct Freed {
+    void* ptr;
+    std::size_t size;
+    QueueUses uses;
+  };
+  std::vector<Freed> freed_after;
+};
+
 class CpuAllocator {
  public:
   // `max_cached`: the most bytes kept in free blocks whose queued uses have all run.
@@ -49,6 +65,17 @@ class CpuAllocator {
   // Frees every cached block; blocks that queued work may still use are waited for first,
   // unless the caller is a queue's thread (then they stay).
   void empty_cache();
+
+  // Graph capture: while a pool is set, allocate_for_graph takes blocks from it (or new
+  // ones it then owns), and a block the pool owns goes back to it when freed, whenever
+  // that is, until release() returns the pool's free blocks to the cache and leaves the
+  // blocks still in use to their tensors.
+  void begin_capture(std::shared_ptr<CpuGraphPool> pool);
+  void end_capture();
+  void* allocate_for_graph(std::size_t bytes);
+  // Whether `ptr` is a block made for the capture under way.
+  bool made_for_capture(const void* ptr) const;
+  void release(const std::shared_ptr<CpuGraphPool>& pool);
 
   // Block size actually used for a request (exposed for tests).
   static std::size_t round_size(std::size_t bytes);
@@ -71,6 +98,8 @@ class CpuAllocator {
   // Freed blocks that queued work may still use, by rounded size, oldest first.
   std::unordered_map<std::size_t, std::deque<Pending>> pending_;
   std::size_t pending_bytes_ = 0;
+  std::shared_ptr<CpuGraphPool> capturing_;
+  std::unordered_map<const void*, std::shared_ptr<CpuGraphPool>> graph_owned_;
   std::size_t reserved_bytes_ = 0;
 };
 

@@ -211,6 +211,11 @@ DeviceInfo CpuBackendBase::info(int index) const {
 }
 
 void* CpuBackendBase::allocate(int index, std::size_t bytes, FirstWriter first) {
+  if (capturing_[index].load(std::memory_order_acquire) &&
+      capture_thread_[index].load(std::memory_order_relaxed) == std::this_thread::get_id())
+      [[unlikely]] {
+    return allocators_[index]->allocate_for_graph(bytes);  // Note [Memory of CPU graphs]
+  }
   // Note [Memory freed in queue order]: an op's output is written first by a kernel this
   // thread queues next on its current stream's queue; a queue's own thread is never after
   // its queued work.

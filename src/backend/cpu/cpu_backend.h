@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -96,13 +97,14 @@ class CpuBackendBase : public Backend {
     }
   }
   // Runs kernel(tensors...) now, or queues it with borrowed handles (borrow()), so the
-  // tensors' memory is reused in queue order once the host drops them; a recording keeps
-  // owning handles for the graph's life. Cheaper than capturing the handles in the lambda
-  // when the device has no queue (no refcount traffic).
+  // tensors' memory is reused in queue order once the host drops them; a recording borrows
+  // them too, and the graph keeps their memory (Note [Memory of CPU graphs]). Cheaper than
+  // capturing the handles in the lambda when the device has no queue (no refcount traffic).
   template <typename F, typename... Ts>
   void launch_with(int index, F kernel, const Ts&... tensors) {
     if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
-      record(index, [kernel, tensors...] { kernel(tensors...); });
+      (keep_for_graph(index, tensors), ...);
+      record(index, [kernel, held = std::tuple{borrow(tensors)...}] { std::apply(kernel, held); });
       return;
     }
     if (WorkQueue* q = stream_queue(index)) {
@@ -161,6 +163,9 @@ class CpuBackendBase : public Backend {
   std::uint64_t run_ahead(int index);
   // Keeps a kernel for the graph `index` is recording (cpu_graph.cpp).
   void record(int index, std::function<void()> kernel);
+  // Makes the graph `index` is recording keep `t`'s memory alive, unless the capture made it
+  // (the graph's pool keeps that).
+  void keep_for_graph(int index, const Tensor& t);
   // Throws GraphCaptureError when `index` records a graph: `what` cannot be recorded.
   void refuse_while_capturing(int index, const char* what) const;
 
@@ -168,6 +173,8 @@ class CpuBackendBase : public Backend {
   // captured together without queues share one, so their work keeps its order).
   std::array<std::atomic<bool>, kMaxDevicesPerKind> capturing_{};
   std::array<std::shared_ptr<Recording>, kMaxDevicesPerKind> recordings_;
+  // The thread recording on each device: its allocations come from the graph's pool.
+  std::array<std::atomic<std::thread::id>, kMaxDevicesPerKind> capture_thread_{};
 
   // Side streams of each device (cpu_streams.cpp). queues[id] (1..kSideStreams) is made
   // once and never destroyed; joins[id] is the ticket of queues[id] the default stream must

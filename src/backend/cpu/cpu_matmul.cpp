@@ -15,7 +15,6 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/queued_view.h"
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -217,14 +216,9 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
       matmul_typed<T>(a, b, out);
     });
   };
-  const int index = out.device().index();
-  if (capturing(index)) {
-    // The output through a QueuedView: autograd may keep it as a weight's gradient without a
-    // copy while a graph holds the kernel (Note [Gradients queued work still holds]).
-    launch(index, [kernel, a, b, held = QueuedView(out)] { kernel(a, b, held.tensor()); });
-  } else {
-    launch_with(index, kernel, a, b, out);  // borrowed handles: autograd sees none of them
-  }
+  // Borrowed handles, queued or recorded: autograd sees none of them, so a product that
+  // becomes a weight's gradient is kept as it is, not copied (accumulate in engine.cpp).
+  launch_with(out.device().index(), kernel, a, b, out);
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA
