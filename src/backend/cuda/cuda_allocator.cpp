@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_allocator.h"
 
 #include <bit>
+#include <thread>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -16,6 +17,8 @@
 // During a graph capture, blocks come from the graph's pool (reusable within that capture,
 // whose recorded order is the replay order) and blocks freed are kept by the pool, because
 // every replay may still touch them; the graph's destruction returns them to the cache.
+// Only the capturing thread's requests come from the pool: a block the pool lent to another
+// thread could be one the recorded kernels write on every replay.
 
 namespace tessera::detail {
 
@@ -46,15 +49,17 @@ void CudaAllocator::reclaim_locked() {
 
 void* CudaAllocator::allocate(std::size_t bytes) {
   const std::size_t size = round_size(bytes);
+  std::shared_ptr<GraphPool> pool;  // the capture's, for the capturing thread only
   {
     std::lock_guard lock(mutex_);
-    auto& lists = capturing_ ? capturing_->free_blocks : free_blocks_;
-    if (!capturing_ && !pending_.empty()) reclaim_locked();
+    if (capturing_ && std::this_thread::get_id() == capture_thread_) pool = capturing_;
+    auto& lists = pool ? pool->free_blocks : free_blocks_;
+    if (!pool && !pending_.empty()) reclaim_locked();
     auto it = lists.find(size);
     if (it != lists.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
-      if (!capturing_) cached_bytes_ -= size;
+      if (!pool) cached_bytes_ -= size;
       return p;
     }
   }
@@ -68,9 +73,9 @@ void* CudaAllocator::allocate(std::size_t bytes) {
   TESSERA_CUDA_CHECK(status);
   std::lock_guard lock(mutex_);
   reserved_bytes_ += size;
-  if (capturing_) {
-    capturing_->owned.push_back(p);
-    graph_owned_.emplace(p, capturing_);
+  if (pool) {
+    pool->owned.push_back(p);
+    graph_owned_.emplace(p, pool);
   }
   return p;
 }
@@ -105,6 +110,7 @@ void CudaAllocator::deallocate(void* ptr, std::size_t bytes, std::span<const cud
 void CudaAllocator::begin_capture(std::shared_ptr<GraphPool> pool) {
   std::lock_guard lock(mutex_);
   capturing_ = std::move(pool);
+  capture_thread_ = std::this_thread::get_id();
 }
 
 void CudaAllocator::end_capture() {

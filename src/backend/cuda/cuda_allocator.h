@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -62,6 +63,7 @@ class CudaAllocator {
   std::map<std::size_t, std::vector<void*>> free_blocks_;  // by rounded size
   std::deque<Pending> pending_;
   std::shared_ptr<GraphPool> capturing_;
+  std::thread::id capture_thread_;  // the thread whose allocations come from capturing_
   std::unordered_map<void*, std::shared_ptr<GraphPool>> graph_owned_;
   std::size_t reserved_bytes_ = 0;
   std::size_t cached_bytes_ = 0;
