@@ -3,6 +3,7 @@
 // device usable. Several logical CPU devices record one graph with collectives among them.
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "core/tensor_impl.h"
 #include "support/device_test.h"
@@ -114,6 +115,25 @@ TEST_P(Graphs, MemoryTheHostDroppedAfterCaptureIsNotGivenToOthers) {
     EXPECT_DOUBLE_EQ(min(o).item<double>(), 9.0);
     EXPECT_DOUBLE_EQ(max(o).item<double>(), 9.0);
   }
+}
+
+// Only the recording thread's tensors come from the graph's pool: memory another thread
+// allocates meanwhile (a loader's batch) is never a block the replays write.
+TEST_P(Graphs, AnotherThreadsTensorMadeDuringCaptureIsNotTheGraphs) {
+  constexpr std::int64_t kNumel = 4096;
+  const Tensor x = full({kNumel}, 3.0, device());
+  Tensor y, other;
+  Graph graph = Graph::capture(device(), [&] {
+    { Tensor dropped = x * 2.0; }  // its block waits in the pool for the next request
+    std::thread([&] { other = empty({kNumel}, device()); }).join();
+    y = x + 1.0;
+  });
+  other.fill_(9.0);
+  graph.replay();
+  graph.replay();
+  EXPECT_DOUBLE_EQ(min(y).item<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(min(other).item<double>(), 9.0) << "a replay wrote the other thread's tensor";
+  EXPECT_DOUBLE_EQ(max(other).item<double>(), 9.0) << "a replay wrote the other thread's tensor";
 }
 
 // A recorded matmul's product that becomes a weight's gradient is the gradient itself, not a
