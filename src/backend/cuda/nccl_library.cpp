@@ -39,22 +39,9 @@ constexpr const char* kHowToGetNccl =
     "one (e.g. after `pip install nvidia-nccl-cu13`: "
     "TESSERA_NCCL_LIBRARY=$(find <site-packages>/nvidia -name libnccl.so.2))";
 
-struct Loaded {
-  NcclLibrary library;
-  std::string error;  // why no usable NCCL was loaded; "" when one was
-};
-
 std::string last_dl_error() {
   const char* e = dlerror();
   return e != nullptr ? e : "unknown dlopen error";
-}
-
-// TESSERA_NCCL_LIBRARY, when set, is the only library tried: a mistyped path should fail
-// loudly rather than quietly load another NCCL from the system.
-std::vector<std::string> candidates() {
-  const char* env = std::getenv("TESSERA_NCCL_LIBRARY");
-  if (env != nullptr && *env != '\0') return {env};
-  return {"libnccl.so.2", "libnccl.so"};
 }
 
 template <typename Fn>
@@ -64,12 +51,21 @@ void resolve(void* handle, const char* name, Fn& fn, std::vector<std::string>& m
   if (fn == nullptr) missing.emplace_back(name);
 }
 
-Loaded load() {
-  Loaded out;
+}  // namespace
+
+std::vector<std::string> nccl_candidates(const char* env) {
+  // When set, the only library tried: a mistyped path should fail loudly rather than
+  // quietly load another NCCL from the system.
+  if (env != nullptr && *env != '\0') return {env};
+  return {"libnccl.so.2", "libnccl.so"};
+}
+
+NcclLoad open_nccl(const std::vector<std::string>& names) {
+  NcclLoad out;
   NcclLibrary& lib = out.library;
   std::vector<std::string> tried;
   void* handle = nullptr;
-  for (const std::string& name : candidates()) {
+  for (const std::string& name : names) {
     // RTLD_LOCAL: NCCL's symbols stay out of the global namespace (PyTorch may bring its own).
     handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle != nullptr) {
@@ -117,10 +113,13 @@ Loaded load() {
   return out;
 }
 
-const Loaded& loaded() {
+namespace {
+
+const NcclLoad& loaded() {
   // A function-local static: initialized once, thread-safe (the language's call_once), and
   // only when the first collective asks, so no static initializer ever touches NCCL.
-  static const Loaded* const result = new Loaded(load());
+  static const NcclLoad* const result =
+      new NcclLoad(open_nccl(nccl_candidates(std::getenv("TESSERA_NCCL_LIBRARY"))));
   return *result;
 }
 
@@ -135,7 +134,7 @@ std::string NcclLibrary::version_string() const {
 }
 
 const NcclLibrary& nccl_library() {
-  const Loaded& l = loaded();
+  const NcclLoad& l = loaded();
   if (!l.error.empty()) throw DeviceError(l.error);
   return l.library;
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "tessera/dtype.h"
@@ -84,6 +85,21 @@ struct NcclLibrary {
   // "2.28.9"
   std::string version_string() const;
 };
+
+// What opening NCCL gave: the library, or why there is no usable one.
+struct NcclLoad {
+  NcclLibrary library;
+  std::string error;  // "" when the library is usable
+};
+
+// Tries each name with dlopen in turn, resolves the entry points from the first that opens
+// and checks its version. Never throws; nccl_library() calls it once with nccl_candidates(),
+// tests with names of their own.
+NcclLoad open_nccl(const std::vector<std::string>& names);
+
+// The names to try: `tessera_nccl_library` (TESSERA_NCCL_LIBRARY's value, may be null) alone
+// when it is set, else libnccl.so.2 and libnccl.so from the loader's search path.
+std::vector<std::string> nccl_candidates(const char* tessera_nccl_library);
 
 // The library, loaded on the first call (thread-safe; the outcome is cached for the
 // process). Throws DeviceError, naming what was tried and how to install NCCL, when no
