@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/optimizer_math.h"
 #include "core/check.h"
 #include "ops/fused_ops.h"
 #include "tessera/autograd.h"
@@ -152,17 +153,9 @@ void Adam::step_unless(const Tensor& found_inf) {
       }
       device_step = device_steps_[i];
     }
-    const double t = static_cast<double>(capturable_ ? 1 : ++steps_[i]);
-    const double bias_correction1 = 1 - std::pow(o.beta1, t);
-    const double bias_correction2 = 1 - std::pow(o.beta2, t);
-    const detail::AdamParams p{o.lr,
-                               o.beta1,
-                               o.beta2,
-                               o.eps,
-                               o.weight_decay,
-                               decoupled_,
-                               o.lr / bias_correction1,
-                               std::sqrt(bias_correction2)};
+    detail::AdamParams p{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_};
+    // A capturable step's kernel corrects with the count it reads on the device.
+    detail::set_adam_step(p, static_cast<double>(capturable_ ? 1 : ++steps_[i]));
     const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
                                 : (skippable ? "Adam.step_unless" : "Adam.step");
     detail::adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],

@@ -1,25 +1,31 @@
 // CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), and the gradient
 // scaler's unscale-and-check pass, queued on the parameter's device like every other
-// kernel. The math mirrors kernels_optim.cu.
-#include <cmath>
+// kernel. The math is optimizer_math.h's, which the GPU runs too.
+#include <atomic>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/strided_loop.h"
+#include "backend/optimizer_math.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
 
-// Calls f(i) for i in [0, n), split across the OpenMP pool when large.
+// Calls f(begin, end) on ranges that cover [0, n), one per OpenMP thread when n is large.
+// The loops are the callers' own, over local pointers, so that GCC vectorizes them (Note
+// [Optimizer math]).
 template <typename F>
-void parallel_for(std::int64_t n, F&& f) {
+void parallel_ranges(std::int64_t n, F&& f) {
   if (n < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
-    for (std::int64_t i = 0; i < n; ++i) f(i);
+    f(std::int64_t{0}, n);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
+#pragma omp parallel
+  {
+    const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    f(n * t / threads, n * (t + 1) / threads);
+  }
 }
 
 template <typename T>
@@ -33,20 +39,13 @@ bool flag_set(const Tensor& flag) { return flag.defined() && *data_of<float>(fla
 // g[i] *= inv for every i; whether any g[i] was not finite.
 template <typename T>
 bool unscale_span(T* g, std::int64_t n, T inv) {
-  bool bad = false;
-  if (n < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      bad |= !std::isfinite(g[i]);
-      g[i] *= inv;
-    }
-    return bad;
-  }
-#pragma omp parallel for schedule(static) reduction(|| : bad)
-  for (std::int64_t i = 0; i < n; ++i) {
-    bad = bad || !std::isfinite(g[i]);
-    g[i] *= inv;
-  }
-  return bad;
+  std::atomic<bool> any_bad{false};
+  parallel_ranges(n, [&any_bad, g, inv](std::int64_t begin, std::int64_t end) {
+    unsigned bad = 0;  // an integer: GCC vectorizes an OR of these, not of bools
+    for (std::int64_t i = begin; i < end; ++i) bad |= unscale_element(g[i], inv) ? 1u : 0u;
+    if (bad != 0) any_bad.store(true, std::memory_order_relaxed);
+  });
+  return any_bad.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -64,17 +63,13 @@ void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor&
           T* w = data_of<T>(param);
           const T* g = data_of<T>(grad);
           T* b = buf.defined() ? data_of<T>(buf) : nullptr;
-          const T lr = static_cast<T>(p.lr), mu = static_cast<T>(p.momentum);
-          const T wd = static_cast<T>(p.weight_decay), damp = static_cast<T>(1 - p.dampening);
-          parallel_for(param.numel(), [&](std::int64_t i) {
-            T d = g[i];
-            if (p.weight_decay != 0) d += wd * w[i];
-            if (b != nullptr) {
-              const T m = first_step ? d : mu * b[i] + damp * d;
-              b[i] = m;
-              d = p.nesterov ? d + mu * m : m;
+          const SgdUpdate<T> update(p);
+          parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
+            if (b == nullptr) {
+              for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i]);
+            } else {
+              for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], b[i], first_step);
             }
-            w[i] -= lr * d;
           });
         });
       },
@@ -94,32 +89,10 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
           const T* g = data_of<T>(grad);
           T* mp = data_of<T>(m);
           T* vp = data_of<T>(v);
-          const T b1 = static_cast<T>(p.beta1), b2 = static_cast<T>(p.beta2);
-          const T wd = static_cast<T>(p.weight_decay), eps = static_cast<T>(p.eps);
-          const T decay = static_cast<T>(1 - p.lr * p.weight_decay);
-          double host_step_size = p.step_size, host_bc2_sqrt = p.bias_correction2_sqrt;
-          if (step.defined()) {
-            const double t = *data_of<double>(step);
-            host_step_size = p.lr / (1 - std::pow(p.beta1, t));
-            host_bc2_sqrt = std::sqrt(1 - std::pow(p.beta2, t));
-          }
-          const T step_size = static_cast<T>(host_step_size);
-          const T bc2_sqrt = static_cast<T>(host_bc2_sqrt);
-          parallel_for(param.numel(), [&](std::int64_t i) {
-            T gi = g[i];
-            T wi = w[i];
-            if (p.weight_decay != 0) {
-              if (p.decoupled) {
-                wi *= decay;
-              } else {
-                gi += wd * wi;
-              }
-            }
-            const T mi = b1 * mp[i] + (1 - b1) * gi;
-            const T vi = b2 * vp[i] + (1 - b2) * gi * gi;
-            mp[i] = mi;
-            vp[i] = vi;
-            w[i] = wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+          AdamUpdate<T> update(p);
+          if (step.defined()) update.at_step(p, *data_of<double>(step));
+          parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], mp[i], vp[i]);
           });
         });
       },

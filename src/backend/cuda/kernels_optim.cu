@@ -1,7 +1,9 @@
-// CUDA optimizer steps and gradient unscaling: one grid-stride kernel per parameter, the
-// math of cpu_optim.cpp. Tensors are contiguous, so indices are plain 64-bit offsets. A set
-// found_inf makes every thread return before writing (GradScaler's skip, no host read).
+// CUDA optimizer steps and gradient unscaling: one grid-stride kernel per parameter, with
+// the math of optimizer_math.h, which the CPU runs too. Tensors are contiguous, so indices are
+// plain 64-bit offsets. A set found_inf makes every thread return before writing (GradScaler's
+// skip, no host read).
 #include "backend/cuda/kernel_utils.cuh"
+#include "backend/optimizer_math.h"
 #include "core/dispatch.h"
 
 namespace tessera::detail::cuda {
@@ -13,8 +15,8 @@ struct SgdArgs {
   const T* g;
   T* buf;  // nullptr without momentum
   std::int64_t n;
-  T lr, momentum, damp, weight_decay;
-  bool nesterov, first_step;
+  SgdUpdate<T> update;
+  bool first_step;
   StepFlags flags;
 };
 
@@ -26,14 +28,11 @@ __global__ void sgd_kernel(SgdArgs<T> a) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < a.n;
        i += stride) {
-    T d = a.g[i];
-    if (a.weight_decay != T(0)) d += a.weight_decay * a.w[i];
     if (a.buf != nullptr) {
-      const T m = first_step ? d : a.momentum * a.buf[i] + a.damp * d;
-      a.buf[i] = m;
-      d = a.nesterov ? d + a.momentum * m : m;
+      a.update(a.w[i], a.g[i], a.buf[i], first_step);
+    } else {
+      a.update(a.w[i], a.g[i]);
     }
-    a.w[i] -= a.lr * d;
   }
 }
 
@@ -44,37 +43,19 @@ struct AdamArgs {
   T* m;
   T* v;
   std::int64_t n;
-  T beta1, beta2, eps, weight_decay, decay, step_size, bc2_sqrt;
-  bool decoupled;
-  StepFlags flags;  // flags.step: the device's step count, or nullptr: step_size and bc2_sqrt hold
-  double lr;
+  AdamUpdate<T> update;
+  AdamParams params;  // for a recorded step's corrections
+  StepFlags flags;    // flags.step: the device's step count, or nullptr: `update` holds them
 };
 
 template <typename T>
 __global__ void adam_kernel(AdamArgs<T> a) {
   if (a.flags.found_inf != nullptr && *a.flags.found_inf != 0) return;
-  if (a.flags.step != nullptr) {  // a recorded step: the corrections of this replay's count
-    const double t = *a.flags.step;
-    a.step_size = static_cast<T>(a.lr / (1 - pow(static_cast<double>(a.beta1), t)));
-    a.bc2_sqrt = static_cast<T>(sqrt(1 - pow(static_cast<double>(a.beta2), t)));
-  }
+  if (a.flags.step != nullptr) a.update.at_step(a.params, *a.flags.step);  // a recorded step
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < a.n;
        i += stride) {
-    T gi = a.g[i];
-    T wi = a.w[i];
-    if (a.weight_decay != T(0)) {
-      if (a.decoupled) {
-        wi *= a.decay;
-      } else {
-        gi += a.weight_decay * wi;
-      }
-    }
-    const T mi = a.beta1 * a.m[i] + (T(1) - a.beta1) * gi;
-    const T vi = a.beta2 * a.v[i] + (T(1) - a.beta2) * gi * gi;
-    a.m[i] = mi;
-    a.v[i] = vi;
-    a.w[i] = wi - a.step_size * mi / (sqrt(vi) / a.bc2_sqrt + a.eps);
+    a.update(a.w[i], a.g[i], a.m[i], a.v[i]);
   }
 }
 
@@ -86,9 +67,7 @@ __global__ void unscale_kernel(T* g, std::int64_t n, const float* inv_scale, flo
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += stride) {
-    const T v = g[i];
-    bad |= !isfinite(v);
-    g[i] = v * inv;
+    bad |= unscale_element(g[i], inv);
   }
   if (bad) *found_inf = 1.0f;
 }
@@ -107,11 +86,7 @@ void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& gr
                  static_cast<const T*>(grad.data),
                  static_cast<T*>(momentum_buf.data),
                  param.numel,
-                 static_cast<T>(p.lr),
-                 static_cast<T>(p.momentum),
-                 static_cast<T>(1 - p.dampening),
-                 static_cast<T>(p.weight_decay),
-                 p.nesterov,
+                 SgdUpdate<T>(p),
                  p.first_step,
                  flags};
     sgd_kernel<T><<<grid_for<sgd_kernel<T>>(param.numel), kThreads, 0, stream>>>(a);
@@ -133,16 +108,9 @@ void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& g
                   static_cast<T*>(m.data),
                   static_cast<T*>(v.data),
                   param.numel,
-                  static_cast<T>(p.beta1),
-                  static_cast<T>(p.beta2),
-                  static_cast<T>(p.eps),
-                  static_cast<T>(p.weight_decay),
-                  static_cast<T>(1 - p.lr * p.weight_decay),
-                  static_cast<T>(p.step_size),
-                  static_cast<T>(p.bias_correction2_sqrt),
-                  p.decoupled,
-                  flags,
-                  p.lr};
+                  AdamUpdate<T>(p),
+                  p,
+                  flags};
     adam_kernel<T><<<grid_for<adam_kernel<T>>(param.numel), kThreads, 0, stream>>>(a);
   });
   TESSERA_CUDA_CHECK_LAUNCH(stream, "adam_step");
