@@ -89,7 +89,7 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
     for (StreamSlot& slot : d.streams) {
       TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
     }
-    d.allocator = std::make_unique<CudaAllocator>(index, d.events);
+    d.allocator = std::make_unique<CudaAllocator>(d.events);
     d.gemm_plans = std::make_unique<GemmPlans>();
     // Large reductions take scratch from the stream-ordered pool (cudaMallocAsync). By
     // default the pool returns its memory to the driver at every synchronization, and the
