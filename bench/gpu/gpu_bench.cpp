@@ -5,7 +5,7 @@
 // --device picks another device than cuda:0 (e.g. cpu, to try the program without a GPU: the
 // raw CUDA references and pinned copies then fail and are reported as errors). --only runs
 // some sections: small_add, issue, matmul, copies, raw_copies, raw_d2d, bandwidth, train,
-// autocast.
+// autocast, optim.
 // Plain C++, no Google Benchmark, timed as every benchmark is (Note [Timing] in bench/timing.h:
 // time_calls): warm-up ops first, then `reps` timed repetitions of `inner` ops back to back,
 // each repetition ending with a wait for the device (tessera::synchronize, or
@@ -35,6 +35,8 @@
 //   train.mlp.loader              the MLP fed by the DataLoader from host memory
 //   step.mlp4096.{fp32,bf16}      one training step of an MLP 4096-4096-4096-10, batch 512,
 //                                 float32 and under bfloat16 autocast, ms
+//   optim.{sgd_momentum,adam}     one optimizer step over the MLP's 203,530 parameters,
+//                                 gradients in place, us
 //   raw.{h2d,d2h}.{pinned,pageable}, raw.d2d  the same copies with cudaMemcpy on
 //                                 cudaMallocHost / malloc / cudaMalloc buffers (the peaks)
 // Exit status: 0 when every section ran and every check passed, 1 otherwise (the JSON is
@@ -584,6 +586,38 @@ void bench_train(Report& report, Device dev, bool quick) {
   record(report, "train.mlp.loader", r);
 }
 
+// ---- one optimizer step over the book MLP's parameters ----
+// 784x256, 256, 256x10, 10 (203,530 float32) with gradients in place: SGD with momentum 0.9
+// and Adam, one fused kernel per parameter (Note [Optimizer math]), us per step.
+void bench_optimizer_steps(Report& report, Device dev, bool quick) {
+  tessera::manual_seed(0);
+  std::vector<Tensor> params;
+  for (const tessera::Shape& s : {tessera::Shape{256, 784}, tessera::Shape{256},
+                                  tessera::Shape{10, 256}, tessera::Shape{10}}) {
+    Tensor p = tessera::randn(s).to(dev).requires_grad_();
+    p.set_grad(tessera::randn(s).to(dev));
+    params.push_back(p);
+  }
+  tessera::optim::SGD sgd(params, {.lr = 0.01, .momentum = 0.9});
+  tessera::optim::Adam adam(params, {.lr = 1e-3});
+  const int reps = quick ? 7 : 31;
+  const std::pair<const char*, tessera::optim::Optimizer*> steps[] = {{"optim.sgd_momentum", &sgd},
+                                                                      {"optim.adam", &adam}};
+  for (const auto& [key, opt] : steps) {
+    const std::vector<float> before = params[0].to_vector<float>();
+    const Timing t = time_calls(
+        20, reps, 100, [&] { opt->step(); }, [&] { tessera::synchronize(dev); });
+    Result r = make_result(t, t.median * 1e6, "us");
+    // Every step moved the weights, and nothing became NaN.
+    const std::vector<float> after = params[0].to_vector<float>();
+    r.ok = after.size() == before.size() && after != before &&
+           std::all_of(after.begin(), after.end(), [](float v) { return std::isfinite(v); });
+    if (!r.ok)
+      report.errors.push_back(std::string(key) + ": the weights did not move or are not finite");
+    record(report, key, r);
+  }
+}
+
 // ---- a large MLP's training step, float32 against bfloat16 autocast ----
 // MLP 4096-4096-4096-10 (Linear, ReLU, Linear, ReLU, Linear), batch 512, SGD lr 0.01: the
 // step (zero_grad, forward and loss, backward, optimizer step), ms per step.
@@ -690,6 +724,8 @@ int main(int argc, char** argv) {
       [&] { bench_train(report, dev, quick); });
   run("autocast", "MLP 4096-4096-4096-10 step, float32 and bfloat16 autocast",
       [&] { bench_autocast_step(report, dev, quick); });
+  run("optim", "optimizer steps over the MLP's parameters (SGD momentum, Adam)",
+      [&] { bench_optimizer_steps(report, dev, quick); });
   std::printf("gpu_bench: done in %.1f s, %zu error(s)\n", seconds_since(t0), report.errors.size());
   for (const std::string& e : report.errors) std::printf("  error: %s\n", e.c_str());
 

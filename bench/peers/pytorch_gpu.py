@@ -341,6 +341,27 @@ def bench_autocast_step(rep, dev, quick):
         torch.cuda.empty_cache()
 
 
+def bench_optimizer_steps(rep, dev, quick):
+    """gpu_bench's optim.*: one step of SGD (momentum 0.9) and of Adam over the book MLP's
+    parameters with gradients in place, PyTorch's fused kernels (one launch per step, its
+    fastest), us per step."""
+    torch.manual_seed(0)
+    params = []
+    for shape in [(256, 784), (256,), (10, 256), (10,)]:
+        p = torch.randn(shape, device=dev, requires_grad=True)
+        p.grad = torch.randn(shape, device=dev)
+        params.append(p)
+    for key, opt in (("optim.sgd_momentum", torch.optim.SGD(params, lr=0.01, momentum=0.9,
+                                                             fused=True)),
+                     ("optim.adam", torch.optim.Adam(params, lr=1e-3, fused=True))):
+        before = params[0].detach().clone()
+        t = time_op(20, 7 if quick else 31, 100, opt.step)
+        ok = bool(torch.isfinite(params[0]).all()) and not torch.equal(before, params[0])
+        if not ok:
+            rep.errors.append(f"{key}: the weights did not move or are not finite")
+        rep.record(key, t, t["seconds"] * 1e6, "us", rel_err=0.0, ok=ok)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON here")
@@ -391,6 +412,8 @@ def main():
             lambda: bench_train(rep, dev, args.quick))
         run("autocast", "MLP 4096-4096-4096-10 step, float32 and bfloat16 autocast",
             lambda: bench_autocast_step(rep, dev, args.quick))
+        run("optim", "optimizer steps over the MLP's parameters (SGD momentum, Adam)",
+            lambda: bench_optimizer_steps(rep, dev, args.quick))
         print(f"pytorch_gpu: done in {time.perf_counter() - t0:.1f} s, "
               f"{len(rep.errors)} error(s)", flush=True)
         for e in rep.errors:
