@@ -4,6 +4,7 @@
 #include "tessera/optim/grad_scaler.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 #include "ops/fused_ops.h"
@@ -124,12 +125,17 @@ void GradScaler::update() {
                 "[GradScaler.update] no optimizer's gradients were unscaled since the last "
                 "update; call scaler.step(optimizer) (or unscale_) before update()");
   // On the device, as torch's _amp_update_scale_: a skip backs off and restarts the count;
-  // growth_interval clean steps in a row grow the scale and restart it.
+  // growth_interval clean steps in a row grow the scale and restart it, unless the grown
+  // scale would not be a finite float32: an infinite scale makes every scaled loss inf,
+  // every later step would be skipped and backing off (inf * 0.5) never ends it.
   const Tensor overflow = gt(found, 0.0);
   const Tensor clean_steps = add(growth_tracker_, 1.0);
   const Tensor grow = ge(clean_steps, static_cast<double>(options_.growth_interval));
-  const Tensor next_scale = where(overflow, mul(scale_, options_.backoff_factor),
-                                  where(grow, mul(scale_, options_.growth_factor), scale_));
+  const Tensor grown = mul(scale_, options_.growth_factor);
+  const Tensor grown_if_finite =
+      where(le(grown, static_cast<double>(std::numeric_limits<float>::max())), grown, scale_);
+  const Tensor next_scale =
+      where(overflow, mul(scale_, options_.backoff_factor), where(grow, grown_if_finite, scale_));
   const Tensor next_tracker = where(overflow, 0.0, where(grow, 0.0, clean_steps));
   scale_.copy_(next_scale);
   growth_tracker_.copy_(next_tracker);

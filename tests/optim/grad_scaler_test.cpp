@@ -164,6 +164,25 @@ TEST_P(Scaler, GrowsAfterCleanStepsAndBacksOffAfterAnInf) {
 }
 
 // Scale, backward, unscale, clip, step and update: no implicit host wait in any of them,
+
+// As PyTorch: a growth past float32's range keeps the scale. An infinite scale would make
+// every scaled loss inf and skip every later step, and backing off (inf * 0.5) never ends.
+TEST_P(Scaler, NeverGrowsTheScaleToInfinity) {
+  const double big = static_cast<double>(std::numeric_limits<float>::max()) / 3;
+  const double big_f32 = static_cast<double>(static_cast<float>(big));
+  optim::GradScaler scaler({.init_scale = big, .growth_factor = 2, .growth_interval = 1});
+  Tensor p = param(3, 4);
+  optim::SGD sgd({p}, {.lr = 0});
+  start(scaler, device());
+  const std::vector<bool> overflow{false, false, false, true, false};
+  const std::vector<double> expected{2 * big_f32, 2 * big_f32, 2 * big_f32, big_f32, 2 * big_f32};
+  for (std::size_t i = 0; i < overflow.size(); ++i) {
+    p.set_grad(full({3}, overflow[i] ? kInf : 1.0, device()));
+    scaler.step(sgd);
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected[i]) << "after step " << i;
+  }
+}
 // and the injected overflow is still skipped.
 TEST_P(Scaler, AScaledLoopMakesNoHostWait) {
   Tensor w = param(8, 4);
