@@ -8,6 +8,7 @@
 //   void free(void*)           throws on errors
 //   Event acquire_event(); void release_event(Event)   (a pool of reusable events)
 //   void record(Event, Stream); bool done(Event); void synchronize(Event)  (throw on errors)
+//   bool try_synchronize(Stream)   waits for a stream; false on an error, never throws
 //
 // Note [CUDA caching allocator]
 // cudaMalloc and cudaFree are slow and cudaFree synchronizes the device, so freed blocks go
@@ -20,7 +21,8 @@
 // and the block waits in pending_ until an event recorded on each of them has fired.
 // During a graph capture, blocks come from the graph's pool (reusable within that capture,
 // whose recorded order is the replay order) and blocks freed are kept by the pool, because
-// every replay may still touch them; the graph's destruction returns them to the cache.
+// every replay may still touch them; the graph's destruction returns them to the cache,
+// behind events of the streams in use as a freed block (a replay may still be running).
 // Only the capturing thread's requests come from the pool: a block the pool lent to another
 // thread could be one the recorded kernels write on every replay.
 #include <bit>
@@ -114,13 +116,10 @@ class BasicCachingAllocator {
       cached_bytes_ += size;
       return;
     }
-    Pending p{ptr, size, {}};
-    for (Stream s : in_use) {
-      const Event e = runtime_.acquire_event();
-      runtime_.record(e, s);
-      p.events.push_back(e);
-    }
-    pending_.push_back(std::move(p));
+    Pending p;
+    p.ptr = ptr;
+    p.size = size;
+    pend_locked(std::move(p), in_use);
   }
 
   std::size_t reserved() const {
@@ -147,8 +146,7 @@ class BasicCachingAllocator {
         runtime_.synchronize(e);
         runtime_.release_event(e);
       }
-      free_blocks_[p.size].push_back(p.ptr);
-      cached_bytes_ += p.size;
+      cache_locked(p);
     }
     pending_.clear();
     for (auto& [size, blocks] : free_blocks_) {
@@ -170,18 +168,21 @@ class BasicCachingAllocator {
     std::lock_guard lock(mutex_);
     capturing_.reset();
   }
-  // Returns a destroyed graph's memory to the cache.
-  void release(const std::shared_ptr<GraphPool>& pool) {
+  // Returns a destroyed graph's memory to the cache; `in_use` as for deallocate (the streams
+  // a replay may still run on).
+  void release(const std::shared_ptr<GraphPool>& pool, std::span<const Stream> in_use = {}) {
     std::lock_guard lock(mutex_);
     // Blocks still held by tensors stay theirs; freeing them later goes to the cache.
     for (void* p : pool->owned) graph_owned_.erase(p);
+    Pending freed;
     for (auto& [size, blocks] : pool->free_blocks) {
-      for (void* p : blocks) free_blocks_[size].push_back(p);
-      cached_bytes_ += size * blocks.size();
+      for (void* p : blocks) freed.graph_blocks.emplace_back(p, size);
     }
-    for (auto [p, size] : pool->kept) {
-      free_blocks_[size].push_back(p);
-      cached_bytes_ += size;
+    freed.graph_blocks.insert(freed.graph_blocks.end(), pool->kept.begin(), pool->kept.end());
+    if (in_use.empty() || freed.graph_blocks.empty()) {
+      cache_locked(freed);
+    } else {
+      pend_locked(std::move(freed), in_use);  // behind one event per stream, for all of them
     }
     pool->free_blocks.clear();
     pool->kept.clear();
@@ -190,10 +191,43 @@ class BasicCachingAllocator {
 
  private:
   struct Pending {
-    void* ptr;
-    std::size_t size;
+    void* ptr = nullptr;  // a freed block (deallocate)
+    std::size_t size = 0;
+    std::vector<std::pair<void*, std::size_t>> graph_blocks;  // a destroyed graph's (release)
     std::vector<Event> events;
   };
+
+  void cache_locked(const Pending& p) {
+    if (p.ptr != nullptr) {
+      free_blocks_[p.size].push_back(p.ptr);
+      cached_bytes_ += p.size;
+    }
+    for (auto [ptr, size] : p.graph_blocks) {
+      free_blocks_[size].push_back(ptr);
+      cached_bytes_ += size;
+    }
+  }
+
+  // Holds p's blocks until an event recorded now on each of `in_use` has fired. Tensor and
+  // graph destructors call this, so a runtime error does not throw: the host then waits for
+  // those streams and caches the blocks, or, when even that fails, never reuses them.
+  void pend_locked(Pending p, std::span<const Stream> in_use) {
+    try {
+      p.events.reserve(in_use.size());
+      for (Stream s : in_use) {
+        p.events.push_back(runtime_.acquire_event());
+        runtime_.record(p.events.back(), s);
+      }
+      pending_.push_back(std::move(p));
+      return;
+    } catch (...) {
+    }
+    for (Event e : p.events) runtime_.release_event(e);
+    for (Stream s : in_use) {
+      if (!runtime_.try_synchronize(s)) return;  // the blocks stay reserved, out of use
+    }
+    cache_locked(p);
+  }
 
   // Pending blocks whose events fired go back to the free lists, oldest first.
   void reclaim_locked() {
@@ -204,8 +238,7 @@ class BasicCachingAllocator {
         if (!runtime_.done(e)) return;
       }
       for (Event e : p.events) runtime_.release_event(e);
-      free_blocks_[p.size].push_back(p.ptr);
-      cached_bytes_ += p.size;
+      cache_locked(p);
       pending_.pop_front();
     }
   }

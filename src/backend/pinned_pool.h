@@ -8,6 +8,10 @@
 //   void* try_host_alloc(size_t)   the same, but nullptr when there is none left
 //   void host_free(void*)          never throws (called from tensor destructors)
 //   Event new_event(); void record(Event, Stream); bool done(Event)  (throws on errors)
+//   void destroy_event(Event)      never throws
+// An event belongs to the GPU that was current when it was made, and is recorded only on
+// that GPU's streams, so a staging block remembers its event's device and, reused for a
+// copy to another GPU, gets a new event there (its old one has fired by then).
 #include <algorithm>
 #include <bit>
 #include <cstddef>
@@ -41,18 +45,33 @@ class BasicPinnedPool {
   BasicPinnedPool(const BasicPinnedPool&) = delete;
   BasicPinnedPool& operator=(const BasicPinnedPool&) = delete;
 
-  // A staging block of at least `bytes`, free of pending copies.
-  void* acquire_staging(std::size_t bytes) {
+  // A staging block of at least `bytes`, free of pending copies, for a copy queued on
+  // `device`, which the caller has made current.
+  void* acquire_staging(std::size_t bytes, int device) {
     std::lock_guard lock(mutex_);
+    Block* other = nullptr;  // a free block whose event is another device's
     for (Block& b : staging_) {
       if (b.in_use || b.size < bytes || !runtime_.done(b.ready)) continue;
+      if (b.device != device) {
+        if (other == nullptr) other = &b;
+        continue;
+      }
       b.in_use = true;
       return b.ptr;
+    }
+    if (other != nullptr) {
+      const Event ready = runtime_.new_event();  // first: a throw leaves the block as it was
+      runtime_.destroy_event(other->ready);
+      other->ready = ready;
+      other->device = device;
+      other->in_use = true;
+      return other->ptr;
     }
     Block b;
     b.size = std::max(bytes, kMinStaging);
     b.ptr = runtime_.host_alloc(b.size);
     b.ready = runtime_.new_event();
+    b.device = device;
     b.in_use = true;
     staging_.push_back(b);
     return b.ptr;
@@ -105,7 +124,8 @@ class BasicPinnedPool {
   struct Block {
     void* ptr = nullptr;
     std::size_t size = 0;
-    Event ready{};  // recorded after the last copy that read the block
+    Event ready{};   // recorded after the last copy that read the block
+    int device = 0;  // the device `ready` belongs to
     bool in_use = false;
   };
   Runtime runtime_;

@@ -1,8 +1,9 @@
 // The GPU caching allocator's bookkeeping (backend/device_caching_allocator.h): size
 // classes, reuse, blocks that wait for side streams' events, running out of memory, empty
-// caches, and the memory of graph captures (the capturing thread's pool, blocks freed
-// during a capture, release). The CUDA runtime is replaced by a fake that hands out
-// addresses it never maps and events a test fires by hand, so all of it runs without a GPU.
+// caches, the memory of graph captures (the capturing thread's pool, blocks freed during a
+// capture, release behind the streams in use), and a runtime error while freeing. The CUDA
+// runtime is replaced by a fake that hands out addresses it never maps and events a test
+// fires by hand, so all of it runs without a GPU.
 #include "backend/device_caching_allocator.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -26,6 +28,9 @@ struct FakeState {
   std::uintptr_t next = 1 << 20;
   std::map<void*, std::size_t> live;  // device blocks and their sizes
   int mallocs = 0, frees = 0;
+  bool fail_record = false;       // record throws, as a CUDA error would
+  bool fail_synchronize = false;  // try_synchronize fails too
+  std::vector<int> synchronized;  // streams the host waited for
   struct Event {
     bool done = true;
     int stream = -1;
@@ -89,6 +94,7 @@ struct FakeRuntime {
   }
   void record(Event e, Stream stream) {
     std::lock_guard lock(s->mutex);
+    if (s->fail_record) throw std::runtime_error("record failed");
     s->events[e].done = false;
     s->events[e].stream = stream;
   }
@@ -99,6 +105,13 @@ struct FakeRuntime {
   void synchronize(Event e) {
     std::lock_guard lock(s->mutex);
     s->events[e].done = true;  // the host waited for it
+  }
+  bool try_synchronize(Stream stream) {
+    if (s->fail_synchronize) return false;
+    s->finish(stream);
+    std::lock_guard lock(s->mutex);
+    s->synchronized.push_back(stream);
+    return true;
   }
 };
 
@@ -155,6 +168,24 @@ TEST(DeviceCachingAllocator, ABlockSideStreamsStillUseWaitsForTheirEvents) {
   f.state->finish(2);
   EXPECT_EQ(f.allocator.allocate(4096), a);
   EXPECT_EQ(f.state->events_out(), 0) << "the events go back to the pool";
+}
+
+// Freeing runs in tensor destructors: a runtime error there must not throw.
+TEST(DeviceCachingAllocator, AFailedEventRecordWaitsForTheStreamsInsteadOfThrowing) {
+  Fixture f;
+  void* a = f.allocator.allocate(4096);
+  void* b = f.allocator.allocate(4096);
+  f.state->fail_record = true;
+  const std::vector<int> in_use{1, 2};
+  EXPECT_NO_THROW(f.allocator.deallocate(a, 4096, in_use));
+  EXPECT_EQ(f.state->synchronized, in_use);
+  EXPECT_EQ(f.state->events_out(), 0) << "the events go back to the pool";
+  EXPECT_EQ(f.allocator.cached(), 4096u) << "both streams are done with it: cached";
+  f.state->fail_synchronize = true;  // the device is broken: the block is never reused
+  EXPECT_NO_THROW(f.allocator.deallocate(b, 4096, in_use));
+  EXPECT_EQ(f.allocator.cached(), 4096u);
+  EXPECT_EQ(f.allocator.allocate(4096), a);
+  EXPECT_NE(f.allocator.allocate(4096), b);
 }
 
 TEST(DeviceCachingAllocator, RunningOutIsNullNotAnError) {
@@ -231,6 +262,29 @@ TEST(DeviceCachingAllocator, AnotherThreadDuringACaptureGetsNoneOfTheGraphsBlock
   EXPECT_EQ(f.allocator.allocate(4096), temp);
   f.allocator.end_capture();
   EXPECT_EQ(pool->owned, std::vector<void*>{temp}) << "the other thread's block is not the graph's";
+}
+
+// A replay may still run on the streams in use when the graph is destroyed.
+TEST(DeviceCachingAllocator, ADestroyedGraphsBlocksWaitForTheStreamsInUse) {
+  Fixture f;
+  void* before = f.allocator.allocate(4096);
+  auto pool = std::make_shared<GraphPool>();
+  f.allocator.begin_capture(pool);
+  void* temp = f.allocator.allocate(8192);
+  f.allocator.deallocate(temp, 8192);    // the graph's, free within it
+  f.allocator.deallocate(before, 4096);  // kept: replays may read it
+  f.allocator.end_capture();
+  const std::vector<int> in_use{0, 1};
+  f.allocator.release(pool, in_use);
+  EXPECT_EQ(f.allocator.cached(), 0u);
+  EXPECT_EQ(f.state->events_out(), 2) << "one event per stream for all the graph's blocks";
+  EXPECT_NE(f.allocator.allocate(8192), temp);
+  f.state->finish(0);
+  EXPECT_NE(f.allocator.allocate(4096), before) << "stream 1 may still run a replay";
+  f.state->finish(1);
+  EXPECT_EQ(f.allocator.allocate(8192), temp);
+  EXPECT_EQ(f.allocator.allocate(4096), before);
+  EXPECT_EQ(f.state->events_out(), 0);
 }
 
 TEST(DeviceCachingAllocator, AGraphsBlockStillHeldAfterReleaseGoesToTheCacheWhenFreed) {

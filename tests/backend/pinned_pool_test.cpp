@@ -1,8 +1,9 @@
 // The pinned host memory pool's bookkeeping (backend/pinned_pool.h): size classes, reuse of
 // freed tensor blocks, the cap on what it keeps, giving kept blocks back when the runtime
-// runs out, and staging blocks reused only after the copies that read them. The CUDA
-// runtime is replaced by a fake that hands out addresses it never maps and events a test
-// completes by hand, so all of it runs without a GPU.
+// runs out, and staging blocks reused only after the copies that read them, with an event
+// of the GPU each copy goes to. The CUDA runtime is replaced by a fake that hands out
+// addresses it never maps and events a test completes by hand, so all of it runs without a
+// GPU.
 #include "backend/pinned_pool.h"
 
 #include <gtest/gtest.h>
@@ -29,11 +30,16 @@ struct FakeState {
   std::uintptr_t next = 1 << 20;
   std::map<void*, std::size_t> live;  // pinned blocks and their sizes
   int allocs = 0, frees = 0;
+  int current_device = 0;  // the GPU new events belong to
   struct Event {
     bool done = true;  // a new event has nothing to wait for
     int stream = -1;   // where it was last recorded
+    int device = 0;
+    bool destroyed = false;
   };
   std::vector<Event> events;
+  // Streams 0-9 are GPU 0's, 10-19 GPU 1's.
+  static int device_of(int stream) { return stream / 10; }
 
   std::size_t live_bytes() const {
     std::size_t n = 0;
@@ -74,12 +80,23 @@ struct FakeRuntime {
   }
   Event new_event() {
     std::lock_guard lock(s->mutex);
-    s->events.push_back({});
+    s->events.push_back({.device = s->current_device});
     return static_cast<int>(s->events.size()) - 1;
+  }
+  void destroy_event(Event e) {
+    std::lock_guard lock(s->mutex);
+    EXPECT_FALSE(s->events.at(e).destroyed) << "event " << e << " destroyed twice";
+    s->events.at(e).destroyed = true;
   }
   void record(Event e, Stream stream) {
     std::lock_guard lock(s->mutex);
-    s->events.at(e) = {false, stream};
+    FakeState::Event& event = s->events.at(e);
+    EXPECT_FALSE(event.destroyed) << "recorded a destroyed event";
+    EXPECT_EQ(event.device, FakeState::device_of(stream))
+        << "an event of GPU " << event.device << " recorded on a stream of GPU "
+        << FakeState::device_of(stream);
+    event.done = false;
+    event.stream = stream;
   }
   bool done(Event e) {
     std::lock_guard lock(s->mutex);
@@ -165,41 +182,64 @@ TEST(PinnedPool, RunningOutGivesKeptBlocksBackAndTriesAgain) {
 TEST(PinnedPool, StagingBlocksWaitForTheCopiesThatReadThem) {
   Pool pool;
   FakeState& s = *pool.runtime().s;
-  void* a = pool.acquire_staging(100);
+  void* a = pool.acquire_staging(100, 0);
   EXPECT_EQ(s.live.at(a), Pool::kMinStaging);  // small copies share a 1 MiB block
-  void* b = pool.acquire_staging(100);
+  void* b = pool.acquire_staging(100, 0);
   EXPECT_NE(b, a);  // a is in use
   pool.release_staging(a, /*stream=*/1);
   pool.release_staging(b, /*stream=*/2);
   // Both copies are still queued: a third copy gets a new block.
-  void* c = pool.acquire_staging(100);
+  void* c = pool.acquire_staging(100, 0);
   EXPECT_NE(c, a);
   EXPECT_NE(c, b);
   EXPECT_EQ(s.allocs, 3);
   s.finish(2);  // stream 2's copy has run: b may be reused, a may not
-  EXPECT_EQ(pool.acquire_staging(kMiB), b);
+  EXPECT_EQ(pool.acquire_staging(kMiB, 0), b);
   s.finish(1);
-  void* big = pool.acquire_staging(2 * kMiB);  // a is free but too small
+  void* big = pool.acquire_staging(2 * kMiB, 0);  // a is free but too small
   EXPECT_NE(big, a);
   EXPECT_EQ(s.live.at(big), 2 * kMiB);
-  EXPECT_EQ(pool.acquire_staging(100), a);
+  EXPECT_EQ(pool.acquire_staging(100, 0), a);
   EXPECT_EQ(s.allocs, 4);
   // A block released again waits for its new copy, not the old one.
   pool.release_staging(a, /*stream=*/3);
-  EXPECT_NE(pool.acquire_staging(100), a);
+  EXPECT_NE(pool.acquire_staging(100, 0), a);
   s.finish(3);
-  EXPECT_EQ(pool.acquire_staging(100), a);
+  EXPECT_EQ(pool.acquire_staging(100, 0), a);
+}
+
+TEST(PinnedPool, AStagingBlockReusedForAnotherGpuGetsAnEventOfThatGpu) {
+  Pool pool;
+  FakeState& s = *pool.runtime().s;
+  void* a = pool.acquire_staging(100, /*device=*/0);
+  pool.release_staging(a, /*stream=*/1);
+  s.finish(1);
+  s.current_device = 1;  // the backend made GPU 1 current for a copy to it
+  EXPECT_EQ(pool.acquire_staging(100, /*device=*/1), a);  // its copy is done: reused
+  pool.release_staging(a, /*stream=*/11);                 // the fake checks the event's GPU
+  ASSERT_EQ(s.events.size(), 2u);
+  EXPECT_TRUE(s.events[0].destroyed) << "GPU 0's event is replaced, not leaked";
+  s.current_device = 0;
+  void* b = pool.acquire_staging(100, /*device=*/0);  // a's copy is still queued
+  EXPECT_NE(b, a);
+  pool.release_staging(b, /*stream=*/2);
+  s.finish(2);
+  s.finish(11);
+  // Both free: a copy to GPU 0 takes GPU 0's block, and no event is made or destroyed.
+  EXPECT_EQ(pool.acquire_staging(100, /*device=*/0), b);
+  EXPECT_EQ(s.events.size(), 3u);
+  EXPECT_FALSE(s.events[1].destroyed);
 }
 
 TEST(PinnedPool, AStagingBlockThatCannotBePinnedThrows) {
   Pool pool;
   FakeState& s = *pool.runtime().s;
   s.limit = kMiB;
-  void* a = pool.acquire_staging(100);
-  EXPECT_THROW(pool.acquire_staging(100), std::runtime_error);  // a copy needs its staging
+  void* a = pool.acquire_staging(100, 0);
+  EXPECT_THROW(pool.acquire_staging(100, 0), std::runtime_error);  // a copy needs its staging
   pool.release_staging(a, /*stream=*/1);
   s.finish(1);
-  EXPECT_EQ(pool.acquire_staging(100), a);  // the pool is intact
+  EXPECT_EQ(pool.acquire_staging(100, 0), a);  // the pool is intact
 }
 
 // Tensor blocks are freed by destructors on any thread: no block is ever handed to two

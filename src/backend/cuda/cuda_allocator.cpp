@@ -38,4 +38,10 @@ void CudaDeviceRuntime::synchronize(cudaEvent_t event) {
   TESSERA_CUDA_CHECK(cudaEventSynchronize(event));
 }
 
+bool CudaDeviceRuntime::try_synchronize(cudaStream_t stream) {
+  if (cudaStreamSynchronize(stream) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
 }  // namespace tessera::detail

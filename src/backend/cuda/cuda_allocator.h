@@ -22,6 +22,7 @@ struct CudaDeviceRuntime {
   void record(Event event, Stream stream);
   bool done(Event event);
   void synchronize(Event event);
+  bool try_synchronize(Stream stream);
 };
 
 // One per GPU; the backend makes that GPU current around every call.

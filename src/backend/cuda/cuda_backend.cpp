@@ -86,6 +86,7 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
   PerDevice& d = devices_[index];
   std::call_once(d.init, [&] {
     TESSERA_CUDA_CHECK(cudaSetDevice(index));
+    d.events.set_device(index);
     for (StreamSlot& slot : d.streams) {
       TESSERA_CUDA_CHECK(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
     }
@@ -110,6 +111,14 @@ cublasHandle_t CudaBackend::cublas(int index) {
   if (slot.cublas == nullptr) {
     TESSERA_CUBLAS_CHECK(cublasCreate(&slot.cublas));
     TESSERA_CUBLAS_CHECK(cublasSetStream(slot.cublas, slot.stream));
+    // Half outputs (the cublasGemmEx fallback of Note [CUDA half GEMM]) keep float32 sums:
+    // no split-K reduction in the output type. TF32 is chosen per call by the compute type,
+    // not by the math mode, so this bit is the only one we set.
+    cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+    TESSERA_CUBLAS_CHECK(cublasGetMathMode(slot.cublas, &mode));
+    TESSERA_CUBLAS_CHECK(cublasSetMathMode(
+        slot.cublas,
+        static_cast<cublasMath_t>(mode | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     // A workspace of our own (32 MiB, what NVIDIA suggests for Hopper), so cuBLAS never
     // allocates inside a graph capture; one per stream, shared with cuBLASLt's calls there.
     TESSERA_CUDA_CHECK(cudaMalloc(&slot.workspace, kCublasWorkspace));
@@ -155,6 +164,9 @@ void* CudaBackend::allocate(int index, std::size_t bytes, FirstWriter /*first*/)
 }
 
 void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) {
+  // No GPU made current (a free with no side stream in use costs no driver call): events
+  // come from the GPU's pool, which makes its GPU current to create one, and a failure to
+  // record them does not throw out of the tensor's destructor (BasicCachingAllocator).
   PerDevice& d = devices_[index];
   cudaStream_t buf[1 + kExtraStreams];
   d.allocator->deallocate(ptr, bytes, streams_in_use(d, buf));

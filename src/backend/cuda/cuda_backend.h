@@ -152,6 +152,8 @@ class CudaBackend final : public Backend {
   // The streams a freed block may still be used on (empty when only the default runs).
   std::span<const cudaStream_t> streams_in_use(PerDevice& d,
                                                cudaStream_t (&buf)[1 + kExtraStreams]);
+  // Returns a graph's memory to the device's cache, behind the streams in use (cuda_graph.cpp).
+  void release_pool(int index, const std::shared_ptr<GraphPool>& pool);
   friend class CudaGraph;
 
   int count_ = 0;

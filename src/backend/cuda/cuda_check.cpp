@@ -10,6 +10,9 @@
 namespace tessera::detail::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  // A non-sticky error stays the runtime's last error until read: clear it, so that a caught
+  // error is not reported again by the next launch's check.
+  (void)cudaGetLastError();
   throw Error(fmt::format("[cuda] {} failed: {} ({}) at {}:{}", call, cudaGetErrorString(status),
                           cudaGetErrorName(status), file, line));
 }
@@ -34,6 +37,11 @@ void check_launch(cudaStream_t stream, const char* what, const char* file, int l
                             cudaGetErrorString(launched), cudaGetErrorName(launched), file, line));
   }
   if (!launch_blocking()) return;
+  // Synchronizing a stream that is recording a graph would break the recording; its kernels
+  // run (and are checked) at replay.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
+  if (capture != cudaStreamCaptureStatusNone) return;
   // Debug mode: wait for this kernel so a fault is blamed on it, not on a later op.
   const cudaError_t ran = cudaStreamSynchronize(stream);
   if (ran != cudaSuccess) {

@@ -1,13 +1,19 @@
 // CUDA copies: host <-> device through pinned memory, device <-> device on one GPU or
 // between two (peer copies ordered with events). See Note [CUDA streams and memory].
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/tensor_impl.h"
+#include "tessera/graph.h"
 
 namespace tessera::detail {
 namespace {
@@ -38,6 +44,30 @@ void order_streams(CudaBackend& backend, int signaller_device, cudaStream_t sign
   wait_for(backend.events(signaller_device), waiter, signaller);
 }
 
+// Lets GPU `from`, the current one, read and write GPU `to`'s memory, so that a copy queued
+// on `from`'s stream goes directly between them instead of through the host. Asked once per
+// ordered pair: cudaDeviceEnablePeerAccess(to) enables access from the current device to
+// `to`, and the copy runs on the source's stream (PyTorch enables the same direction).
+void enable_peer_access(int from, int to) {
+  static std::mutex mutex;
+  static std::array<std::atomic<bool>, kMaxDevicesPerKind * kMaxDevicesPerKind> asked{};
+  std::atomic<bool>& pair = asked[from * kMaxDevicesPerKind + to];
+  if (pair.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(mutex);
+  if (pair.load(std::memory_order_relaxed)) return;
+  int can = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+  if (can != 0) {
+    const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
+    if (status == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // enabled before us (another library): what we wanted
+    } else {
+      TESSERA_CUDA_CHECK(status);
+    }
+  }
+  pair.store(true, std::memory_order_release);
+}
+
 }  // namespace
 
 cuda::KernelArg kernel_arg(const Tensor& t) {
@@ -58,10 +88,11 @@ cuda::KernelArg kernel_arg(const Tensor& t) {
 void CudaBackend::copy_from_host(const void* src, const Tensor& dst) {
   const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;
-  const cudaStream_t stream = activate(dst.device().index());
+  const int index = dst.device().index();
+  const cudaStream_t stream = activate(index);
   // Stage through pinned memory so the DMA is asynchronous and the caller's buffer is free
   // to go as soon as we return.
-  void* staging = pinned_.acquire_staging(bytes);
+  void* staging = pinned_.acquire_staging(bytes, index);
   std::memcpy(staging, src, bytes);
   TESSERA_CUDA_CHECK(
       cudaMemcpyAsync(impl_of(dst).data(), staging, bytes, cudaMemcpyHostToDevice, stream));
@@ -111,6 +142,14 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
     }
     return;
   }
+  if (capturing(s) || capturing(d)) [[unlikely]] {
+    // Its events order two GPUs' streams, and a CUDA graph records the work of one GPU.
+    throw GraphCaptureError(fmt::format(
+        "[Graph::capture] cuda:{} is capturing a graph, and a copy between two GPUs (cuda:{} "
+        "to cuda:{}) cannot be recorded: a graph holds the work of one GPU. Do the copy before "
+        "Graph::capture or after it (outside the captured code)",
+        capturing(s) ? s : d, s, d));
+  }
   if (!plain) {
     // Pack on the source GPU in the destination's dtype, move the bytes, unpack there.
     Tensor packed = make_tensor(src.shape(), dst.dtype(), src.device(), "copy_");
@@ -124,9 +163,11 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   const auto lock = hold_cross_device_submissions();
   const cudaStream_t dst_stream = activate(d);
   const cudaStream_t src_stream = activate(s);
+  enable_peer_access(s, d);
   order_streams(*this, d, dst_stream, src_stream);  // earlier readers of dst are done
   activate(s);
-  // cudaMemcpyPeerAsync uses a direct peer path when the GPUs have one, else the host.
+  // Direct once peer access is enabled (above); through the host when the GPUs have no peer
+  // path.
   TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(impl_of(dst).data(), d, impl_of(src).data(), s,
                                          dst.nbytes(), src_stream));
   order_streams(*this, s, src_stream, dst_stream);  // dst's later work sees the copy

@@ -17,8 +17,15 @@ cudaEvent_t EventPool::acquire() {
       return e;
     }
   }
-  cudaEvent_t e;
-  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // An event belongs to the GPU current when it is made, and is recorded only on that GPU's
+  // streams; a caller may have another GPU current (a tensor freed on the host, say).
+  int current = -1;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) TESSERA_CUDA_CHECK(cudaSetDevice(device_));
+  cudaEvent_t e = nullptr;
+  const cudaError_t status = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (current != device_ && cudaSetDevice(current) != cudaSuccess) (void)cudaGetLastError();
+  TESSERA_CUDA_CHECK(status);
   return e;
 }
 

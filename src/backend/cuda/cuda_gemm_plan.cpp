@@ -83,6 +83,13 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, s.align_b);
   set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, s.align_c);
   set_min_alignment(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, s.align_c);
+  if (s.out_type == CUDA_R_16BF || s.out_type == CUDA_R_16F) {
+    // A split-K algorithm sums its partial results in float32, not in the half output, so
+    // the sum is rounded once (Note [CUDA half GEMM]); algorithms without split-K still pass.
+    const std::uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status =
@@ -92,6 +99,11 @@ const GemmPlans::Plan& GemmPlans::plan(const GemmShape& s, std::size_t workspace
   p.ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
   if (p.ok) p.algo = result.algo;
   return plans_.emplace(s, p).first->second;
+}
+
+void GemmPlans::create_handle() {
+  std::lock_guard lock(mutex_);
+  if (lt_ == nullptr) TESSERA_CUBLAS_CHECK(cublasLtCreate(&lt_));
 }
 
 bool GemmPlans::run(const GemmShape& shape, const void* alpha, const void* a, const void* b,

@@ -40,6 +40,8 @@ class GemmPlans {
   bool run(const GemmShape& shape, const void* alpha, const void* a, const void* b,
            const void* beta, void* c, void* workspace, std::size_t workspace_bytes,
            cudaStream_t stream);
+  // Makes the cuBLASLt handle now (before a graph capture) if run has not made it yet.
+  void create_handle();
 
  private:
   struct Plan {

@@ -18,11 +18,12 @@ class CudaGraph final : public CapturedWork {
 
   ~CudaGraph() override {
     // A launch still in flight is freed when it completes (cudaGraphExecDestroy), and
-    // the pool's blocks are reused only by work queued after it on the same device.
+    // the pool's blocks are reused only by work queued after it on the same device, or
+    // after the events of the side streams in use (a replay may have run on one).
     backend_.activate(index_);
     (void)cudaGraphExecDestroy(exec_);
     (void)cudaGraphDestroy(graph_);
-    backend_.devices_[index_].allocator->release(pool_);
+    backend_.release_pool(index_, pool_);
   }
 
   void replay() override { TESSERA_CUDA_CHECK(cudaGraphLaunch(exec_, backend_.activate(index_))); }
@@ -41,6 +42,12 @@ class CudaGraph final : public CapturedWork {
   std::shared_ptr<GraphPool> pool_;
 };
 
+void CudaBackend::release_pool(int index, const std::shared_ptr<GraphPool>& pool) {
+  PerDevice& d = devices_[index];
+  cudaStream_t buf[1 + kExtraStreams];
+  d.allocator->release(pool, streams_in_use(d, buf));
+}
+
 bool CudaBackend::capturing(int index) const {
   return devices_[index].capturing.load(std::memory_order_acquire);
 }
@@ -48,7 +55,10 @@ bool CudaBackend::capturing(int index) const {
 void CudaBackend::begin_capture(const std::vector<int>& indices) {
   const int index = indices.front();
   const cudaStream_t stream = activate(index);  // the default stream, joins applied
-  cublas(index);  // cuBLAS's handle and workspace are made now, not inside the recording
+  // cuBLAS's handle and workspace, and cuBLASLt's handle, are made now, not inside the
+  // recording.
+  cublas(index);
+  gemm_plans(index).create_handle();
   PerDevice& d = devices_[index];
   d.capture_pool = std::make_shared<GraphPool>();
   d.allocator->begin_capture(d.capture_pool);
@@ -83,7 +93,7 @@ std::unique_ptr<CapturedWork> CudaBackend::end_capture(const std::vector<int>& i
   std::shared_ptr<GraphPool> pool = std::move(d.capture_pool);
   if (status != cudaSuccess || graph == nullptr) {
     if (graph != nullptr) (void)cudaGraphDestroy(graph);
-    d.allocator->release(pool);
+    release_pool(index, pool);
     throw GraphCaptureError(fmt::format(
         "[Graph::capture] the recording on cuda:{} broke: {} ({}). Something in the captured "
         "code used the device in a way a graph cannot record (for example another thread "
@@ -95,7 +105,7 @@ std::unique_ptr<CapturedWork> CudaBackend::end_capture(const std::vector<int>& i
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     (void)cudaGraphDestroy(graph);
-    d.allocator->release(pool);
+    release_pool(index, pool);
     throw GraphCaptureError(
         fmt::format("[Graph::capture] cuda:{} could not instantiate the "
                     "recorded graph: {} ({})",
@@ -113,8 +123,9 @@ void CudaBackend::abort_capture(const std::vector<int>& indices) {
   }
   d.capturing.store(false, std::memory_order_release);
   d.allocator->end_capture();
-  // Nothing recorded ever ran, so the pool's memory is free for any later work.
-  d.allocator->release(d.capture_pool);
+  // Nothing recorded ever ran, so the pool's memory is free for any later work (blocks freed
+  // during the capture wait for the streams in use, as any freed block).
+  release_pool(index, d.capture_pool);
   d.capture_pool.reset();
 }
 

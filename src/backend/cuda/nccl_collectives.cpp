@@ -4,13 +4,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/nccl_library.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
+#include "tessera/graph.h"
 
 // Note [NCCL at run time]
 // GPU collectives go through NCCL, which tessera opens with dlopen at the first collective
@@ -24,7 +28,10 @@
 // A group is an ordered list of devices (one device is a group too). Its first collective
 // makes one communicator per device with ncclCommInitAll, rank i on the list's device i, and
 // caches them (so a group's first collective must not be inside a graph capture: making
-// communicators allocates and synchronizes). A collective is one NCCL group: one NCCL call
+// communicators allocates and synchronizes; it is refused there). A collective over several
+// GPUs is refused while one of them captures: a CUDA graph holds the work of one GPU, and
+// the partners' kernels would wait for the recorded one forever. A collective is one NCCL
+// group: one NCCL call
 // (ncclAllReduce, ncclBroadcast, ...) per device, on the stream this thread currently uses for that
 // device (activate), so it runs after the work already queued there and before work queued later,
 // like any kernel, and the host never waits. That stream order is also how its tensors stay alive,
@@ -66,11 +73,22 @@ Cliques& cliques() {
   return *all;
 }
 
-Clique& clique_for(const NcclLibrary& nccl, const std::vector<int>& devices) {
+// `capturing`: a device of the group that is capturing a graph, or -1; `op` names the
+// collective for the error.
+Clique& clique_for(const NcclLibrary& nccl, const std::vector<int>& devices, const char* op,
+                   int capturing) {
   Cliques& all = cliques();
   std::lock_guard lock(all.mutex);
   std::unique_ptr<Clique>& slot = all.by_devices[devices];
   if (slot == nullptr) {
+    if (capturing >= 0) {
+      throw GraphCaptureError(fmt::format(
+          "[{}] cuda:{} is capturing a graph, and this is the first collective on this group "
+          "of GPUs, which makes its NCCL communicator; that cannot be recorded (it allocates "
+          "and synchronizes). Run one collective on the group before Graph::capture (a "
+          "warm-up step), then capture",
+          op, capturing));
+    }
     auto clique = std::make_unique<Clique>();
     clique->comms.resize(devices.size());
     DeviceRestore restore;
@@ -155,15 +173,29 @@ void CudaBackend::collective(const CollectiveCall& call) {
   const ncclDataType_t type = nccl_dtype(dtype, call.kind);
   // Same shapes on every device (the front end checked): empty inputs mean empty outputs.
   if (call.inputs.front().numel() == 0) return;
-  const NcclLibrary& nccl = cuda::nccl_library();
-
   std::vector<int> devices(n);
-  std::vector<cudaStream_t> streams(n);
+  int capturing_device = -1;  // Note [NCCL at run time]
   for (std::size_t i = 0; i < n; ++i) {
     devices[i] = call.inputs[i].device().index();
+    if (capturing_device < 0 && capturing(devices[i])) capturing_device = devices[i];
+  }
+  if (n > 1 && capturing_device >= 0) {
+    std::string group;
+    for (int d : devices) group += fmt::format("{}cuda:{}", group.empty() ? "" : ", ", d);
+    throw GraphCaptureError(fmt::format(
+        "[{}] cuda:{} is capturing a graph, and a collective over several GPUs ({}) cannot be "
+        "recorded: a CUDA graph holds the work of one GPU, so the others would wait for it "
+        "forever. Run the collective before Graph::capture or after it (outside the captured "
+        "code)",
+        op_name(call.kind), capturing_device, group));
+  }
+  const NcclLibrary& nccl = cuda::nccl_library();
+
+  std::vector<cudaStream_t> streams(n);
+  for (std::size_t i = 0; i < n; ++i) {
     streams[i] = activate(devices[i]);  // also applies pending side-stream joins
   }
-  Clique& clique = clique_for(nccl, devices);
+  Clique& clique = clique_for(nccl, devices, op_name(call.kind), capturing_device);
   const bool mean = call.mean && reduces(call.kind);
   const bool avg = mean && is_floating(dtype) && nccl.has_avg();  // Note [NCCL at run time]
   const ncclRedOp_t op = avg ? ncclAvg : ncclSum;

@@ -1,24 +1,29 @@
 // CudaBackend::process_collective: a collective across processes over NCCL, one process per
 // GPU, on the device's current stream; nothing here waits for the GPU. See Note [NCCL across
 // processes]. Compiled in every CUDA build; it has never run on a GPU.
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/nccl_library.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
 #include "distributed/mpi.h"
+#include "tessera/graph.h"
 
 // Note [NCCL across processes]
 // A process group's first collective on a GPU makes this process's communicator for that
 // device, as NCCL's docs do it: rank 0 calls ncclGetUniqueId, MPI broadcasts the id (with
 // whether rank 0 got one, so a failure there is an error on every rank, not a hang), and
-// every rank joins with ncclCommInitRank on that device. Communicators live for the process
-// (Note [NCCL at run time]). A collective is one NCCL call (ncclAllReduce, ncclBroadcast, ...) on
-// the stream this thread uses for the device, like any kernel; mean uses ncclAvg where NCCL has it,
-// else sum then divide.
+// every rank joins with ncclCommInitRank on that device. That cannot be recorded in a graph
+// (it allocates and waits for the other ranks), so it is refused while any rank's device is
+// capturing one: every rank refuses, since one that went on would wait for the others
+// forever. Communicators live for the process (Note [NCCL at run time]). A collective is one
+// NCCL call (ncclAllReduce, ncclBroadcast, ...) on the stream this thread uses for the device,
+// like any kernel; mean uses ncclAvg where NCCL has it, else sum then divide.
 
 namespace tessera::detail {
 namespace {
@@ -38,12 +43,22 @@ struct IdMessage {
   char error[256] = {};
 };
 
-ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size) {
+// `capturing`: whether `device` is capturing a graph.
+ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size, bool capturing) {
   static std::mutex mutex;
   static auto* comms = new std::map<int, ProcessComm>();  // never destroyed: see the Note
   std::lock_guard lock(mutex);
   ProcessComm& pc = (*comms)[device];
   if (pc.comm != nullptr) return pc;
+  const std::vector<std::int64_t> captures = distributed::mpi_exchange({capturing ? 1 : 0});
+  for (int r = 0; r < static_cast<int>(captures.size()); ++r) {
+    TESSERA_CHECK(captures[r] == 0, GraphCaptureError,
+                  "[ProcessGroup] rank {} is capturing a graph on its GPU, and the process "
+                  "group's first collective on cuda:{} (rank {}) makes its NCCL communicator, "
+                  "which cannot be recorded (it allocates and waits for the other ranks). Run "
+                  "one collective before Graph::capture (a warm-up step), then capture",
+                  r, device, rank);
+  }
   IdMessage message;
   if (rank == 0) {
     try {
@@ -69,7 +84,7 @@ void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
   const NcclLibrary& nccl = cuda::nccl_library();
   const int device = call.input.device().index();
   cudaStream_t stream = activate(device);
-  ProcessComm& pc = comm_for(nccl, device, call.rank, call.size);
+  ProcessComm& pc = comm_for(nccl, device, call.rank, call.size, capturing(device));
   const ncclDataType_t type = cuda::nccl_data_type(call.input.dtype());
   const bool avg = call.mean && is_floating(call.input.dtype()) && nccl.has_avg();
   const void* in = impl_of(call.input).data();

@@ -34,13 +34,20 @@ cudaEvent_t CudaPinnedRuntime::new_event() {
   return event;
 }
 
+void CudaPinnedRuntime::destroy_event(cudaEvent_t event) {
+  if (cudaEventDestroy(event) != cudaSuccess) (void)cudaGetLastError();
+}
+
 void CudaPinnedRuntime::record(cudaEvent_t event, cudaStream_t stream) {
   TESSERA_CUDA_CHECK(cudaEventRecord(event, stream));
 }
 
 bool CudaPinnedRuntime::done(cudaEvent_t event) {
   const cudaError_t state = cudaEventQuery(event);
-  if (state == cudaErrorNotReady) return false;
+  if (state == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: clear it so later calls do not see it
+    return false;
+  }
   TESSERA_CUDA_CHECK(state);
   return true;
 }

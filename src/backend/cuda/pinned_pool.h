@@ -15,7 +15,8 @@ struct CudaPinnedRuntime {
   void* host_alloc(std::size_t bytes);
   void* try_host_alloc(std::size_t bytes);
   void host_free(void* ptr);
-  Event new_event();
+  Event new_event();  // of the current GPU
+  void destroy_event(Event event);
   void record(Event event, Stream stream);
   bool done(Event event);
 };
