@@ -95,9 +95,11 @@ def small_section(medians, cvs):
     if t is None:
         return ""
     peers = [p for p in SMALL_PEERS if ("add_small", p, "") in medians]
+    # Queued on a logical CPU device: present when run with TESSERA_CPU_DEVICES=2 or more.
+    queued = ["tessera_queued"] if ("add_small", "tessera_queued", "") in medians else []
     header = ["implementation", "time (ns)", "CPU time (ns)", "tessera/impl (time)"]
     rows = []
-    for impl in ["tessera"] + peers:
+    for impl in ["tessera"] + queued + peers:
         r = medians[("add_small", impl, "")]
         cpu = r["cpu_time"] * TO_NS[r.get("time_unit", "ns")]
         rows.append([impl, fmt(ns(r), 0), fmt(cpu, 0), ratio(ns(t), ns(r))])

@@ -3,11 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "backend/cpu/queued_task.h"
 
 namespace tessera::detail {
 namespace {
@@ -127,6 +131,59 @@ TEST(WorkQueue, DestructorRunsWhatWasQueued) {
     for (int i = 0; i < 100; ++i) queue.submit([&] { ++ran; });
   }
   EXPECT_EQ(ran.load(), 100);
+}
+
+// The ring grows while its thread is busy (the first ring holds 64) and keeps the order.
+TEST(WorkQueue, TasksQueuedBehindABusyThreadGrowTheRingInOrder) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  std::vector<int> order;  // only the queue's thread writes it
+  queue.submit([&] {
+    while (!release.load()) std::this_thread::yield();
+  });
+  for (int i = 0; i < 200; ++i) queue.submit([&order, i] { order.push_back(i); });
+  EXPECT_EQ(queue.last_ticket(), 201u);
+  release = true;
+  queue.synchronize();
+  ASSERT_EQ(order.size(), 200u);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+}
+
+// Counts how many of its copies are alive, so a test sees each task's state destroyed once.
+struct Alive {
+  explicit Alive(std::atomic<int>& count) : count(&count) { ++*this->count; }
+  Alive(const Alive& other) : count(other.count) { ++*count; }
+  Alive(Alive&& other) noexcept : count(other.count) { ++*count; }
+  Alive& operator=(const Alive&) = delete;
+  ~Alive() { --*count; }
+  std::atomic<int>* count;
+};
+
+TEST(QueuedTask, KeepsSmallCallablesInsideAndBigOnesOnTheHeapAndDestroysEachOnce) {
+  std::atomic<int> alive{0};
+  int runs = 0;
+  {
+    QueuedTask small([&runs, a = Alive(alive)] { ++runs; });
+    std::array<char, QueuedTask::kInlineBytes> padding{};
+    QueuedTask big([&runs, a = Alive(alive), padding] { runs += 1 + padding[0]; });
+    QueuedTask only_moves([&runs, p = std::make_unique<int>(2)] { runs += *p; });
+    EXPECT_EQ(alive.load(), 2);
+    QueuedTask moved_small(std::move(small));
+    QueuedTask moved_big = std::move(big);
+    EXPECT_FALSE(small);  // NOLINT(bugprone-use-after-move): moved-from tasks are empty
+    EXPECT_FALSE(big);    // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(alive.load(), 2);
+    moved_small();
+    moved_big();
+    only_moves();
+    EXPECT_EQ(runs, 4);
+    moved_small.reset();
+    EXPECT_FALSE(moved_small);
+    EXPECT_EQ(alive.load(), 1);
+    moved_small = std::move(moved_big);
+    EXPECT_EQ(alive.load(), 1);
+  }
+  EXPECT_EQ(alive.load(), 0);
 }
 
 }  // namespace

@@ -1,12 +1,36 @@
 #pragma once
 // A kernel's non-owning handle to a tensor, for work queued on a CPU device's work queue.
 // See Note [Memory freed in queue order] in cpu_allocator.cpp.
+#include <cstddef>
 #include <memory>
 
 #include "core/tensor_impl.h"
 #include "tessera/tensor.h"
 
 namespace tessera::detail {
+
+// Memory for borrowed handles, recycled: the host thread takes a block for each tensor it
+// queues and the queue's thread gives it back after the kernel, a hand-over that through
+// malloc made the two threads fight for the allocator's lock (Note [Queueing allocates
+// nothing] in work_queue.cpp). Blocks move between threads in batches (borrowed_tensor.cpp).
+// Requests larger than a block go to new.
+inline constexpr std::size_t kHandleBlockBytes = 512;
+void* take_handle_block(std::size_t bytes);
+void give_handle_block(void* block, std::size_t bytes) noexcept;
+
+template <typename T>
+struct HandleBlockAllocator {
+  using value_type = T;
+  HandleBlockAllocator() = default;
+  template <typename U>
+  HandleBlockAllocator(const HandleBlockAllocator<U>&) noexcept {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) { return static_cast<T*>(take_handle_block(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { give_handle_block(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const HandleBlockAllocator<U>&) const noexcept {
+    return true;
+  }
+};
 
 // A handle to `t`'s metadata and memory that keeps neither `t` nor its memory alive: the
 // memory goes back to the allocator when the last owning handle goes, and the allocator
@@ -27,7 +51,9 @@ inline Tensor borrow(const Tensor& t) {
     Storage storage;
     TensorImpl impl;
   };
-  auto b = std::make_shared<Borrowed>(impl_of(t));
+  // The handle and shared_ptr's control block (a few pointers) share one recycled block.
+  static_assert(sizeof(Borrowed) + 64 <= kHandleBlockBytes, "grow kHandleBlockBytes");
+  auto b = std::allocate_shared<Borrowed>(HandleBlockAllocator<Borrowed>{}, impl_of(t));
   return Tensor(std::shared_ptr<TensorImpl>(b, &b->impl));
 }
 

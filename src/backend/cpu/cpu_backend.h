@@ -90,7 +90,7 @@ class CpuBackendBase : public Backend {
       return;
     }
     if (WorkQueue* q = stream_queue(index)) {
-      q->submit(std::function<void()>(std::forward<F>(kernel)), run_ahead(index));
+      q->submit(QueuedTask(std::forward<F>(kernel)), run_ahead(index));
     } else {
       const InlineThreads threads(kernel_threads());
       kernel();

@@ -8,8 +8,10 @@
 // tens of thousands of system calls per epoch, 2-4x the time of running them inline. So both
 // sides spin before they sleep, and nobody signals a thread that is not asleep:
 // - the queue's thread, out of work, polls `submitted_` for kSpin before it sleeps, and
-//   says so in `worker_sleeping_` (under the mutex, so a submit either sees the flag and
-//   notifies, or its task is seen before the thread sleeps);
+//   says so in `worker_sleeping_` before it checks `submitted_` a last time (both
+//   sequentially consistent, and a submit counts its ticket before it reads the flag: so
+//   the submit sees the flag, takes the mutex the sleeper holds until it is inside wait()
+//   and notifies, or the thread sees the ticket and does not sleep);
 // - a waiter polls `completed_` for kSpin, then publishes the ticket it needs in `wake_at_`
 //   (the lowest of all sleepers') and sleeps; the thread notifies only when a task reaches
 //   it, not after every task (a host that queued an epoch and waits for its end would
@@ -19,6 +21,19 @@
 //   and its sleep.
 // kSpin is a few times a small kernel's duration: long enough to bridge the gap between two
 // launches of one step, short enough not to steal a core from an idle machine's other work.
+
+// Note [Queueing allocates nothing]
+// A kernel queued on a logical CPU device used to cost the host thread about 1.6 us against
+// 0.15 us run inline (`a + b` on 2x3 floats, a host thread feeding one queue as fast as it
+// can), ten times a kernel's own host work. perf put most of it in futex calls: every task
+// was a std::function (one malloc) holding one make_shared block per tensor (three for a
+// binary op), all allocated by the host and freed by the queue's thread after the kernel, so
+// the two threads fought for glibc's arena lock on every op; and the std::mutex both took
+// for every task sent the loser of each race to sleep. Now a task is a QueuedTask that keeps
+// its lambda inside itself, the queue is a ring of them that grows but never shrinks, the
+// borrowed handles come from a recycled list (borrowed_tensor.h), and the ring is guarded by
+// a spin lock; the mutex is left to sleeping and waking. Measured: docs/benchmarks.md,
+// 2026-11-26.
 
 // Note [Run-ahead memory]
 // A host thread may queue many tasks ahead of a device, and until queued kernels borrowed
@@ -75,23 +90,30 @@ WorkQueue::WorkQueue(std::function<void()> on_start)
 
 WorkQueue::~WorkQueue() {
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
+    const std::lock_guard lock(mutex_);
+    stopping_.store(true);
   }
   work_ready_.notify_one();
   thread_.join();
 }
 
-std::uint64_t WorkQueue::submit(std::function<void()> task, std::uint64_t max_pending) {
+std::uint64_t WorkQueue::submit(QueuedTask task, std::uint64_t max_pending) {
   std::uint64_t ticket;
-  bool wake;
   {
-    std::lock_guard lock(mutex_);
-    tasks_.push_back(std::move(task));
+    const std::lock_guard ring(ring_lock_);
+    if (count_ == tasks_.size()) grow();
+    tasks_[(head_ + count_) & (tasks_.size() - 1)] = std::move(task);
+    ++count_;
     ticket = submitted_.fetch_add(1) + 1;
-    wake = worker_sleeping_;
   }
-  if (wake) work_ready_.notify_one();
+  // After the ticket is counted: a worker going to sleep either sees it or has said so
+  // (Note [Quiet queues]). Taking the mutex makes sure it is inside wait() before the notify.
+  if (worker_sleeping_.load()) {
+    {
+      const std::lock_guard lock(mutex_);
+    }
+    work_ready_.notify_one();
+  }
   if (ticket > max_pending && completed_.load() <= ticket - max_pending &&
       std::this_thread::get_id() != thread_.get_id()) {
     // Full: wait until half has drained, so a host far ahead is woken once per
@@ -126,23 +148,35 @@ void WorkQueue::synchronize() {
   if (error) std::rethrow_exception(error);
 }
 
-bool WorkQueue::next_task(std::function<void()>& task) {
-  std::unique_lock lock(mutex_);
-  if (tasks_.empty() && !stopping_) {
-    const std::uint64_t taken = completed_.load();  // every earlier task has finished
-    lock.unlock();
-    spin_until([&] { return submitted_.load() > taken; });
-    lock.lock();
-    if (tasks_.empty() && !stopping_) {
-      worker_sleeping_ = true;
-      work_ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      worker_sleeping_ = false;
-    }
+void WorkQueue::grow() {
+  std::vector<QueuedTask> bigger(tasks_.empty() ? kFirstRing : 2 * tasks_.size());
+  for (std::size_t i = 0; i < count_; ++i) {
+    bigger[i] = std::move(tasks_[(head_ + i) & (tasks_.size() - 1)]);
   }
-  if (tasks_.empty()) return false;  // stopping and drained
-  task = std::move(tasks_.front());
-  tasks_.pop_front();
-  return true;
+  tasks_ = std::move(bigger);
+  head_ = 0;
+}
+
+bool WorkQueue::next_task(QueuedTask& task) {
+  for (;;) {
+    {
+      const std::lock_guard ring(ring_lock_);
+      if (count_ != 0) {
+        task = std::move(tasks_[head_]);
+        head_ = (head_ + 1) & (tasks_.size() - 1);
+        --count_;
+        return true;
+      }
+      if (stopping_.load()) return false;  // stopping and drained
+    }
+    const std::uint64_t taken = completed_.load();  // every earlier task has finished
+    const auto more = [&] { return submitted_.load() > taken || stopping_.load(); };
+    if (spin_until(more)) continue;
+    std::unique_lock lock(mutex_);
+    worker_sleeping_.store(true);  // before the check in wait(): Note [Quiet queues]
+    work_ready_.wait(lock, more);
+    worker_sleeping_.store(false);
+  }
 }
 
 void WorkQueue::finish_task() {
@@ -159,7 +193,7 @@ void WorkQueue::finish_task() {
 void WorkQueue::run(const std::function<void()>& on_start) {
   t_queue_thread = true;
   if (on_start) on_start();
-  std::function<void()> task;
+  QueuedTask task;
   while (next_task(task)) {
     try {
       task();
@@ -169,7 +203,7 @@ void WorkQueue::run(const std::function<void()>& on_start) {
     }
     // Destroy the task (and the tensors it holds) before reporting it done, so memory
     // accounting is settled when a waiter wakes up.
-    task = nullptr;
+    task.reset();
     finish_task();
   }
 }

@@ -5,11 +5,14 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "backend/cpu/queued_task.h"
+#include "backend/spin_lock.h"
 
 namespace tessera::detail {
 
@@ -30,7 +33,7 @@ class WorkQueue {
 
   // Queues `task`; returns its ticket (1, 2, ...). Waits while `max_pending` (at most
   // kMaxPending) tasks are ahead of it (unless called from the queue's own thread).
-  std::uint64_t submit(std::function<void()> task, std::uint64_t max_pending = kMaxPending);
+  std::uint64_t submit(QueuedTask task, std::uint64_t max_pending = kMaxPending);
   // The ticket of the last task submitted (0 before any).
   std::uint64_t last_ticket() const;
   // Whether the task with `ticket` (and every one before it) has run.
@@ -52,16 +55,29 @@ class WorkQueue {
   void run(const std::function<void()>& on_start);
   // Pops the next task, spinning briefly and then sleeping while there is none; returns
   // false when the queue is stopping and drained.
-  bool next_task(std::function<void()>& task);
+  bool next_task(QueuedTask& task);
+  // Doubles the ring (ring_lock_ held).
+  void grow();
+  static constexpr std::size_t kFirstRing = 64;
   void finish_task();
 
   mutable std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mutex_
-  std::exception_ptr error_;                 // guarded by mutex_
-  bool stopping_ = false;                    // guarded by mutex_
-  bool worker_sleeping_ = false;             // guarded by mutex_
+  // Tasks not yet taken, a ring that grows and never shrinks, so that queueing allocates
+  // nothing once it has held a step's worth (Note [Queueing allocates nothing]): tasks_[(head_ +
+  // i) % size] for i < count_; the size is a power of two. Guarded by ring_lock_, not mutex_:
+  // the host adds a task and the queue's thread takes one every few microseconds, and a
+  // contended std::mutex sends the loser to sleep.
+  SpinLock ring_lock_;
+  std::vector<QueuedTask> tasks_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  std::exception_ptr error_;  // guarded by mutex_
+  // Set under mutex_, so a worker about to sleep sees it or is woken.
+  std::atomic<bool> stopping_{false};
+  // The worker is asleep or about to sleep on work_ready_ (Note [Quiet queues]).
+  std::atomic<bool> worker_sleeping_{false};
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> completed_{0};
   // The lowest ticket a sleeping waiter waits for (UINT64_MAX: none).
