@@ -20,7 +20,13 @@ class CudaGraph final : public CapturedWork {
     // A launch still in flight is freed when it completes (cudaGraphExecDestroy), and
     // the pool's blocks are reused only by work queued after it on the same device, or
     // after the events of the side streams in use (a replay may have run on one).
-    backend_.activate(index_);
+    // A destructor does not throw: a GPU that cannot be made current has a broken context,
+    // and its graph and memory are left as they are.
+    try {
+      backend_.activate(index_);
+    } catch (...) {
+      return;
+    }
     (void)cudaGraphExecDestroy(exec_);
     (void)cudaGraphDestroy(graph_);
     backend_.release_pool(index_, pool_);
