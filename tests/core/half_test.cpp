@@ -361,6 +361,27 @@ TEST_P(Half, MatmulLinearAndConvMatchFloat64Reference) {
   }
 }
 
+// A product of 8192 terms, which a GPU GEMM may split over several blocks (split-K), is still
+// summed in float32 and rounded once (Note [CUDA half GEMM]): every output within half a
+// unit in the last place of the exact sum, plus float32's error. Partial sums stored in the
+// half type would miss it. Positive inputs, so nothing cancels.
+TEST_P(Half, ALongProductIsRoundedOnceNotInPieces) {
+  constexpr int m = 8, k = 8192, n = 8;
+  for (Dtype dtype : kHalfTypes) {
+    const Tensor a = from_vector(random_values(m * k, 11, 0.5, 1.0), {m, k}, {dtype, device()});
+    const Tensor b = from_vector(random_values(k * n, 12, 0.5, 1.0), {k, n}, {dtype, device()});
+    const std::vector<double> exact =
+        matmul_ref(a.to_vector<double>(), b.to_vector<double>(), m, k, n);
+    const std::vector<double> c = matmul(a, b).to_vector<double>();
+    const int mantissa_bits = dtype == kBFloat16 ? 7 : 10;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      const double half_ulp = std::ldexp(0.5, std::ilogb(exact[i]) - mantissa_bits);
+      EXPECT_LE(std::abs(c[i] - exact[i]), half_ulp + 1e-5 * exact[i])
+          << dtype_name(dtype) << " output " << i << ": " << c[i] << " against " << exact[i];
+    }
+  }
+}
+
 TEST_P(Half, AutogradGivesGradientsInTheParameterDtype) {
   for (Dtype dtype : kHalfTypes) {
     const std::string what = std::string(dtype_name(dtype));
