@@ -47,6 +47,23 @@ TEST_P(Graphs, ReplayGivesTheEagerResults) {
   testing::expect_close(log, doubled, 1e-6, 0, "after w *= 2");
 }
 
+// A reduction big enough to be split over blocks on a GPU (a second pass over partial sums
+// in stream-ordered scratch, cudaMallocAsync/cudaFreeAsync, which a graph records as memory
+// nodes) replays to the eager results, twice, with new inputs.
+TEST_P(Graphs, ALargeSplitReductionReplays) {
+  manual_seed(5);
+  Tensor x = rand({1 << 22}, device());
+  const double eager = sum(x).item<double>();
+  Tensor total = zeros({}, device());
+  Graph graph = Graph::capture(device(), [&] { total.copy_(sum(x)); });
+  graph.replay();
+  EXPECT_NEAR(total.item<double>(), eager, 1e-6 * eager) << "first replay";
+  x.mul_(2.0);
+  graph.replay();
+  graph.replay();
+  EXPECT_NEAR(total.item<double>(), 2 * eager, 2e-6 * eager) << "after x *= 2";
+}
+
 TEST_P(Graphs, TensorsMadeDuringCaptureHoldTheLatestReplay) {
   Tensor x = full({4096}, 1.0, device());
   Tensor y;

@@ -382,6 +382,17 @@ TEST_P(Half, ALongProductIsRoundedOnceNotInPieces) {
   }
 }
 
+// float16 sums past its range are infinite, as a float32 result rounded to float16 is; not
+// clamped to the largest finite value (what a GPU GEMM's output conversion must match).
+TEST_P(Half, Float16ProductsPastItsRangeAreInfinite) {
+  const Tensor a = full({2, 1024}, 300.0, {kFloat16, device()});
+  const Tensor b = full({1024, 3}, 300.0, {kFloat16, device()});
+  const Tensor c = matmul(a, b);
+  for (double v : c.to_vector<double>()) EXPECT_EQ(v, std::numeric_limits<double>::infinity());
+  const Tensor d = matmul(a, -b);
+  for (double v : d.to_vector<double>()) EXPECT_EQ(v, -std::numeric_limits<double>::infinity());
+}
+
 TEST_P(Half, AutogradGivesGradientsInTheParameterDtype) {
   for (Dtype dtype : kHalfTypes) {
     const std::string what = std::string(dtype_name(dtype));
