@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -18,12 +19,13 @@
 // A process group's first collective on a GPU makes this process's communicator for that
 // device, as NCCL's docs do it: rank 0 calls ncclGetUniqueId, MPI broadcasts the id (with
 // whether rank 0 got one, so a failure there is an error on every rank, not a hang), and
-// every rank joins with ncclCommInitRank on that device. That cannot be recorded in a graph
-// (it allocates and waits for the other ranks), so it is refused while any rank's device is
-// capturing one: every rank refuses, since one that went on would wait for the others
-// forever. Communicators live for the process (Note [NCCL at run time]). A collective is one
-// NCCL call (ncclAllReduce, ncclBroadcast, ...) on the stream this thread uses for the device,
-// like any kernel; mean uses ncclAvg where NCCL has it, else sum then divide.
+// every rank joins with ncclCommInitRank on that device. Before that the ranks exchange
+// whether each loaded NCCL and whether its device is capturing a graph (which cannot record
+// the communicator's making: it allocates and waits for the other ranks); when any rank
+// cannot go on, every rank throws, since one that went on would wait for the others forever.
+// Communicators live for the process (Note [NCCL at run time]). A collective is one NCCL call
+// (ncclAllReduce, ncclBroadcast, ...) on the stream this thread uses for the device, like any
+// kernel; mean uses ncclAvg where NCCL has it, else sum then divide.
 
 namespace tessera::detail {
 namespace {
@@ -43,16 +45,27 @@ struct IdMessage {
   char error[256] = {};
 };
 
-// `capturing`: whether `device` is capturing a graph.
-ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size, bool capturing) {
+// What each rank says before the communicator is made, so that every rank stops with the
+// same error instead of waiting for a rank that stopped alone.
+enum RankState : std::int64_t { kReady = 0, kCapturing = 1, kNoNccl = 2 };
+
+// `nccl`: this process's library, or nullptr with `no_nccl` saying why it could not be
+// loaded; `capturing`: whether `device` is capturing a graph.
+ProcessComm& comm_for(const NcclLibrary* nccl, const std::string& no_nccl, int device, int rank,
+                      int size, bool capturing) {
   static std::mutex mutex;
   static auto* comms = new std::map<int, ProcessComm>();  // never destroyed: see the Note
   std::lock_guard lock(mutex);
   ProcessComm& pc = (*comms)[device];
   if (pc.comm != nullptr) return pc;
-  const std::vector<std::int64_t> captures = distributed::mpi_exchange({capturing ? 1 : 0});
-  for (int r = 0; r < static_cast<int>(captures.size()); ++r) {
-    TESSERA_CHECK(captures[r] == 0, GraphCaptureError,
+  const RankState mine = nccl == nullptr ? kNoNccl : capturing ? kCapturing : kReady;
+  const std::vector<std::int64_t> states = distributed::mpi_exchange({mine});
+  for (int r = 0; r < static_cast<int>(states.size()); ++r) {
+    TESSERA_CHECK(states[r] != kNoNccl, DeviceError,
+                  "[ProcessGroup] rank {} could not load NCCL for the process group's first "
+                  "collective on its GPU, so no rank can make the communicator{}",
+                  r, r == rank ? ": " + no_nccl : " (that rank's error says why)");
+    TESSERA_CHECK(states[r] != kCapturing, GraphCaptureError,
                   "[ProcessGroup] rank {} is capturing a graph on its GPU, and the process "
                   "group's first collective on cuda:{} (rank {}) makes its NCCL communicator, "
                   "which cannot be recorded (it allocates and waits for the other ranks). Run "
@@ -62,7 +75,7 @@ ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size, b
   IdMessage message;
   if (rank == 0) {
     try {
-      TESSERA_NCCL_CHECK(nccl.get_unique_id(&message.id));
+      TESSERA_NCCL_CHECK(nccl->get_unique_id(&message.id));
       message.ok = 1;
     } catch (const Error& e) {
       std::strncpy(message.error, e.what(), sizeof message.error - 1);
@@ -73,7 +86,7 @@ ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size, b
                 message.error);
   DeviceRestore restore;
   TESSERA_CUDA_CHECK(cudaSetDevice(device));
-  TESSERA_NCCL_CHECK(nccl.comm_init_rank(&pc.comm, size, message.id, rank));
+  TESSERA_NCCL_CHECK(nccl->comm_init_rank(&pc.comm, size, message.id, rank));
   return pc;
 }
 
@@ -81,10 +94,19 @@ ProcessComm& comm_for(const NcclLibrary& nccl, int device, int rank, int size, b
 
 void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
   if (call.input.numel() == 0) return;
-  const NcclLibrary& nccl = cuda::nccl_library();
+  // A rank whose NCCL does not load still takes part in comm_for's exchange, so the others
+  // stop with an error too rather than wait for it.
+  const NcclLibrary* loaded = nullptr;
+  std::string no_nccl;
+  try {
+    loaded = &cuda::nccl_library();
+  } catch (const DeviceError& e) {
+    no_nccl = e.what();
+  }
   const int device = call.input.device().index();
   cudaStream_t stream = activate(device);
-  ProcessComm& pc = comm_for(nccl, device, call.rank, call.size, capturing(device));
+  ProcessComm& pc = comm_for(loaded, no_nccl, device, call.rank, call.size, capturing(device));
+  const NcclLibrary& nccl = *loaded;
   const ncclDataType_t type = cuda::nccl_data_type(call.input.dtype());
   const bool avg = call.mean && is_floating(call.input.dtype()) && nccl.has_avg();
   const void* in = impl_of(call.input).data();
