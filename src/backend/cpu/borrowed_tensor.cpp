@@ -79,17 +79,27 @@ struct ThreadBlocks {
     count -= kBatch;
     return batch;
   }
-  ~ThreadBlocks() {
-    while (count >= kBatch) share_batch(detach_batch());
-    delete_chain(head);
-  }
+  ~ThreadBlocks();
 };
 thread_local ThreadBlocks t_blocks;
+// Set when this thread's list is gone (thread exit): a handle released by a later destructor
+// on this thread goes straight to the heap. A bool is never destroyed, so it can be read then.
+thread_local bool t_blocks_gone = false;
+
+ThreadBlocks::~ThreadBlocks() {
+  t_blocks_gone = true;
+  while (count >= kBatch) share_batch(detach_batch());
+  delete_chain(head);
+}
 
 }  // namespace
 
 void* take_handle_block(std::size_t bytes) {
   if (bytes > kBlockBytes) return ::operator new(bytes);
+  // This thread's list is gone (it is exiting): still a whole block, since another
+  // thread's list may take this one back.
+  if (t_blocks_gone) [[unlikely]]
+    return ::operator new(kBlockBytes);
   ThreadBlocks& mine = t_blocks;
   if (mine.count == 0) {
     mine.head = take_batch();
@@ -103,7 +113,8 @@ void* take_handle_block(std::size_t bytes) {
 }
 
 void give_handle_block(void* block, std::size_t bytes) noexcept {
-  if (bytes > kBlockBytes) return ::operator delete(block);
+  if (bytes > kBlockBytes || t_blocks_gone) [[unlikely]]
+    return ::operator delete(block);
   ThreadBlocks& mine = t_blocks;
   mine.head = ::new (block) FreeBlock{mine.head, nullptr};
   if (++mine.count == 2 * kBatch) share_batch(mine.detach_batch());
