@@ -42,10 +42,8 @@ class QueuedTask {
   void operator()() { ops_->invoke(buffer_); }
   // Destroys the callable (and the handles it holds) now.
   void reset() noexcept {
-    if (ops_ != nullptr) {
-      ops_->destroy(buffer_);
-      ops_ = nullptr;
-    }
+    // Empty first, so a callable whose destructor reaches this task sees it empty.
+    if (const Ops* ops = std::exchange(ops_, nullptr)) ops->destroy(buffer_);
   }
 
  private:

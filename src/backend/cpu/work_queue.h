@@ -68,7 +68,8 @@ class WorkQueue {
   // nothing once it has held a step's worth (Note [Queueing allocates nothing]): tasks_[(head_ +
   // i) % size] for i < count_; the size is a power of two. Guarded by ring_lock_, not mutex_:
   // the host adds a task and the queue's thread takes one every few microseconds, and a
-  // contended std::mutex sends the loser to sleep.
+  // contended std::mutex sends the loser to sleep. A task is moved in and out under it, so a
+  // task's move constructor must not queue work (none does: they move handles and values).
   SpinLock ring_lock_;
   std::vector<QueuedTask> tasks_;
   std::size_t head_ = 0;
