@@ -180,12 +180,15 @@ class Backend {
   // the host alone wrote and will not write again (SourceWriters::kHostOnly), and reads them
   // on dst's queue.
   virtual void copy_from_cpu(const Tensor& src, const Tensor& dst);
-  // Runs `fill`, host code that writes only fresh tensors of device `index` (nothing queued
-  // reads them yet), in the order of the work this thread queues on the device: on the
-  // queue of its current stream, or now when that stream has none. Only a backend whose
-  // memory the host writes runs it (fills_from_host()); the base class throws.
+  // Runs fill(outputs), host code that writes only `outputs`, fresh tensors of device
+  // `index` (nothing queued reads them yet), in the order of the work this thread queues on
+  // the device: on the queue of its current stream, or now when that stream has none. A
+  // queued fill gets handles that do not keep the outputs' memory (Note [Memory freed in
+  // queue order]). Only a backend whose memory the host writes runs it (fills_from_host());
+  // the base class throws.
+  using HostFill = std::function<void(const std::vector<Tensor>& outputs)>;
   virtual bool fills_from_host() const { return false; }
-  virtual void fill_from_host(int index, std::function<void()> fill);
+  virtual void fill_from_host(int index, std::vector<Tensor> outputs, HostFill fill);
   // Waits for all work queued on the device, on every stream.
   virtual void synchronize(int index) = 0;
 

@@ -15,7 +15,7 @@ void Backend::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   copy_from_host(impl_of(src).data(), dst);
 }
 
-void Backend::fill_from_host(int index, std::function<void()> /*fill*/) {
+void Backend::fill_from_host(int index, std::vector<Tensor> /*outputs*/, HostFill /*fill*/) {
   TESSERA_INTERNAL_ASSERT(false,
                           "fill_from_host on device {} of a backend whose memory the "
                           "host does not write; ask fills_from_host() first",

@@ -10,7 +10,8 @@ namespace tessera::detail {
 bool host_writes_memory_of(Device device) { return backend_of(device).fills_from_host(); }
 
 void fill_in_device_order(Device device, const char* op, const char* what,
-                          const std::vector<Tensor>& outputs, std::function<void()> fill) {
+                          const std::vector<Tensor>& outputs,
+                          std::function<void(const std::vector<Tensor>& outputs)> fill) {
   Backend& backend = backend_of(device);
   TESSERA_INTERNAL_ASSERT(backend.fills_from_host(), "[{}] the host cannot write {}'s memory", op,
                           device.str());
@@ -20,7 +21,7 @@ void fill_in_device_order(Device device, const char* op, const char* what,
                             t.device().str(), device.str());
     impl_of(t).storage->filled_in_device_order = true;
   }
-  backend.fill_from_host(device.index(), std::move(fill));
+  backend.fill_from_host(device.index(), outputs, std::move(fill));
 }
 
 }  // namespace tessera::detail

@@ -206,6 +206,14 @@ Batch DataLoader::batch(std::int64_t i) const { return gather(sources_, *order_,
 // gathering on the host: there a device that owns part of the cores leaves the host thread
 // a core of its own, and Trainer::prepare_batch copies the batch to the device without a
 // host wait (to_device).
+// The piece's memory is an op output's (make_output), and the queued fill holds it only as
+// kernels do (borrowed, Backend::fill_from_host): once the host drops a piece, the piece
+// after next takes its block, queued behind the step that read it. When the fill owned its
+// piece, a block came back only with every task the host had queued by the time the fill
+// ran (256 per device when it feeds two), so with the step recorded (--graph) each device
+// gathered into memory last used some 30 steps before and out of its caches: two logical
+// devices spent about twice as long in the gather as now
+// (docs/benchmarks.md, 2026-11-26).
 
 std::vector<Batch> DataLoader::gather(const std::vector<Tensor>& sources,
                                       const std::vector<std::int64_t>& order, std::int64_t i,
@@ -276,37 +284,47 @@ Batch DataLoader::gather_rows(const std::vector<Tensor>& sources,
                               std::int64_t len, Device home, bool on_device) const {
   // Page-locked when there is a GPU, so prepare_batch's copy is asynchronous.
   const bool pinned = num_gpus() > 0 && home == cpu();
+  // Gathered on the device, the piece is written first by the fill queued next there, so it
+  // may take memory that work queued before still uses, as an op's output does: the memory
+  // of the piece before last, which the device has just read (Note [Gathering on the
+  // devices]). Gathered here, it needs memory that nothing queued uses any more.
+  const auto allocate = [&](const Shape& shape, Dtype dtype) {
+    return on_device ? detail::make_output(shape, dtype, home, "DataLoader")
+                     : detail::make_tensor(shape, dtype, home, "DataLoader", pinned);
+  };
   std::vector<Tensor> out;
   if (images_) {
     Shape xs = sources[0].shape();
     xs[0] = len;
     if (xs.size() == 3) xs.insert(1, 1);  // [B, H, W] -> [B, 1, H, W]
-    out.push_back(detail::make_tensor(xs, kFloat32, home, "DataLoader", pinned));
-    out.push_back(detail::make_tensor({len}, kInt64, home, "DataLoader", pinned));
+    out.push_back(allocate(xs, kFloat32));
+    out.push_back(allocate({len}, kInt64));
   } else {
     for (const Tensor& t : sources) {
       Shape shape = t.shape();
       shape[0] = len;
-      out.push_back(detail::make_tensor(shape, t.dtype(), home, "DataLoader", pinned));
+      out.push_back(allocate(shape, t.dtype()));
     }
   }
   const auto first = order.begin() + start;
-  std::function<void()> fill;
+  // Writes the tensors it is handed: `out` itself, or handles to its memory that do not keep
+  // it when the fill is queued (fill_in_device_order).
+  std::function<void(const std::vector<Tensor>&)> fill;
   if (images_) {
-    fill = [sources, out, rows = std::vector<std::int64_t>(first, first + len),
-            numel = example_numel_, scale = static_cast<float>(1.0 / (255.0 * options_.std)),
-            shift = static_cast<float>(options_.mean / options_.std)] {
-      fill_images(sources[0], sources[1], rows, numel, scale, shift, out[0], out[1]);
+    fill = [sources, rows = std::vector<std::int64_t>(first, first + len), numel = example_numel_,
+            scale = static_cast<float>(1.0 / (255.0 * options_.std)),
+            shift =
+                static_cast<float>(options_.mean / options_.std)](const std::vector<Tensor>& to) {
+      fill_images(sources[0], sources[1], rows, numel, scale, shift, to[0], to[1]);
     };
   } else {
-    fill = [sources, out, rows = std::vector<std::int64_t>(first, first + len)] {
-      fill_rows(sources, rows, out);
-    };
+    fill = [sources, rows = std::vector<std::int64_t>(first, first + len)](
+               const std::vector<Tensor>& to) { fill_rows(sources, rows, to); };
   }
   if (on_device) {
     detail::fill_in_device_order(home, "DataLoader", "gathering a batch", out, std::move(fill));
   } else {
-    fill();
+    fill(out);
   }
   return Batch::of(std::move(out));
 }

@@ -101,7 +101,7 @@ TEST_P(LoaderSplit, APieceGatheredOnItsDeviceIsCopiedAfterTheGather) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     open = true;
   });
-  detail::fill_in_device_order(pair[1], "test", "a hold", {}, [&] {
+  detail::fill_in_device_order(pair[1], "test", "a hold", {}, [&](const std::vector<Tensor>&) {
     while (!open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
   });
   auto pieces_it = loader.split(0, 1, pair).begin();

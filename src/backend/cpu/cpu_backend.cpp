@@ -324,8 +324,21 @@ void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
 }
 
-void CpuBackendBase::fill_from_host(int index, std::function<void()> fill) {
-  launch(index, std::move(fill));
+void CpuBackendBase::fill_from_host(int index, std::vector<Tensor> outputs, HostFill fill) {
+  // Borrowed, as launch_with's kernels hold theirs: a queued fill that owned its outputs gave
+  // their memory back only when it ran, with every task queued by then as the block's uses,
+  // so a host running far ahead made each gathered batch land in memory unused (and out of
+  // the caches) since that many steps. Borrowed, the host's next batch of the same size
+  // reuses the block the step before it read, in queue order (Note [Gathering on the
+  // devices] in loader.cpp).
+  if (WorkQueue* q = stream_queue(index)) {
+    for (Tensor& t : outputs) t = borrow(t);
+    q->submit([fill = std::move(fill), outputs = std::move(outputs)] { fill(outputs); },
+              run_ahead(index));
+  } else {
+    const InlineThreads threads(kernel_threads());
+    fill(outputs);
+  }
 }
 
 }  // namespace tessera::detail

@@ -53,7 +53,7 @@ class CpuBackendBase : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void copy_from_cpu(const Tensor& src, const Tensor& dst) override;
   bool fills_from_host() const override { return true; }
-  void fill_from_host(int index, std::function<void()> fill) override;
+  void fill_from_host(int index, std::vector<Tensor> outputs, HostFill fill) override;
   void synchronize(int index) override;
 
   // Side streams (cpu_streams.cpp, Note [CPU side streams]): kSideStreams per device, each
