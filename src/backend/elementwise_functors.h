@@ -20,7 +20,8 @@ TESSERA_UNARY_FN(NegFn, static_cast<T>(-x))
 TESSERA_UNARY_FN(ExpFn, static_cast<T>(std::exp(x)))
 TESSERA_UNARY_FN(LogFn, static_cast<T>(std::log(x)))
 TESSERA_UNARY_FN(SqrtFn, static_cast<T>(std::sqrt(x)))
-TESSERA_UNARY_FN(AbsFn, static_cast<T>(x < T(0) ? -x : x))
+// + 0 makes -0.0 (not below 0) +0.0, as fabs does; integers and NaN pass unchanged.
+TESSERA_UNARY_FN(AbsFn, static_cast<T>(x < T(0) ? -x : x + T(0)))
 // NaN stays NaN (x != x), as in PyTorch and IEEE max(x, 0): a diverging net must show it.
 TESSERA_UNARY_FN(ReluFn, static_cast<T>((x != x || x > T(0)) ? x : T(0)))
 TESSERA_UNARY_FN(SigmoidFn, static_cast<T>(T(1) / (T(1) + std::exp(-x))))

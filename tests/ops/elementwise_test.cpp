@@ -1,5 +1,7 @@
 // The elementwise parity table: every op on every device against a float64 host reference,
 // on random inputs, contiguous and not, with broadcasting edge cases.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <functional>
 
@@ -31,8 +33,8 @@ const std::vector<UnaryCase>& unary_cases() {
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, 0,
        10},
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, -3, 3},
-      {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -3,
-       3},
+      {"relu", [](const Tensor& x) { return relu(x); },
+       [](double x) { return x != x || x > 0 ? x : 0; }, -3, 3},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
        [](double x) { return 1 / (1 + std::exp(-x)); }, -8, 8},
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -4,
@@ -233,6 +235,62 @@ TEST_P(Elementwise, ReluKeepsNan) {
     EXPECT_EQ(y[3], 0.0);
     // The non-contiguous path too.
     EXPECT_TRUE(std::isnan(relu(x.view({2, 2}).t()).to_vector<double>()[0]));
+  }
+}
+
+TEST_P(Elementwise, UnaryOpsAtExtremeInputsMatchTheLibraryMath) {
+  // Values where exp overflows or underflows (|x| near 88.7 and beyond), infinities, NaN and
+  // signed zeros, repeated to 48 elements so that vectorized loops (16 floats wide on
+  // AVX-512) see every one of them, not only a scalar tail.
+  const std::vector<double> special = {-1e30, -1000, -100, -89,  -88.8,     -88.7,    -87.4,
+                                       -87.3, -20,   -0.0, 0.0,  20,        87.3,     88.7,
+                                       88.8,  100,   1000, 1e30, -INFINITY, INFINITY, NAN};
+  std::vector<double> values;
+  while (values.size() < 48) values.push_back(special[values.size() % special.size()]);
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(values, {48}, {dtype, device()});
+    for (const UnaryCase& c : unary_cases()) {
+      const std::vector<double> got = c.op(x).to_vector<double>();
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        // The reference rounded to the dtype, as the op's result is.
+        const double r = c.ref(values[i]);
+        const double want = dtype == kFloat32 ? static_cast<double>(static_cast<float>(r)) : r;
+        const std::string where = fmt::format("{}({}) in {}", c.name, values[i], dtype_name(dtype));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got[i])) << where << " is " << got[i];
+        } else if (std::isinf(want)) {
+          EXPECT_EQ(got[i], want) << where;
+        } else {
+          // exp's float32 kernel gives 2^-126 where the exact value is a denormal.
+          const double tiny = dtype == kFloat32 ? 1.2e-38 : 0;
+          EXPECT_NEAR(got[i], want, std::abs(want) * 4e-6 + tiny) << where;
+        }
+      }
+    }
+    // The gradients that come from the outputs (sigmoid, tanh) are 0 where those saturate.
+    for (const auto& [name, op] :
+         std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>>{
+             {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+             {"tanh", [](const Tensor& t) { return tanh(t); }}}) {
+      const Tensor leaf = from_vector(values, {48}, {dtype, device()}).requires_grad_();
+      op(leaf).sum().backward();
+      const std::vector<double> g = leaf.grad().to_vector<double>();
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        if (std::isnan(values[i])) continue;
+        EXPECT_TRUE(std::isfinite(g[i]) && g[i] >= 0)
+            << name << "'s gradient at " << values[i] << " in " << dtype_name(dtype) << " is "
+            << g[i];
+      }
+    }
+  }
+}
+
+TEST_P(Elementwise, AbsOfNegativeZeroIsPositiveZero) {
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x = from_vector(std::vector<double>(40, -0.0), {40}, {dtype, device()});
+    for (double v : abs(x).to_vector<double>()) {
+      EXPECT_FALSE(std::signbit(v)) << "abs(-0.0) in " << dtype_name(dtype);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // operations on each element, so a loop over floats becomes AVX-512 code.
 #include <bit>
 #include <cstdint>
+#include <limits>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -36,17 +37,22 @@ inline float exp_vectorizable(float x) {
 
 inline float sigmoid_vectorizable(float x) { return 1.0f / (1.0f + exp_vectorizable(-x)); }
 
-// v[i] = 1 / v[i] for v[i] >= 1. Where AVX-512 is there, by its 14-bit reciprocal and one
-// Newton step (relative error ~2^-28, so within an ulp of the division): vdivps was half
-// of a sigmoid's time.
+// v[i] = 1 / v[i] for v[i] >= 1 (+inf and NaN included). Where AVX-512 is there, by its
+// 14-bit reciprocal and one Newton step (relative error ~2^-28, so within an ulp of the
+// division): vdivps was half of a sigmoid's time.
 inline void reciprocal_of_at_least_one(float* v, std::int64_t n) {
   std::int64_t i = 0;
 #if defined(__AVX512F__)
   const __m512 two = _mm512_set1_ps(2.0f);
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   for (; i + 16 <= n; i += 16) {
     const __m512 d = _mm512_loadu_ps(v + i);
     const __m512 r = _mm512_rcp14_ps(d);
-    _mm512_storeu_ps(v + i, _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two)));
+    const __m512 refined = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
+    // 1 / inf (a sigmoid of x below about -88.7) is the estimate's 0, where the Newton step
+    // would make inf * 0 = NaN.
+    const __mmask16 finite = _mm512_cmp_ps_mask(d, inf, _CMP_NEQ_UQ);
+    _mm512_storeu_ps(v + i, _mm512_mask_blend_ps(finite, r, refined));
   }
 #endif
   for (; i < n; ++i) v[i] = 1.0f / v[i];
