@@ -47,6 +47,8 @@ TESSERA_API Tensor ge(const Tensor& a, double b);
 
 /// cond ? a : b elementwise, broadcasting all three; cond must be bool.
 TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// A scalar promotes as in arithmetic: where(c, int_tensor, 0.5) is float32, a whole number
+/// keeps the integer dtype, and a whole number with a bool tensor gives int64.
 TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, double b);
 TESSERA_API Tensor where(const Tensor& cond, double a, const Tensor& b);
 

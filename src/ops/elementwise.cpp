@@ -18,7 +18,8 @@
 // Note [Scalar promotion]
 // C++ scalars arrive as double, so `x + 1` and `x + 1.0` look the same. A scalar changes an
 // integer or bool tensor's dtype only when it is not a whole number (int + 0.5 -> float32);
-// a whole-number scalar with a bool tensor gives int64, as in PyTorch.
+// a whole-number scalar with a bool tensor gives int64, as in PyTorch. where() with a scalar
+// follows the same rule.
 
 namespace tessera {
 using detail::BinaryOp;
@@ -259,14 +260,16 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The scalar promotes as in arithmetic (Note [Scalar promotion]): where(c, int64, 0.5) is
+// float32, where(c, bool, 2) int64.
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
   detail::check_defined(a, "where", "self");
-  return where(cond, a, full({}, b, {a.dtype(), a.device()}));
+  return where(cond, a, full({}, b, {scalar_dtype(a.dtype(), b), a.device()}));
 }
 
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
   detail::check_defined(b, "where", "other");
-  return where(cond, full({}, a, {b.dtype(), b.device()}), b);
+  return where(cond, full({}, a, {scalar_dtype(b.dtype(), a), b.device()}), b);
 }
 
 Tensor neg(const Tensor& a) { return unary_op(UnaryOp::kNeg, "neg", a, false); }

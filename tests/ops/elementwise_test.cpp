@@ -222,6 +222,17 @@ TEST_P(Elementwise, WhereAndComparisons) {
   EXPECT_EQ((x != x).to_vector<bool>(), (std::vector<bool>{false, false, false}));
   const Tensor nan = tensor({NAN, 1.0}, device());
   EXPECT_TRUE(std::isnan(maximum(nan, 0.0).to_vector<float>()[0]));
+  // A scalar promotes as in arithmetic (Note [Scalar promotion]), never truncated.
+  const Tensor cond = tensor({true, false}, device());
+  const Tensor ints = tensor({1, 2}, device());
+  const Tensor left = where(cond, ints, 0.5), right = where(cond, 0.5, ints);
+  EXPECT_EQ(left.dtype(), kFloat32);
+  EXPECT_EQ(left.to_vector<float>(), (std::vector<float>{1, 0.5}));
+  EXPECT_EQ(right.to_vector<float>(), (std::vector<float>{0.5, 2}));
+  EXPECT_EQ(where(cond, ints, 7.0).dtype(), kInt64);
+  const Tensor bools = where(cond, tensor({true, true}, device()), 2.0);
+  EXPECT_EQ(bools.dtype(), kInt64);
+  EXPECT_EQ(bools.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2}));
 }
 
 TEST_P(Elementwise, ReluKeepsNan) {
