@@ -238,7 +238,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
                        metrics_file);
-    loop::save_state(options_, task, scalers[0], epoch, lead);
+    loop::save_state(options_, task, scalers[0], train, epoch, lead);
   }
   Tensor total = logs[0].to_host();
   for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();

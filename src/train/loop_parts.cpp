@@ -52,8 +52,10 @@ void check_finite(const EpochMetrics& m, bool has_val) {
 // Note [Resuming training]
 // A run resumed from its state file must continue as if it had never stopped: the same
 // values (model, optimizer state, the float16 scaler's scale and counts), the same next
-// batches (the loader's shuffle is seeded with seed + epochs begun, so it is set to the
-// epochs done), and the same random numbers (dropout masks come from the default generator,
+// batches (the loader's shuffle is seeded with seed + epochs begun, so the file keeps the
+// training loader's count of epochs begun, which exceeds the epochs done when the loader is
+// also the validation loader or began an epoch before fit(), and the resumed loader is set
+// to it), and the same random numbers (dropout masks come from the default generator,
 // whose seed and position are saved with the state). Every replica loads the same file, so
 // replicas and ranks stay identical. The file is written after the epoch's metrics were
 // checked, so a diverged epoch never replaces the last good state; the write is atomic
@@ -63,6 +65,7 @@ namespace {
 
 constexpr const char* kRngSeedKey = "rng_seed";
 constexpr const char* kRngOffsetKey = "rng_offset";
+constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
 
 }  // namespace
 
@@ -92,19 +95,25 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
   if (meta.contains(kRngSeedKey) && meta.contains(kRngOffsetKey)) {
     set_rng_state({std::stoull(meta.at(kRngSeedKey)), std::stoull(meta.at(kRngOffsetKey))});
   }
-  train.set_epoch(static_cast<std::uint64_t>(done));
+  // The loader's own count, which is more than the epochs done when it also served as the
+  // validation loader or began an epoch before fit(); files from before it was saved hold
+  // the epochs done.
+  const auto loader_epochs = meta.find(kLoaderEpochsKey);
+  train.set_epoch(loader_epochs != meta.end() ? std::stoull(loader_epochs->second)
+                                              : static_cast<std::uint64_t>(done));
   return done;
 }
 
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
-                int epoch, bool lead) {
+                const data::DataLoader& train, int epoch, bool lead) {
   if (options.state_path.empty() || !lead) return;
   const RngState rng = rng_state();
   AllowSync deliberate;  // one read of the state per epoch
-  save_training_state(
-      options.state_path, task.model(), task.optimizer(),
-      options.precision == kFloat16 ? &scaler : nullptr, epoch,
-      {{kRngSeedKey, std::to_string(rng.seed)}, {kRngOffsetKey, std::to_string(rng.offset)}});
+  save_training_state(options.state_path, task.model(), task.optimizer(),
+                      options.precision == kFloat16 ? &scaler : nullptr, epoch,
+                      {{kRngSeedKey, std::to_string(rng.seed)},
+                       {kRngOffsetKey, std::to_string(rng.offset)},
+                       {kLoaderEpochsKey, std::to_string(train.epochs_begun())}});
 }
 
 }  // namespace tessera::train::loop

@@ -27,10 +27,10 @@ namespace tessera::train::loop {
 // the file holds (0 when there is no file to resume from).
 int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
            std::vector<optim::GradScaler*> scalers, data::DataLoader& train);
-// Writes TrainerOptions::state_path after `epoch` (when set and `lead`): a deliberate read of
-// every parameter and state tensor.
+// Writes TrainerOptions::state_path after `epoch` (when set and `lead`), with `train`'s
+// count of epochs begun: a deliberate read of every parameter and state tensor.
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
-                int epoch, bool lead);
+                const data::DataLoader& train, int epoch, bool lead);
 
 using Clock = std::chrono::steady_clock;
 

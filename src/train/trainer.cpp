@@ -249,7 +249,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     m.seconds = seconds_since(start);
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
-    loop::save_state(options_, task, scaler, epoch, true);
+    loop::save_state(options_, task, scaler, train, epoch, true);
   }
   step_losses_ = log.to_host();
   return history;

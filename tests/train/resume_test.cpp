@@ -65,10 +65,13 @@ class Resume : public DeviceTest {
   };
 
   // Epochs up to `epochs` of a fresh task from seed 7; resumed from `resume` when given.
+  // With `watch_train`, the training loader begins more epochs than fit() trains: one batch is
+  // looked at before fit(), and the loader also serves as the validation loader.
   static Run fit(train::TrainerOptions options, bool adam, int epochs, const fs::path& state = {},
-                 const fs::path& resume = {}) {
+                 const fs::path& resume = {}, bool watch_train = false) {
     const auto [images, labels] = noisy_quadrant_images(200);
     data::DataLoader train_data(images, labels, {.batch_size = 32, .seed = 1});
+    if (watch_train) EXPECT_EQ(train_data.begin()->x.size(0), 32);
     manual_seed(7);
     const Device first = options.devices.empty() ? *options.device : options.devices.front();
     auto task = make_task(first, adam);
@@ -78,7 +81,7 @@ class Resume : public DeviceTest {
     options.resume_from = resume;
     train::Trainer trainer(options);
     Run run;
-    run.history = trainer.fit(*task, train_data);
+    run.history = trainer.fit(*task, train_data, watch_train ? &train_data : nullptr);
     AllowSync deliberate;
     for (const Tensor& p : task->model().parameters()) run.params.push_back(p.to_vector<double>());
     return run;
@@ -111,6 +114,18 @@ TEST_P(Resume, AResumedRunEndsWhereTheRunNotInterruptedEnds) {
     const Run resumed = fit(options, adam, 3, {}, state);
     expect_same_end(straight, resumed, 1e-5);
   }
+}
+
+TEST_P(Resume, TheLoaderGoesOnFromTheEpochsItBegunNotTheEpochsTrained) {
+  // The shuffle of each epoch is seeded with the epochs the loader has begun; a loader that
+  // also validates, or gave a batch before fit(), has begun more than fit() trained.
+  const TempDir dir("resume_loader");
+  const train::TrainerOptions options{.device = device()};
+  const Run straight = fit(options, false, 3, {}, {}, true);
+  const fs::path state = dir.path() / "state.safetensors";
+  fit(options, false, 1, state, {}, true);
+  const Run resumed = fit(options, false, 3, {}, state, true);
+  expect_same_end(straight, resumed, 1e-5);
 }
 
 TEST_P(Resume, Float16ResumesWithItsGradientScaler) {
