@@ -177,7 +177,9 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   }
   order_ = std::move(order);
   ++epoch_;
-  if (prefetch_ == 0 || batches() == 0) return iterator(this, 0, part, parts, std::move(devices));
+  if (prefetch_ == 0 || batches() == 0) {
+    return iterator(this, 0, order_, part, parts, std::move(devices));
+  }
   // The thread gathers from its own copies of the handles and of this epoch's order (Note
   // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
@@ -185,7 +187,7 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
       [this, sources = sources_, order = order_, part, parts, devices](std::int64_t i) {
         return gather(sources, *order, i, part, parts, devices);
       });
-  return iterator(this, 0, part, parts, std::move(devices), std::move(prefetcher));
+  return iterator(this, 0, order_, part, parts, std::move(devices), std::move(prefetcher));
 }
 
 DataLoader::iterator DataLoader::end() const { return iterator(this, batches()); }
@@ -329,11 +331,13 @@ Batch DataLoader::gather_rows(const std::vector<Tensor>& sources,
   return Batch::of(std::move(out));
 }
 
-DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index, std::int64_t part,
-                               std::int64_t parts, std::vector<Device> devices,
+DataLoader::iterator::iterator(const DataLoader* loader, std::int64_t index,
+                               std::shared_ptr<const std::vector<std::int64_t>> order,
+                               std::int64_t part, std::int64_t parts, std::vector<Device> devices,
                                std::shared_ptr<detail::Prefetcher> prefetcher)
     : loader_(loader),
       index_(index),
+      order_(std::move(order)),
       part_(part),
       parts_(parts),
       devices_(std::move(devices)),
@@ -346,9 +350,9 @@ void DataLoader::iterator::load() {
     pieces_.assign(1, Batch{});
     prefetcher_.reset();  // the epoch is over: its thread has finished; join it
   } else {
-    pieces_ = prefetcher_ ? prefetcher_->next()
-                          : loader_->gather(loader_->sources_, *loader_->order_, index_, part_,
-                                            parts_, devices_);
+    pieces_ = prefetcher_
+                  ? prefetcher_->next()
+                  : loader_->gather(loader_->sources_, *order_, index_, part_, parts_, devices_);
   }
 }
 

@@ -269,6 +269,28 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
       {"batch_size (0) and std (1) must be positive"});
 }
 
+TEST(DataLoader, AnEpochKeepsItsOrderWhenTheLoaderBeginsAnother) {
+  // A look at the next epoch's first batch, or a nested loop over the same loader, starts
+  // another order; the epoch being iterated still visits every example once, with or without
+  // prefetching.
+  const std::int64_t n = 20;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  for (const std::int64_t prefetch : {0, 2}) {
+    data::DataLoader loader(std::vector<Tensor>{from_vector(ids, {n})},
+                            {.batch_size = 5, .seed = 3, .prefetch = prefetch});
+    std::vector<std::int64_t> seen;
+    int batch = 0;
+    for (const data::Batch& b : loader) {
+      for (const std::int64_t v : b.x.to_vector<std::int64_t>()) seen.push_back(v);
+      if (batch++ == 1) EXPECT_EQ(loader.begin()->x.size(0), 5);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(n)) << "prefetch " << prefetch;
+    EXPECT_EQ(std::set<std::int64_t>(seen.begin(), seen.end()).size(), static_cast<std::size_t>(n))
+        << "prefetch " << prefetch << ": the epoch went on in the other epoch's order";
+  }
+}
+
 // DataLoader::shard: the parts of a batch, stacked in part order, are the whole batch (same
 // epoch order, same values), with and without prefetching, for batches that do not divide.
 TEST(DataLoader, ShardsStackedAreTheWholeBatch) {

@@ -104,12 +104,16 @@ class TESSERA_API DataLoader {
 
    private:
     friend class DataLoader;
-    TESSERA_HIDDEN iterator(const DataLoader* loader, std::int64_t index, std::int64_t part = 0,
-                            std::int64_t parts = 1, std::vector<Device> devices = {},
+    TESSERA_HIDDEN iterator(const DataLoader* loader, std::int64_t index,
+                            std::shared_ptr<const std::vector<std::int64_t>> order = nullptr,
+                            std::int64_t part = 0, std::int64_t parts = 1,
+                            std::vector<Device> devices = {},
                             std::shared_ptr<detail::Prefetcher> prefetcher = nullptr);
     void load();
     const DataLoader* loader_ = nullptr;
     std::int64_t index_ = 0;
+    // Its epoch's order, kept: a begin() of the same loader mid-epoch starts another order.
+    std::shared_ptr<const std::vector<std::int64_t>> order_;
     std::int64_t part_ = 0, parts_ = 1;  // the rows of each batch it yields (see shard())
     std::vector<Device> devices_;        // split()'s devices; none: one piece on the host
     std::shared_ptr<detail::Prefetcher> prefetcher_;  // null without prefetch
