@@ -18,6 +18,8 @@ TESSERA_API Tensor sub(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor mul(const Tensor& a, const Tensor& b);
 /// True division: integer operands give float32.
 TESSERA_API Tensor div(const Tensor& a, const Tensor& b);
+/// Integers are raised exactly (wrapping on overflow, as multiplication does); an integer to
+/// a negative integer power is 1 / a^|b| truncated toward zero (0 unless a is 1 or -1).
 TESSERA_API Tensor pow(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor maximum(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor minimum(const Tensor& a, const Tensor& b);
@@ -27,6 +29,7 @@ TESSERA_API Tensor sub(double a, const Tensor& b);
 TESSERA_API Tensor mul(const Tensor& a, double b);
 TESSERA_API Tensor div(const Tensor& a, double b);
 TESSERA_API Tensor div(double a, const Tensor& b);
+/// DtypeError for an integer tensor and a negative whole exponent (not an integer result).
 TESSERA_API Tensor pow(const Tensor& a, double exponent);
 TESSERA_API Tensor maximum(const Tensor& a, double b);
 TESSERA_API Tensor minimum(const Tensor& a, double b);

@@ -40,7 +40,34 @@ TESSERA_BINARY_FN(AddFn, static_cast<T>(a + b))
 TESSERA_BINARY_FN(SubFn, static_cast<T>(a - b))
 TESSERA_BINARY_FN(MulFn, static_cast<T>(a* b))
 TESSERA_BINARY_FN(DivFn, static_cast<T>(a / b))
-TESSERA_BINARY_FN(PowFn, static_cast<T>(std::pow(a, b)))
+// Integers by squaring, wrapping on overflow as integer multiplication does: std::pow goes
+// through double, which rounds results past 2^53 (and on CUDA may be an ulp low, which the
+// truncation to an integer makes a wrong integer). A negative exponent gives 1 / a^|b|
+// truncated toward zero, as PyTorch's kernels do (0 for 0 and |a| > 1); pow() refuses a
+// negative scalar exponent for integers before any kernel runs.
+struct PowFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE auto operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if constexpr (std::is_signed_v<T>) {
+        if (b < 0) {
+          if (a == 1) return T(1);
+          if (a == -1) return static_cast<T>((b & 1) ? -1 : 1);
+          return T(0);
+        }
+      }
+      using U = std::make_unsigned_t<T>;
+      U result = 1, base = static_cast<U>(a);
+      for (U e = static_cast<U>(b); e != 0; e >>= 1) {
+        if (e & 1) result = static_cast<U>(result * base);
+        base = static_cast<U>(base * base);
+      }
+      return static_cast<T>(result);
+    } else {
+      return static_cast<T>(std::pow(a, b));
+    }
+  }
+};
 // NaN propagates through maximum/minimum, as in NumPy and PyTorch.
 TESSERA_BINARY_FN(MaximumFn, static_cast<T>((a != a || a > b) ? a : b))
 TESSERA_BINARY_FN(MinimumFn, static_cast<T>((a != a || a < b) ? a : b))

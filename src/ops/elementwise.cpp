@@ -215,7 +215,14 @@ Tensor sub(double a, const Tensor& b) { return scalar_op(BinaryOp::kSub, "sub", 
 Tensor mul(const Tensor& a, double b) { return scalar_op(BinaryOp::kMul, "mul", a, b, false); }
 Tensor div(const Tensor& a, double b) { return scalar_op(BinaryOp::kDiv, "div", a, b, false); }
 Tensor div(double a, const Tensor& b) { return scalar_op(BinaryOp::kDiv, "div", b, a, true); }
-Tensor pow(const Tensor& a, double e) { return scalar_op(BinaryOp::kPow, "pow", a, e, false); }
+Tensor pow(const Tensor& a, double e) {
+  detail::check_defined(a, "pow", "self");
+  TESSERA_CHECK(e >= 0 || is_floating(scalar_dtype(a.dtype(), e)), DtypeError,
+                "[pow] a {} tensor to the power {} is not an integer; convert it first, as in "
+                "pow(x.to(kFloat32), {})",
+                dtype_name(a.dtype()), e, e);
+  return scalar_op(BinaryOp::kPow, "pow", a, e, false);
+}
 Tensor maximum(const Tensor& a, double b) {
   return scalar_op(BinaryOp::kMaximum, "maximum", a, b, false);
 }

@@ -296,6 +296,25 @@ TEST_P(Elementwise, UnaryOpsAtExtremeInputsMatchTheLibraryMath) {
   }
 }
 
+TEST_P(Elementwise, IntegerPowersAreExact) {
+  // By squaring, not through double: 3^39 needs 62 bits; overflow wraps like multiplication.
+  const Tensor base = tensor({3, -2, 10, 7, 0, 1, -1, -1}, device());
+  const Tensor exponent = tensor({39, 5, 20, 0, 3, -4, -3, -2}, device());
+  EXPECT_EQ(pow(base, exponent).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{4052555153018976267LL, -32, 7766279631452241920LL, 1, 0, 1,
+                                       -1, 1}));
+  EXPECT_EQ(pow(tensor({3}, device()), 39.0).item<std::int64_t>(), 4052555153018976267LL);
+  // A negative power truncates toward zero: 0 for every base but 1 and -1, 0 included.
+  EXPECT_EQ(pow(tensor({2, 0, -7}, {device(), kInt32}), tensor({-1, -1, -2}, {device(), kInt32}))
+                .to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{0, 0, 0}));
+  EXPECT_EQ(pow(tensor({5}, {device(), kUInt8}), 3.0).to_vector<std::uint8_t>(),
+            (std::vector<std::uint8_t>{125}));
+  expect_throw_with<DtypeError>([&] { pow(tensor({7}, device()), -1.0); },
+                                {"[pow]", "int64", "-1", "to(kFloat32)"});
+  EXPECT_EQ(pow(tensor({4}, device()), -0.5).to_vector<float>(), (std::vector<float>{0.5f}));
+}
+
 TEST_P(Elementwise, AbsOfNegativeZeroIsPositiveZero) {
   for (Dtype dtype : {kFloat32, kFloat64}) {
     const Tensor x = from_vector(std::vector<double>(40, -0.0), {40}, {dtype, device()});

@@ -24,29 +24,6 @@ constexpr bool kBinaryReachable =
            std::is_same_v<Fn, MaximumFn> || std::is_same_v<Fn, MinimumFn>)
         : (std::is_floating_point_v<T> || !std::is_same_v<Fn, DivFn>);
 
-// Integer pow by squaring: the CPU goes through double pow, which is exact wherever the
-// result fits in 53 bits, but CUDA's pow may be off by an ulp (3^4 -> 80.99999...), which
-// truncation would turn into a wrong integer. Overflow wraps (the CPU's cast is undefined).
-template <typename T>
-struct IntPowFn {
-  __device__ T operator()(T a, T b) const {
-    if constexpr (std::is_signed_v<T>) {
-      if (b < 0) {  // 1 / a^|b| truncated toward zero
-        if (a == 1) return 1;
-        if (a == -1) return (b & 1) ? -1 : 1;
-        return a == 0 ? std::numeric_limits<T>::min() : 0;  // min: x86's (int)inf
-      }
-    }
-    using U = std::make_unsigned_t<T>;
-    U result = 1, base = static_cast<U>(a);
-    for (U e = static_cast<U>(b); e != 0; e >>= 1) {
-      if (e & 1) result = static_cast<U>(result * base);
-      base = static_cast<U>(base * base);
-    }
-    return static_cast<T>(result);
-  }
-};
-
 // out = a (op) b, where either operand may be an immediate scalar (Operand::arg nullptr).
 bool launch_typed(cudaStream_t stream, BinaryOp op, Dtype dtype, const KernelArg& out,
                   const KernelArg* a, const KernelArg* b, double scalar) {
@@ -59,12 +36,7 @@ bool launch_typed(cudaStream_t stream, BinaryOp op, Dtype dtype, const KernelArg
       using Fn = decltype(fn);
       if constexpr (kBinaryReachable<T, Fn>) {
         using Out = std::conditional_t<kIsComparison<Fn>, bool, T>;
-        if constexpr (std::is_same_v<Fn, PowFn> && std::is_integral_v<T> &&
-                      !std::is_same_v<T, bool>) {
-          launch_map<Out, T, T, 2>(stream, "pow", IntPowFn<T>{}, out, x, y);
-        } else {
-          launch_map<Out, T, T, 2>(stream, "binary", fn, out, x, y);
-        }
+        launch_map<Out, T, T, 2>(stream, "binary", fn, out, x, y);
         launched = true;
       }
     });
