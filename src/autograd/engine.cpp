@@ -166,6 +166,9 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
                 "[backward] gradient is on {} but the tensor is on {}; move it with .to({})",
                 gradient.device().str(), root.device().str(), root.device().str());
   NoGradGuard no_grad;
+  // In the tensor's dtype, as PyTorch casts it: every gradient below then has its tensor's
+  // dtype (a float64 leaf never gets an int64 grad()).
+  if (gradient.dtype() != root.dtype()) gradient = gradient.to(root.dtype());
   const AutogradMeta& root_meta = *root.impl()->autograd;
   if (!root_meta.grad_fn) {
     accumulate(*root.impl(), Tensor(gradient));
@@ -268,6 +271,10 @@ void Tensor::set_grad(const Tensor& grad) {
                   "[set_grad] the gradient must match the tensor: got shape {} on {}, expected "
                   "{} on {}",
                   grad.shape().str(), grad.device().str(), shape().str(), device().str());
+    TESSERA_CHECK(grad.dtype() == dtype(), DtypeError,
+                  "[set_grad] the gradient must have the tensor's dtype: got {}, expected {}; "
+                  "convert it with .to({})",
+                  dtype_name(grad.dtype()), dtype_name(dtype()), dtype_name(dtype()));
   }
   if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   impl_->autograd->grad = grad;

@@ -75,6 +75,24 @@ TEST_P(Autograd, ErrorsNameTheFix) {
                                 {"[backward] gradient has shape [3]"});
 }
 
+TEST_P(Autograd, GradientsHaveTheirTensorsDtype) {
+  // backward(gradient) casts the gradient to the tensor's dtype, as PyTorch does, so a
+  // leaf's grad() is always in its own dtype; set_grad refuses another dtype.
+  for (const Dtype given : {kInt64, kFloat32, kBFloat16}) {
+    const Tensor w = tensor({1.0, 2.0}, {device(), kFloat64}).requires_grad_();
+    (w * 2.0).backward(ones({2}, {device(), given}));
+    EXPECT_EQ(w.grad().dtype(), kFloat64) << "gradient given in " << dtype_name(given);
+    EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+    const Tensor leaf = tensor({3.0}, {device(), kFloat64}).requires_grad_();
+    leaf.backward(ones({1}, {device(), given}));
+    EXPECT_EQ(leaf.grad().dtype(), kFloat64)
+        << "a leaf's own backward, given " << dtype_name(given);
+  }
+  Tensor w = ones({2}, {device(), kFloat64}).requires_grad_();
+  expect_throw_with<DtypeError>([&] { w.set_grad(ones({2}, device())); },
+                                {"[set_grad]", "float32", "float64", ".to(float64)"});
+}
+
 TEST_P(Autograd, LinearRegressionRecoversItsWeightsWithoutTransfers) {
   manual_seed(3);
   const Tensor true_w = tensor({{2.0}, {-3.4}}, device());
