@@ -82,7 +82,8 @@ TESSERA_API Tensor argmax(const Tensor& a);
 TESSERA_API Tensor argmax(const Tensor& a, int dim, bool keepdim = false);
 TESSERA_API Tensor argmin(const Tensor& a);
 TESSERA_API Tensor argmin(const Tensor& a, int dim, bool keepdim = false);
-/// Frobenius norm sqrt(sum(a^2)) as a 0-dim tensor; floating inputs only.
+/// Frobenius norm sqrt(sum(a^2)) as a 0-dim tensor; floating inputs only. Its gradient at
+/// a = 0 is 0 (the subgradient PyTorch takes), not 0 / 0.
 TESSERA_API Tensor norm(const Tensor& a);
 
 // ---- linear algebra ----

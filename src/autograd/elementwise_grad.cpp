@@ -48,8 +48,12 @@ void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor&
       break;
     case BinaryOp::kPow:
       reads_out = true;
+      // PyTorch's masks: a^0 has slope 0 in a (not 0 * a^-1, NaN at a = 0), and 0^b for b >= 0
+      // slope 0 in b (not 0 * log 0).
       fn = [finish, a, b, out = out.detach()](const Tensor& g) {
-        return finish(g * b * pow(a, b - 1.0), g * out * log(a));
+        const Tensor da = where(eq(b, 0.0), 0.0, g * b * pow(a, b - 1.0));
+        const Tensor db = where(mul(eq(a, 0.0), ge(b, 0.0)), 0.0, g * out * log(a));
+        return finish(da, db);
       };
       break;
     case BinaryOp::kMaximum:
@@ -87,8 +91,10 @@ void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double
         return std::vector<Tensor>{scalar_first ? -g * s / (a * a) : g / s};
       };
       break;
-    case BinaryOp::kPow:  // a ** s
-      fn = [s, a](const Tensor& g) { return std::vector<Tensor>{g * s * pow(a, s - 1.0)}; };
+    case BinaryOp::kPow:              // a ** s
+      fn = [s, a](const Tensor& g) {  // a^0 has slope 0, even at a = 0 (PyTorch's mask)
+        return std::vector<Tensor>{s == 0.0 ? zeros_like(g) : g * s * pow(a, s - 1.0)};
+      };
       break;
     case BinaryOp::kMaximum:
     case BinaryOp::kMinimum: {

@@ -50,9 +50,11 @@ void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::ve
         return std::vector<Tensor>{with_kept_dims(g, in, dims) * a * 2.0};
       };
       break;
-    case ReduceOp::kNorm:  // d||a|| / da = a / ||a|| (NaN at 0, as sqrt's derivative was)
+    case ReduceOp::kNorm:  // d||a|| / da = a / ||a||, and 0 where ||a|| = 0, as in PyTorch
+      // (a zero-initialized weight under a norm penalty must not get NaN on its first step).
       fn = [in, dims, a, out](const Tensor& g) {
-        return std::vector<Tensor>{with_kept_dims(g / out, in, dims) * a};
+        const Tensor share = where(eq(out, 0.0), 0.0, g / out);
+        return std::vector<Tensor>{with_kept_dims(share, in, dims) * a};
       };
       break;
     default:

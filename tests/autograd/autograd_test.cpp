@@ -1,5 +1,7 @@
 // Autograd behaviour: accumulation, leaves, no-grad scopes, in-place refusal, errors, and
 // learning a known function with a training loop that stays on the device.
+#include <cmath>
+
 #include "support/device_test.h"
 
 namespace tessera {
@@ -73,6 +75,28 @@ TEST_P(Autograd, ErrorsNameTheFix) {
   kept.backward();  // fine the second time
   expect_throw_with<ShapeError>([&] { (w * 2.0).backward(ones({3}, device())); },
                                 {"[backward] gradient has shape [3]"});
+}
+
+TEST_P(Autograd, PowAndNormHavePyTorchsSlopesAtZero) {
+  // d/da a^0 = 0 and d/db 0^b = 0 for b >= 0 (not 0 * inf or 0 * log 0), and ||a|| has
+  // slope 0 at a = 0 (a zero-initialized weight under a norm penalty must not get NaN).
+  const Tensor x = zeros({3}, {device(), kFloat64}).requires_grad_();
+  pow(x, 0.0).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 0, 0}));
+  const Tensor a = tensor({0.0, 0.0, 2.0}, {device(), kFloat64}).requires_grad_();
+  const Tensor b = tensor({0.0, 2.0, 0.0}, {device(), kFloat64}).requires_grad_();
+  pow(a, b).sum().backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0, 0, 0}));
+  const std::vector<double> db = b.grad().to_vector<double>();
+  EXPECT_EQ(db[0], 0);
+  EXPECT_EQ(db[1], 0);
+  EXPECT_NEAR(db[2], std::log(2.0), 1e-12);  // 2^0 * log 2, unmasked
+  const Tensor w = zeros({2, 1}, {device(), kFloat32}).requires_grad_();
+  norm(w).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{0, 0}));
+  const Tensor v = tensor({3.0, 4.0}, device()).requires_grad_();
+  norm(v).backward();
+  testing::expect_close(v.grad(), {0.6, 0.8}, 1e-6, 1e-6, "the slope of ||(3, 4)||");
 }
 
 TEST_P(Autograd, GradientsHaveTheirTensorsDtype) {
