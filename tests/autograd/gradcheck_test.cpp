@@ -149,6 +149,14 @@ TEST_P(GradCheck, MatmulAndSoftmax) {
   gradcheck("matmul_vec", d, {{{4}}, {{4, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
   gradcheck("matmul_dot", d, {{{4}}, {{4}}}, [](auto& x) { return matmul(x[0], x[1]); });
   gradcheck("matvec", d, {{{2, 3, 4}}, {{4}}}, [](auto& x) { return matmul(x[0], x[1]); });
+  // A 2-D (or 1-D) operand against a batch: its gradient is one GEMM over the folded batch.
+  gradcheck("matmul_2d_batched", d, {{{3, 4}}, {{2, 2, 4, 5}}},
+            [](auto& x) { return matmul(x[0], x[1]); });
+  gradcheck("matmul_batched_2d", d, {{{2, 2, 3, 4}}, {{4, 5}}},
+            [](auto& x) { return matmul(x[0], x[1]); });
+  gradcheck("vecmat_batched", d, {{{4}}, {{2, 4, 3}}}, [](auto& x) { return matmul(x[0], x[1]); });
+  gradcheck("matmul_t_batched", d, {{{4, 3}}, {{2, 4, 5}}},
+            [](auto& x) { return matmul(x[0].t(), x[1]); });
   gradcheck("softmax", d, {{{2, 5}}}, [](auto& x) { return softmax(x[0], 1); });
   gradcheck("softmax0", d, {{{3, 2}}}, [](auto& x) { return softmax(x[0], 0); });
   gradcheck("log_softmax", d, {{{2, 5}}}, [](auto& x) { return log_softmax(x[0], -1); });

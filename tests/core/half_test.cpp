@@ -382,6 +382,36 @@ TEST_P(Half, ALongProductIsRoundedOnceNotInPieces) {
   }
 }
 
+// The gradient of a weight multiplied with a batch (a [B, M, K] input times a [K, N] weight)
+// sums over the batch too: rounded once, as one GEMM over the folded batch, not once per
+// batch element and again in the sum.
+TEST_P(Half, ABroadcastWeightsGradientIsRoundedOnce) {
+  constexpr int batch = 16, m = 8, k = 16, n = 8;
+  for (Dtype dtype : kHalfTypes) {
+    const Tensor a =
+        from_vector(random_values(batch * m * k, 21, -1, 1), {batch, m, k}, {dtype, device()});
+    const Tensor w =
+        from_vector(random_values(k * n, 22, -1, 1), {k, n}, {dtype, device()}).requires_grad_();
+    const Tensor g =
+        from_vector(random_values(batch * m * n, 23, -1, 1), {batch, m, n}, {dtype, device()});
+    matmul(a, w).backward(g);
+    // The exact gradient: a as [(B, M), K], transposed, times g as [(B, M), N].
+    const std::vector<double> av = a.to_vector<double>(), gv = g.to_vector<double>();
+    std::vector<double> at(static_cast<std::size_t>(k * batch * m));
+    for (int r = 0; r < batch * m; ++r) {
+      for (int c = 0; c < k; ++c) at[c * batch * m + r] = av[r * k + c];
+    }
+    const std::vector<double> exact = matmul_ref(at, gv, k, batch * m, n);
+    const std::vector<double> got = w.grad().to_vector<double>();
+    const int mantissa_bits = dtype == kBFloat16 ? 7 : 10;
+    for (std::size_t i = 0; i < exact.size(); ++i) {
+      const double half_ulp = std::ldexp(0.5, std::ilogb(std::abs(exact[i])) - mantissa_bits);
+      EXPECT_LE(std::abs(got[i] - exact[i]), half_ulp + 1e-5 * std::abs(exact[i]))
+          << dtype_name(dtype) << " gradient " << i << ": " << got[i] << " against " << exact[i];
+    }
+  }
+}
+
 // float16 sums past its range are infinite, as a float32 result rounded to float16 is; not
 // clamped to the largest finite value (what a GPU GEMM's output conversion must match).
 TEST_P(Half, Float16ProductsPastItsRangeAreInfinite) {
