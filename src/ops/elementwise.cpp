@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "core/scalar_range.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
 #include "ops/fused_ops.h"
@@ -92,6 +93,7 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
   detail::check_defined(a, name);
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
   check_bool_arithmetic(op, dtype, name);
+  detail::check_scalar_fits_integer(name, s, dtype);
   const bool grad = detail::needs_grad(a);
   if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
     Tensor out;
@@ -299,6 +301,7 @@ Tensor& Tensor::div_(double v) { return inplace_scalar(BinaryOp::kDiv, "div_", *
 
 Tensor& Tensor::fill_(double value) {
   detail::check_defined(*this, "fill_");
+  detail::check_scalar_fits("fill_", value, dtype());
   detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
   if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "core/scalar_range.h"
 #include "core/tensor_impl.h"
 #include "ops/random.h"
 #include "tessera/device_scope.h"
@@ -30,6 +31,7 @@ Dtype kernel_dtype(Dtype d) { return is_half(d) ? kFloat32 : d; }
 
 Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
+  detail::check_scalar_fits(op, value, dtype);
   Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
   detail::backend_of(t.device()).fill(t, value);
   return t.to(dtype);

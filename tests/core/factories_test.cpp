@@ -32,6 +32,44 @@ TEST_P(Factories, ConstantsAndRanges) {
 
 // A zero beside huge sizes: nothing is allocated, and computing the strides or the element
 // count must not overflow (undefined behaviour, caught by UBSan in CI before the fix).
+TEST_P(Factories, AValueThatDoesNotFitTheDtypeIsRefused) {
+  // Converting it would be undefined for integers (300 became 44 in uint8) or infinite.
+  expect_throw_with<DtypeError>(
+      [&] {
+        full({2}, 300, {device(), kUInt8});
+      },
+      {"[full]", "300", "uint8", "0 to 255"});
+  expect_throw_with<DtypeError>([&] { full({2}, -1, {device(), kUInt8}); }, {"[full]", "-1"});
+  expect_throw_with<DtypeError>([&] { full({2}, NAN, {device(), kInt32}); }, {"int32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        full({2}, 1e6, {device(), kFloat16});
+      },
+      {"[full]", "float16", "infinity"});
+  expect_throw_with<DtypeError>([&] { full({2}, 1e39, {device(), kFloat32}); }, {"float32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        zeros({2}, {device(), kInt32}).fill_(3e9);
+      },
+      {"[fill_]", "int32"});
+  EXPECT_EQ(full({1}, 255.9, {device(), kUInt8}).item<std::int64_t>(), 255);  // truncated
+  EXPECT_EQ(full({1}, -2147483648.0, {device(), kInt32}).item<std::int64_t>(), -2147483648LL);
+  EXPECT_EQ(full({1}, 65504, {device(), kFloat16}).item<double>(), 65504);
+  EXPECT_TRUE(std::isinf(full({1}, INFINITY, {device(), kFloat32}).item<double>()));
+  EXPECT_TRUE(std::isnan(full({1}, NAN, {device(), kBFloat16}).item<double>()));
+  EXPECT_TRUE(full({1}, 1e300, {device(), kBool}).item<bool>());
+  // A scalar combined with an integer tensor is computed in its dtype, so it must fit too.
+  const Tensor ints = tensor({1, 2}, {device(), kInt32});
+  expect_throw_with<DtypeError>([&] { lt(ints, 3e9); }, {"[lt]", "3000000000", "int32"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        add(tensor({1}, {device(), kUInt8}), 256.0);
+      },
+      {"[add]", "uint8"});
+  EXPECT_EQ(lt(ints, 2.5).to_vector<bool>(), (std::vector<bool>{true, true}));
+  EXPECT_EQ(lt(tensor({1.0}, device()), 1e300).item<bool>(), true);  // float32 compares as before
+}
+
 TEST_P(Factories, EmptyTensorsWithHugeOtherSizes) {
   constexpr std::int64_t kHuge = std::int64_t{1} << 40;
   for (const Shape& shape :

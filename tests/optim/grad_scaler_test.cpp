@@ -77,7 +77,7 @@ TEST_P(Scaler, InfOrNanAnywhereIsFound) {
       Tensor p = zeros({100000}, device()).requires_grad_();
       std::vector<double> g(100000, 1.0);  // large: the parallel path
       g[where] = bad;
-      p.set_grad(from_vector(g, {100000}, device()));
+      p.set_grad(from_vector(g, {100000}, {device(), kFloat32}));
       optim::SGD sgd({p}, {.lr = 1});
       scaler.unscale_(sgd);
       EXPECT_EQ(scaler.found_inf(sgd).item<float>(), 1.0f) << bad << " at " << where;

@@ -1,0 +1,64 @@
+#include "core/scalar_range.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/check.h"
+
+namespace tessera::detail {
+namespace {
+
+// The range of an integer dtype as doubles: [lo, hi) holds the values whose whole part fits.
+struct IntegerRange {
+  double lo, hi;
+  const char* text;
+};
+
+IntegerRange range_of(Dtype dtype) {
+  switch (dtype) {
+    case kUInt8:
+      return {-0.999999, 256.0, "0 to 255"};
+    case kInt32:
+      return {-2147483648.999999, 2147483648.0, "-2147483648 to 2147483647"};
+    default:  // int64: 2^63 is the first double past its largest value
+      return {-9223372036854775808.0, 9223372036854775808.0, "-2^63 to 2^63 - 1"};
+  }
+}
+
+// The smallest magnitude that rounds to infinity in a floating dtype: its largest finite
+// value plus half a step there (a tie rounds to the even neighbour, infinity).
+double overflow_at(Dtype dtype) {
+  switch (dtype) {
+    case kFloat16:
+      return 65520.0;
+    case kBFloat16:
+      return std::ldexp(2.0 - std::ldexp(1.0, -7), 127) + std::ldexp(1.0, 119);
+    case kFloat32:
+      return std::ldexp(2.0 - std::ldexp(1.0, -23), 127) + std::ldexp(1.0, 103);
+    default:
+      return std::numeric_limits<double>::infinity();
+  }
+}
+
+}  // namespace
+
+void check_scalar_fits_integer(const char* op, double value, Dtype dtype) {
+  if (dtype == kBool || is_floating(dtype)) return;
+  const IntegerRange r = range_of(dtype);
+  TESSERA_CHECK(value >= r.lo && value < r.hi, DtypeError,
+                "[{}] the value {} does not fit {} ({}); use a wider dtype (convert the tensor "
+                "with .to(kInt64) or .to(kFloat64))",
+                op, value, dtype_name(dtype), r.text);
+}
+
+void check_scalar_fits(const char* op, double value, Dtype dtype) {
+  check_scalar_fits_integer(op, value, dtype);
+  if (!is_floating(dtype) || !std::isfinite(value)) return;
+  TESSERA_CHECK(std::abs(value) < overflow_at(dtype), DtypeError,
+                "[{}] the value {} does not fit {}: it would round to infinity; use a wider "
+                "dtype",
+                op, value, dtype_name(dtype));
+}
+
+}  // namespace tessera::detail
