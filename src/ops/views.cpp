@@ -43,35 +43,42 @@ std::vector<int> transpose_dims(int rank, int a, int b) {
   return dims;
 }
 
-}  // namespace
-
-Tensor Tensor::view(const Shape& new_shape) const {
-  check_defined(*this, "view");
-  // Resolve -1 and check the element count.
+// `new_shape` with its -1 resolved for the element count of a tensor of `shape`; ShapeError
+// naming `op` (what the user called) when it cannot be, or holds another count.
+Shape resolve_shape(const Shape& shape, const Shape& new_shape, const char* op) {
   Shape target = new_shape;
   int infer = -1;
   std::int64_t known = 1;
   for (int d = 0; d < target.size(); ++d) {
     if (target[d] == -1) {
-      TESSERA_CHECK(infer < 0, ShapeError, "[view] shape {} has more than one -1", new_shape.str());
+      TESSERA_CHECK(infer < 0, ShapeError, "[{}] shape {} has more than one -1", op,
+                    new_shape.str());
       infer = d;
     } else {
-      TESSERA_CHECK(target[d] >= 0, ShapeError, "[view] shape {} has a negative size",
+      TESSERA_CHECK(target[d] >= 0, ShapeError, "[{}] shape {} has a negative size", op,
                     new_shape.str());
       known *= target[d];
     }
   }
-  const std::int64_t n = numel();
+  const std::int64_t n = shape.numel();
   if (infer >= 0) {
     TESSERA_CHECK(known != 0 && n % known == 0, ShapeError,
-                  "[view] cannot infer -1 in {} for a tensor of {} elements (shape {})",
-                  new_shape.str(), n, shape().str());
+                  "[{}] cannot infer -1 in {} for a tensor of {} elements (shape {})", op,
+                  new_shape.str(), n, shape.str());
     target[infer] = n / known;
     known *= target[infer];
   }
   TESSERA_CHECK(known == n, ShapeError,
-                "[view] shape {} has {} elements but the tensor of shape {} has {}",
-                new_shape.str(), known, shape().str(), n);
+                "[{}] shape {} has {} elements but the tensor of shape {} has {}", op,
+                new_shape.str(), known, shape.str(), n);
+  return target;
+}
+
+}  // namespace
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  check_defined(*this, "view");
+  const Shape target = resolve_shape(shape(), new_shape, "view");
   if (impl_->contiguous) {
     return with_reshape_grad(
         "view", *this, make_view(*this, target, detail::contiguous_strides(target), impl_->offset));
@@ -114,12 +121,13 @@ Tensor Tensor::view(const Shape& new_shape) const {
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
   check_defined(*this, "reshape");
+  const Shape target = resolve_shape(shape(), new_shape, "reshape");
+  if (impl_->contiguous) return view(target);
   try {
-    return view(new_shape);
-  } catch (const ShapeError&) {
-    if (impl_->contiguous) throw;  // the count is wrong, not the layout
+    return view(target);
+  } catch (const ShapeError&) {  // the layout allows no view
   }
-  return contiguous().view(new_shape);
+  return contiguous().view(target);
 }
 
 Tensor Tensor::transpose(int dim0, int dim1) const {

@@ -82,6 +82,9 @@ TEST_P(TensorView, ReshapeOfNonContiguousCopiesOnlyWhenItMust) {
   expect_throw_with<ShapeError>([&] { t.view({5, -1}); }, {"[view]", "cannot infer -1"});
   expect_throw_with<ShapeError>([&] { t.view({5, 3}); }, {"[view]", "15 elements", "has 12"});
   expect_throw_with<ShapeError>([&] { t.view({-1, -1}); }, {"more than one -1"});
+  // reshape names itself, whether the tensor is contiguous or not.
+  expect_throw_with<ShapeError>([&] { t.reshape({5, -1}); }, {"[reshape]", "cannot infer -1"});
+  expect_throw_with<ShapeError>([&] { tt.reshape({5, 3}); }, {"[reshape]", "15 elements"});
 }
 
 TEST_P(TensorView, ViewErrorsNameOpAndValues) {
