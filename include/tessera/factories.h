@@ -32,26 +32,31 @@ class TESSERA_API NestedList {
  public:
   NestedList(double v) : value_(v), kind_(Kind::kFloat) {}
   NestedList(float v) : value_(v), kind_(Kind::kFloat) {}
-  NestedList(int v) : value_(v), kind_(Kind::kInt) {}
-  NestedList(long v) : value_(static_cast<double>(v)), kind_(Kind::kInt) {}
-  NestedList(long long v) : value_(static_cast<double>(v)), kind_(Kind::kInt) {}
-  NestedList(bool v) : value_(v ? 1.0 : 0.0), kind_(Kind::kBool) {}
+  NestedList(int v) : value_(v), integer_(v), kind_(Kind::kInt) {}
+  NestedList(long v) : value_(static_cast<double>(v)), integer_(v), kind_(Kind::kInt) {}
+  NestedList(long long v) : value_(static_cast<double>(v)), integer_(v), kind_(Kind::kInt) {}
+  NestedList(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBool) {}
   NestedList(std::initializer_list<NestedList> items) : items_(items), kind_(Kind::kList) {}
 
   enum class Kind { kBool, kInt, kFloat, kList };
   Kind kind() const { return kind_; }
   double value() const { return value_; }
+  /// The exact value of an integer or bool entry (value() rounds past 2^53).
+  std::int64_t integer() const { return integer_; }
   const std::vector<NestedList>& items() const { return items_; }
 
  private:
   double value_ = 0;
+  std::int64_t integer_ = 0;
   std::vector<NestedList> items_;
   Kind kind_;
 };
 
 /// A tensor from nested lists, like torch.tensor: the dtype is int64 for integers, float32
-/// when any entry is floating, bool for bools, unless options say otherwise. Throws
-/// ShapeError for ragged lists.
+/// when any entry is floating, bool for bools, unless options say otherwise. Integers keep
+/// every bit (2^53 + 1 stays itself). Throws ShapeError for ragged lists, DtypeError for an
+/// entry that does not fit the integer dtype the options give (300 in uint8); in a floating
+/// dtype an entry past its range is infinite.
 TESSERA_API Tensor tensor(const NestedList& values, TensorOptions options = {});
 
 /// A tensor of `shape` holding a copy of `data` (row-major); its dtype is T's unless the

@@ -3,6 +3,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,17 +18,17 @@ namespace {
 constexpr std::int64_t kSummarizeAbove = 1000;
 constexpr std::int64_t kEdgeItems = 3;
 
+// Integers and bools are read as int64 and printed exactly; floating values as double.
 struct Formatter {
   Dtype dtype;
   bool integral_floats = true;  // every finite value is a whole number: print "1."
   bool scientific = false;
   int width = 1;
 
-  explicit Formatter(Dtype d, const std::vector<double>& values) : dtype(d) {
-    if (!is_floating(d)) {
-      for (double v : values) width = std::max(width, static_cast<int>(raw(v).size()));
-      return;
-    }
+  Formatter(Dtype d, const std::vector<std::int64_t>& values) : dtype(d) {
+    for (std::int64_t v : values) width = std::max(width, static_cast<int>(raw(v).size()));
+  }
+  Formatter(Dtype d, const std::vector<double>& values) : dtype(d) {
     double max_abs = 0, min_abs = INFINITY;
     for (double v : values) {
       if (!std::isfinite(v)) continue;
@@ -40,16 +41,21 @@ struct Formatter {
     for (double v : values) width = std::max(width, static_cast<int>(raw(v).size()));
   }
 
-  std::string raw(double v) const {
+  std::string raw(std::int64_t v) const {
     if (dtype == kBool) return v != 0 ? "True" : "False";
-    if (!is_floating(dtype)) return fmt::format("{}", static_cast<long long>(v));
+    return fmt::format("{}", v);
+  }
+  std::string raw(double v) const {
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     if (scientific) return fmt::format("{:.4e}", v);
     if (integral_floats) return fmt::format("{:.0f}.", v);
     return fmt::format("{:.4f}", v);
   }
-  std::string operator()(double v) const { return fmt::format("{:>{}}", raw(v), width); }
+  template <typename T>
+  std::string operator()(T v) const {
+    return fmt::format("{:>{}}", raw(v), width);
+  }
 };
 
 // Index lists to print per dim: all, or the first and last kEdgeItems with a gap.
@@ -65,7 +71,8 @@ std::vector<std::int64_t> shown(std::int64_t n, bool summarize) {
   return idx;
 }
 
-void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shape, int d,
+template <typename T>
+void print_rec(std::ostream& os, const std::vector<T>& v, const Shape& shape, int d,
                std::int64_t offset, int indent, bool summarize, const Formatter& f) {
   const std::int64_t n = shape[d];
   std::int64_t inner = 1;
@@ -98,16 +105,25 @@ void print_rec(std::ostream& os, const std::vector<double>& v, const Shape& shap
 // Printing is a host read like any other (counted, checked by SyncGuard) at `where`.
 std::ostream& print(std::ostream& os, const Tensor& t, const std::source_location& where) {
   if (!t.defined()) return os << "tensor(undefined)";
-  std::vector<double> values(static_cast<std::size_t>(t.numel()));
-  detail::read_to_host(t, values.data(), kFloat64, "print", where);
-  const Formatter f(t.dtype(), values);
+  const auto body = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> values(static_cast<std::size_t>(t.numel()));
+    detail::read_to_host(t, values.data(), std::is_same_v<T, double> ? kFloat64 : kInt64, "print",
+                         where);
+    const Formatter f(t.dtype(), values);
+    if (t.dim() == 0) {
+      os << f.raw(values[0]);
+    } else if (t.numel() == 0) {
+      os << "[]";
+    } else {
+      print_rec(os, values, t.shape(), 0, 0, 7, t.numel() > kSummarizeAbove, f);
+    }
+  };
   os << "tensor(";
-  if (t.dim() == 0) {
-    os << f.raw(values[0]);
-  } else if (t.numel() == 0) {
-    os << "[]";
+  if (is_floating(t.dtype())) {
+    body(double{});
   } else {
-    print_rec(os, values, t.shape(), 0, 0, 7, t.numel() > kSummarizeAbove, f);
+    body(std::int64_t{});
   }
   if (t.numel() == 0 && t.dim() > 1) os << ", size=" << t.shape().str();
   if (!detail::is_host(t.device())) os << ", device=" << t.device().str();

@@ -47,14 +47,14 @@ TensorOptions like(const Tensor& t, TensorOptions options) {
 // Walks a nested list: records the shape from the first path, checks every other path
 // against it, flattens the leaves and notes the widest leaf kind.
 void flatten_nested(const NestedList& list, int depth, Shape& shape, bool& shape_known,
-                    std::vector<double>& out, NestedList::Kind& widest) {
+                    std::vector<const NestedList*>& out, NestedList::Kind& widest) {
   if (list.kind() != NestedList::Kind::kList) {
     TESSERA_CHECK(!shape_known || depth == shape.size(), ShapeError,
                   "[tensor] the nested list is ragged: a number appears at depth {} but the "
                   "first entries have depth {}",
                   depth, shape.size());
     if (!shape_known) shape_known = true;
-    out.push_back(list.value());
+    out.push_back(&list);
     if (list.kind() > widest) widest = list.kind();
     return;
   }
@@ -79,14 +79,37 @@ void flatten_nested(const NestedList& list, int depth, Shape& shape, bool& shape
 Tensor tensor(const NestedList& values, TensorOptions options) {
   Shape shape;
   bool shape_known = false;
-  std::vector<double> flat;
+  std::vector<const NestedList*> leaves;
   NestedList::Kind widest = NestedList::Kind::kBool;
-  flatten_nested(values, 0, shape, shape_known, flat, widest);
-  if (flat.empty() && values.kind() == NestedList::Kind::kList) widest = NestedList::Kind::kFloat;
+  flatten_nested(values, 0, shape, shape_known, leaves, widest);
+  if (leaves.empty() && values.kind() == NestedList::Kind::kList) {
+    widest = NestedList::Kind::kFloat;
+  }
   const Dtype inferred = widest == NestedList::Kind::kFloat ? kFloat32
                          : widest == NestedList::Kind::kInt ? kInt64
                                                             : kBool;
   if (!options.dtype) options.dtype = inferred;
+  // Into an integer dtype every entry must fit (converting one that does not is undefined);
+  // into a floating one an entry past its range is infinite, as PyTorch's tensor() makes it.
+  for (const NestedList* leaf : is_integral(*options.dtype) ? leaves : decltype(leaves){}) {
+    if (leaf->kind() == NestedList::Kind::kFloat) {
+      detail::check_scalar_fits_integer("tensor", leaf->value(), *options.dtype);
+    } else {  // exact: the double may have rounded a large integer into or out of range
+      const std::int64_t v = leaf->integer();
+      const bool fits = *options.dtype == kInt64 ||
+                        (*options.dtype == kInt32 && v >= INT32_MIN && v <= INT32_MAX) ||
+                        (*options.dtype == kUInt8 && v >= 0 && v <= 255);
+      TESSERA_CHECK(fits, DtypeError, "[tensor] the value {} does not fit {}; use a wider dtype", v,
+                    dtype_name(*options.dtype));
+    }
+  }
+  if (widest != NestedList::Kind::kFloat) {  // integers and bools, every bit kept
+    std::vector<std::int64_t> flat;
+    for (const NestedList* leaf : leaves) flat.push_back(leaf->integer());
+    return from_vector(flat.data(), kInt64, flat.size(), shape, options);
+  }
+  std::vector<double> flat;
+  for (const NestedList* leaf : leaves) flat.push_back(leaf->value());
   return from_vector(flat.data(), kFloat64, flat.size(), shape, options);
 }
 

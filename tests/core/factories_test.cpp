@@ -32,6 +32,25 @@ TEST_P(Factories, ConstantsAndRanges) {
 
 // A zero beside huge sizes: nothing is allocated, and computing the strides or the element
 // count must not overflow (undefined behaviour, caught by UBSan in CI before the fix).
+TEST_P(Factories, IntegerLiteralsKeepEveryBit) {
+  const std::int64_t big = 9007199254740993LL;  // 2^53 + 1
+  const Tensor t = tensor({big, big - 1, -big}, device());
+  EXPECT_EQ(t.dtype(), kInt64);
+  EXPECT_EQ(t.to_vector<std::int64_t>(), (std::vector<std::int64_t>{big, big - 1, -big}));
+  EXPECT_FALSE(t.to_vector<bool>().empty());
+  EXPECT_EQ((tensor({big}, device()) == tensor({big - 1}, device())).item<bool>(), false);
+  EXPECT_EQ(tensor({{1, 2}, {3, 4}}, {device(), kFloat32}).to_vector<float>(),
+            (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(tensor({true, false}, {device(), kInt32}).to_vector<std::int32_t>(),
+            (std::vector<std::int32_t>{1, 0}));
+  expect_throw_with<DtypeError>(
+      [&] {
+        tensor({1, 300}, {device(), kUInt8});
+      },
+      {"[tensor]", "300", "uint8"});
+  expect_throw_with<DtypeError>([&] { tensor({big}, {device(), kInt32}); }, {"int32"});
+}
+
 TEST_P(Factories, AValueThatDoesNotFitTheDtypeIsRefused) {
   // Converting it would be undefined for integers (300 became 44 in uint8) or infinite.
   expect_throw_with<DtypeError>(
@@ -166,6 +185,12 @@ TEST(Print, LooksLikePyTorch) {
     EXPECT_EQ(ones({2}, cpu(0)).str(), "tensor([1., 1.], device=cpu:0)");
   }
   EXPECT_EQ(Tensor().str(), "tensor(undefined)");
+}
+
+TEST(Print, IntegersPrintEveryDigit) {
+  const std::int64_t big = 9007199254740993LL;  // 2^53 + 1: no double holds it
+  const Tensor t = from_vector(std::vector<std::int64_t>{big, -big}).to(cpu());
+  EXPECT_NE(t.str().find("9007199254740993, -9007199254740993"), std::string::npos) << t.str();
 }
 
 }  // namespace
