@@ -1,12 +1,12 @@
 // Collectives across logical CPU devices, run on the devices' own queues. See
 // Note [CPU collectives].
 #include <algorithm>
-#include <barrier>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/spin_wait.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
@@ -120,10 +120,10 @@ void run_chunk_any(const CollectiveCall& call, int j) {
 struct Meeting {
   explicit Meeting(CollectiveCall c)
       : call(std::move(c)),
-        arrived(static_cast<std::ptrdiff_t>(call.inputs.size())),
-        done(static_cast<std::ptrdiff_t>(call.inputs.size())) {}
+        arrived(static_cast<int>(call.inputs.size())),
+        done(static_cast<int>(call.inputs.size())) {}
   CollectiveCall call;
-  std::barrier<> arrived, done;
+  Rendezvous arrived, done;
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "backend/spin_wait.h"
+
 // Note [Quiet queues]
 // A training step queues dozens of small kernels. Waking the queue's thread with a futex for
 // each one (and putting it back to sleep after each) cost more than the kernels themselves:
@@ -60,28 +62,7 @@
 namespace tessera::detail {
 namespace {
 
-constexpr auto kSpin = std::chrono::microseconds(50);
-
 thread_local bool t_queue_thread = false;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Polls `done` until it holds or kSpin has passed; returns whether it holds.
-template <typename Done>
-bool spin_until(Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
-  for (int i = 0;; ++i) {
-    if (done()) return true;
-    cpu_relax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
-  }
-}
 
 }  // namespace
 
