@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <source_location>
+#include <vector>
 
 #include "tessera/device.h"
 #include "tessera/tensor.h"
@@ -47,5 +48,9 @@ void count_host_wait(Device device, const char* op, const std::source_location* 
 // wait", "a copy from the host", ...) cannot be recorded. One atomic load when no capture is
 // in progress anywhere.
 void check_not_capturing(Device device, const char* op, const char* what);
+// Throws GraphCaptureError when some of `devices` (of one kind) are capturing a graph and
+// others are not: `what` (a collective, a replay over several devices) runs on all of them
+// together, so a recording of some would wait forever for the others' part.
+void check_capturing_together(const std::vector<Device>& devices, const char* op, const char* what);
 
 }  // namespace tessera::detail

@@ -93,6 +93,9 @@ Graph Graph::capture(const std::vector<Device>& devices, const std::function<voi
 void Graph::replay() const {
   TESSERA_CHECK(work_ != nullptr, GraphCaptureError,
                 "[Graph::replay] this graph was moved from; replay the graph it was moved to");
+  if (devices_.size() > 1) {
+    detail::check_capturing_together(devices_, "Graph::replay", "a graph of several devices");
+  }
   work_->replay();
 }
 
@@ -110,6 +113,22 @@ void check_not_capturing(Device device, const char* op, const char* what) {
       "[{}] {} is capturing a graph, and {} cannot be recorded: a replay would not repeat "
       "it. Do it before Graph::capture or after it (outside the captured code)",
       op, device.str(), what));
+}
+
+void check_capturing_together(const std::vector<Device>& devices, const char* op,
+                              const char* what) {
+  if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]]
+    return;
+  const Device* capturing = nullptr;
+  const Device* not_capturing = nullptr;
+  for (const Device& d : devices) {
+    (backend_of(d).capturing(d.index()) ? capturing : not_capturing) = &d;
+  }
+  if (capturing == nullptr || not_capturing == nullptr) return;
+  throw GraphCaptureError(fmt::format(
+      "[{}] {} is capturing a graph but {} is not, and {} runs on both: record every device "
+      "it uses in one capture (Graph::capture with all of them) or run it outside the capture",
+      op, capturing->str(), not_capturing->str(), what));
 }
 
 }  // namespace tessera::detail

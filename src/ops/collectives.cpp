@@ -56,6 +56,9 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
                   ".contiguous() and use the result",
                   op, i);
   }
+  std::vector<Device> devices;
+  for (const Tensor& t : tensors) devices.push_back(t.device());
+  detail::check_capturing_together(devices, op, "a collective");
   return static_cast<int>(tensors.size());
 }
 

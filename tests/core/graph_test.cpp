@@ -248,6 +248,48 @@ TEST_P(Graphs, CopiesBetweenTwoQueuesAreRefused) {
   EXPECT_DOUBLE_EQ(sum(b).item<double>(), 0.0);
 }
 
+TEST_P(Graphs, ACopyOutOfTheCapturingDeviceCopiesWhatTheReplayWrote) {
+  const std::vector<Device> group = same_kind_devices();
+  if (group.size() < 2 || !device().is_cpu()) GTEST_SKIP() << "needs two logical CPU devices";
+  const Device other = group[0] == device() ? group[1] : group[0];
+  Tensor x = ones({4}, device());
+  Tensor y;
+  const auto record = [&] { y = (x * 2.0).to(other); };
+  const char* async = std::getenv("TESSERA_CPU_ASYNC");
+  if (async == nullptr || std::string(async) != "0") {  // queued: refused, as any such copy
+    expect_throw_with<GraphCaptureError>([&] { Graph::capture(device(), record); },
+                                         {"a copy between two queued devices"});
+    return;
+  }
+  // Without queues it is recorded on the source's graph: at capture time x * 2 holds nothing
+  // yet, so a copy run then would copy garbage.
+  Graph g = Graph::capture(device(), record);
+  x.fill_(5.0);
+  g.replay();
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(4, 10.0f));
+}
+
+TEST_P(Graphs, WorkOnDevicesNotAllCapturingIsRefused) {
+  // A collective (or a graph of several devices) runs on all its devices together: recording
+  // some of them would leave the others waiting for their part forever.
+  const std::vector<Device> group = same_kind_devices();
+  if (group.size() < 2 || !device().is_cpu()) GTEST_SKIP() << "needs two logical CPU devices";
+  std::vector<Tensor> pair{ones({4}, group[0]), full({4}, 2.0, group[1])};
+  for (const Device capturing : {group[0], group[1]}) {
+    expect_throw_with<GraphCaptureError>(
+        [&] { Graph::capture(capturing, [&] { all_reduce(pair); }); },
+        {"[all_reduce]", "is capturing a graph but", "is not", "a collective"});
+  }
+  Graph both = Graph::capture(std::vector<Device>{group[0], group[1]}, [&] { all_reduce(pair); });
+  expect_throw_with<GraphCaptureError>([&] { Graph::capture(group[0], [&] { both.replay(); }); },
+                                       {"[Graph::replay]", "a graph of several devices"});
+  // Nothing is left waiting: both devices answer, and a replay outside runs whole.
+  EXPECT_EQ(pair[1].to_vector<float>(), std::vector<float>(4, 2.0f));
+  both.replay();
+  EXPECT_EQ(pair[0].to_vector<float>(), std::vector<float>(4, 3.0f));
+  EXPECT_EQ(pair[1].to_vector<float>(), std::vector<float>(4, 3.0f));
+}
+
 // A data-parallel pattern: each device computes, an all-reduce sums, each device updates;
 // recorded once across the group and replayed many times.
 TEST_P(Graphs, SeveralCpuDevicesReplayACollective) {

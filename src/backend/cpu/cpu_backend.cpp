@@ -288,10 +288,18 @@ void CpuBackendBase::copy_to_host(const Tensor& src, void* dst) {
 void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
   const int s = src.device().index(), d = dst.device().index();
   const bool inline_devices = queue(s) == nullptr;  // logical devices: all queued or none
-  if (s == d || (inline_devices && capturing_[d].load(std::memory_order_relaxed))) {
-    // Queued, run, or recorded.
+  const auto copy_on = [&](int device) {            // queued, run, or recorded
     launch_with(
-        d, [](const Tensor& from, const Tensor& to) { copy_kernel(from, to); }, src, dst);
+        device, [](const Tensor& from, const Tensor& to) { copy_kernel(from, to); }, src, dst);
+  };
+  if (s == d || (inline_devices && capturing_[d].load(std::memory_order_relaxed))) {
+    copy_on(d);
+    return;
+  }
+  if (inline_devices && capturing_[s].load(std::memory_order_relaxed)) {
+    // The source's recording: at capture time src holds nothing yet, and a replay must copy
+    // what the replay wrote there.
+    copy_on(s);
     return;
   }
   if (inline_devices) {
