@@ -6,6 +6,7 @@
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/tensor_impl.h"
+#include "ops/broadcast.h"
 #include "tessera/autograd.h"
 
 namespace tessera {
@@ -79,7 +80,13 @@ Tensor& Tensor::copy_(const Tensor& src, std::source_location where) {
   check_defined(*this, "copy_", "self");
   check_defined(src, "copy_", "src");
   detail::check_inplace("copy_", {this, &src});
-  detail::copy_data(src.shape() == shape() ? src : src.expand(shape()), *this, "copy_", where);
+  detail::check_writable(*this, "copy_");
+  // A source that overlaps self anywhere but in place (x.copy_(x.t()), a shifted slice) is
+  // read from a copy, so no element is read after it was overwritten.
+  const bool overlaps = src.shares_storage(*this) &&
+                        !(src.strides() == strides() && src.storage_offset() == storage_offset());
+  const Tensor from = overlaps ? src.clone() : src;
+  detail::copy_data(from.shape() == shape() ? from : from.expand(shape()), *this, "copy_", where);
   return *this;
 }
 

@@ -84,6 +84,30 @@ TEST_P(Copy, OrderingAcrossDeviceQueues) {
   for (float v : acc.to_vector<float>()) ASSERT_EQ(v, 1050.0f);
 }
 
+TEST_P(Copy, CopyIntoItselfReadsTheSourceBeforeWriting) {
+  // Overlapping views (a transpose in place, a row shifted by one) read every element before
+  // any is written, as PyTorch's copy_ does; an expanded destination is refused as any
+  // in-place write to one is.
+  Tensor y = arange(9, {device(), kFloat32}).view({3, 3});
+  y.copy_(y.t());
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 3, 6, 1, 4, 7, 2, 5, 8}));
+  Tensor x = arange(12, {device(), kFloat32}).view({3, 4});
+  x.slice(1, 1, 4).copy_(x.slice(1, 0, 3));
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{0, 0, 1, 2, 4, 4, 5, 6, 8, 8, 9, 10}));
+  Tensor flat = arange(8, {device(), kFloat32});
+  flat.narrow(0, 1, 7).copy_(flat.narrow(0, 0, 7));  // the same layout, shifted
+  EXPECT_EQ(flat.to_vector<float>(), (std::vector<float>{0, 0, 1, 2, 3, 4, 5, 6}));
+  Tensor same = arange(4, {device(), kFloat32});
+  same.copy_(same);
+  EXPECT_EQ(same.to_vector<float>(), (std::vector<float>{0, 1, 2, 3}));
+  Tensor base = zeros({4}, device());
+  expect_throw_with<Error>(
+      [&] {
+        base.expand({3, 4}).copy_(ones({3, 4}, device()));
+      },
+      {"[copy_]", "expanded"});
+}
+
 TEST_P(Copy, DeviceLocalLoopRecordsNoTransfer) {
   Tensor w = rand({16, 16}, device());
   Tensor log = zeros({100}, device());
