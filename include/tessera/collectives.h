@@ -22,7 +22,8 @@ namespace tessera {
 enum class ReduceKind { kSum, kMean };
 
 /// Replaces every tensor, in place, with the sum (or mean) over the group. Tensors must be
-/// contiguous; bool tensors cannot be reduced.
+/// contiguous; bool tensors cannot be reduced, and integer ones only summed (an integer sum
+/// wraps on overflow, as integer addition does).
 TESSERA_API void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op = ReduceKind::kSum);
 
 /// Copies tensors[root] into every other tensor, in place.
@@ -33,7 +34,7 @@ TESSERA_API void broadcast(const std::vector<Tensor>& tensors, std::size_t root 
 TESSERA_API std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors);
 
 /// Per device i, rows [i*r, (i+1)*r) of the sum (or mean) over the group, where the
-/// tensors have k*r rows (ShapeError otherwise).
+/// tensors have k*r rows (ShapeError otherwise). A mean needs floating tensors.
 TESSERA_API std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors,
                                                ReduceKind op = ReduceKind::kSum);
 

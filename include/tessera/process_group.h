@@ -55,9 +55,9 @@ class TESSERA_API ProcessGroup {
   ProcessBackend backend() const { return backend_; }
 
   /// Replaces `tensor`, in place, with its sum (or mean) over the ranks. Contiguous, not
-  /// bool. Queued on the tensor's device (no wait for the device; the host meets the other
-  /// ranks for the check). Throws DeviceError for a tensor the backend cannot move, DtypeError
-  /// or ShapeError when the ranks' tensors differ.
+  /// bool; a mean needs a floating tensor. Queued on the tensor's device (no wait for the device;
+  /// the host meets the other ranks for the check). Throws DeviceError for a tensor the backend
+  /// cannot move, DtypeError or ShapeError when the ranks' tensors differ.
   void all_reduce(const Tensor& tensor, ReduceKind op = ReduceKind::kSum) const;
   /// Copies rank `root`'s tensor into every other rank's, in place. Same errors; Error for a
   /// root outside [0, size()) or roots that differ across ranks.

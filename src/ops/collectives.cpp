@@ -62,9 +62,15 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
   return static_cast<int>(tensors.size());
 }
 
-void check_reducible(const char* op, Dtype dtype) {
+void check_reducible(const char* op, Dtype dtype, ReduceKind kind) {
   TESSERA_CHECK(dtype != kBool, DtypeError,
                 "[{}] bool tensors cannot be summed; convert them with .to(kInt64) first", op);
+  // In the element type the sum before the division overflows (200 and 200 in uint8 gave a
+  // mean of 72), and the mean of integers is rarely one.
+  TESSERA_CHECK(kind != ReduceKind::kMean || is_floating(dtype), DtypeError,
+                "[{}] the mean of {} tensors would be rounded and its sum can overflow; reduce "
+                "the sum (ReduceKind::kSum) and divide it, or convert with .to(kFloat64) first",
+                op, dtype_name(dtype));
 }
 
 void check_rows(const char* op, const Tensor& t) {
@@ -87,7 +93,7 @@ void run(CollectiveCall call) { detail::backend_of(call.inputs.front().device())
 
 void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
   const int k = check_group("all_reduce", tensors);
-  check_reducible("all_reduce", tensors.front().dtype());
+  check_reducible("all_reduce", tensors.front().dtype(), op);
   for (const Tensor& t : tensors) detail::check_inplace("all_reduce", {&t});
   // Each device receives, in ring terms, the other chunks of its own chunk (reduce-scatter)
   // and the other devices' reduced chunks (all-gather): (k - 1) * c_i + (n - c_i) elements.
@@ -129,7 +135,7 @@ std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors) {
 
 std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& tensors, ReduceKind op) {
   const int k = check_group("reduce_scatter", tensors);
-  check_reducible("reduce_scatter", tensors.front().dtype());
+  check_reducible("reduce_scatter", tensors.front().dtype(), op);
   check_rows("reduce_scatter", tensors.front());
   const std::int64_t rows = tensors.front().size(0);
   TESSERA_CHECK(rows % k == 0, ShapeError,

@@ -186,6 +186,11 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
   check_tensor(kOp, backend_, tensor);
   TESSERA_CHECK(tensor.dtype() != kBool, DtypeError,
                 "[{}] bool tensors cannot be summed; convert them with .to(kInt64) first", kOp);
+  TESSERA_CHECK(op != ReduceKind::kMean || is_floating(tensor.dtype()), DtypeError,
+                "[{}] the mean of {} tensors would be rounded and its sum can overflow; "
+                "all_reduce the sum (ReduceKind::kSum) and divide it, or convert with "
+                ".to(kFloat64) first",
+                kOp, dtype_name(tensor.dtype()));
   detail::check_inplace(kOp, {&tensor});
   check_across_ranks(kOp, *this, CollectiveKind::kAllReduce, tensor, 0);
   // In ring terms a rank receives the other ranks' parts of its chunk, then the other

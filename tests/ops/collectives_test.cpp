@@ -51,10 +51,29 @@ TEST_P(Collectives, AllReduceSumsAndAveragesInPlaceWithoutAHostWait) {
     }
     if (k == 2) EXPECT_EQ(expected_bytes, 2u * 21 * itemsize(dtype));
     for (const Tensor& x : t) expect_close(x, sum, 1e-6, 1e-6, std::string(dtype_name(dtype)));
-    if (dtype == kInt64) continue;
+    if (dtype == kInt64) {
+      // A mean of integers is refused: in the element type its sum overflowed first.
+      expect_throw_with<DtypeError>([&] { all_reduce(t, ReduceKind::kMean); },
+                                    {"[all_reduce]", "mean of int64"});
+      continue;
+    }
     all_reduce(t, ReduceKind::kMean);  // the sums, averaged: the sums again
     for (const Tensor& x : t) expect_close(x, sum, 1e-6, 1e-6, "mean");
   }
+}
+
+TEST_P(Collectives, IntegerSumsWrapAsAdditionDoes) {
+  const std::vector<Device> group = same_kind_devices();
+  if (group.size() < 2) GTEST_SKIP() << "needs two devices of a kind";
+  std::vector<Tensor> bytes, ints;
+  for (std::size_t i = 0; i < 2; ++i) {
+    bytes.push_back(full({3}, 200, {group[i], kUInt8}));
+    ints.push_back(full({3}, 2000000000, {group[i], kInt32}));
+  }
+  all_reduce(bytes);
+  all_reduce(ints);
+  EXPECT_EQ(bytes[1].to_vector<std::uint8_t>(), std::vector<std::uint8_t>(3, 144));
+  EXPECT_EQ(ints[0].to_vector<std::int32_t>(), std::vector<std::int32_t>(3, -294967296));
 }
 
 TEST_P(Collectives, BroadcastGatherAndScatter) {

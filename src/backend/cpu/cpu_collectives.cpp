@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -55,7 +56,14 @@ void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, s
     std::copy(in[0] + b, in[0] + b + len, acc);
     for (int i = 1; i < k; ++i) {
       const T* src = in[i] + b;
-      for (std::int64_t e = 0; e < len; ++e) acc[e] += src[e];
+      if constexpr (std::is_integral_v<T>) {  // wraps like the CPU's add, never undefined
+        using U = std::make_unsigned_t<T>;
+        for (std::int64_t e = 0; e < len; ++e) {
+          acc[e] = static_cast<T>(static_cast<U>(acc[e]) + static_cast<U>(src[e]));
+        }
+      } else {
+        for (std::int64_t e = 0; e < len; ++e) acc[e] += src[e];
+      }
     }
     if (mean) {
       for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<T>(acc[e] / static_cast<T>(k));
