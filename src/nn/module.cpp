@@ -59,8 +59,10 @@ void convert_in_place(const std::vector<Tensor>& tensors, Convert convert) {
   }
 }
 
+// "prefix.name"; either alone when the other is empty (a module's own name is "").
 std::string join_path(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
+  if (prefix.empty()) return name;
+  return name.empty() ? prefix : prefix + "." + name;
 }
 
 }  // namespace

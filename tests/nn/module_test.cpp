@@ -96,6 +96,15 @@ TEST_P(Modules, UserModulesRegisterChildrenAndBuffers) {
   EXPECT_FALSE(net.scale.requires_grad());
   EXPECT_EQ(net.named_modules().size(), 3u);
   EXPECT_EQ(net.named_modules()[1].second->path(), "Mlp.hidden");
+  // Dotted paths, as parameters are named: a name joins with ".weight" to name one.
+  std::vector<std::string> modules;
+  for (auto& [name, m] : net.named_modules()) modules.push_back(name);
+  EXPECT_EQ(modules, (std::vector<std::string>{"", "hidden", "out"}));
+  EXPECT_TRUE(net.tensor(modules[1] + ".weight").is_same(net.tensor("hidden.weight")));
+  nn::Sequential nested(nn::Sequential(nn::Linear(2, 2, true, device())), nn::ReLU());
+  std::vector<std::string> deep;
+  for (auto& [name, m] : nested.named_modules()) deep.push_back(name);
+  EXPECT_EQ(deep, (std::vector<std::string>{"", "0", "0.0", "1"}));
   EXPECT_EQ(net(rand({2, 4}, device())).shape(), Shape({2, 3}));
   net.eval();
   EXPECT_FALSE(net.named_modules()[2].second->is_training());
