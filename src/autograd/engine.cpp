@@ -121,6 +121,10 @@ void check_saved_versions(const Node& n) {
 
 void accumulate(TensorImpl& leaf, Tensor&& g) {
   AutogradMeta& meta = *leaf.autograd;
+  // In the leaf's dtype, as PyTorch's engine casts every gradient to its input's: a formula
+  // run under autocast (backward() inside an AutocastGuard) sums a bfloat16 bias's gradient
+  // into float32.
+  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
   if (meta.grad.defined()) {
     meta.grad = meta.grad + g;
     return;

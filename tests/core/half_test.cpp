@@ -452,6 +452,14 @@ TEST_P(Half, AutogradGivesGradientsInTheParameterDtype) {
     sum(p.to(dtype) * 3.0).backward();
     EXPECT_EQ(p.grad().dtype(), kFloat32);
     EXPECT_EQ(p.grad().to_vector<double>(), std::vector<double>(5, 3.0)) << what;
+    // backward() inside an autocast scope: the formulas' sums would make a half bias's
+    // gradient float32 there; the engine gives it back in the bias's dtype.
+    const Tensor bias = zeros({5}, {dtype, device()}).requires_grad_();
+    {
+      const AutocastGuard autocast(device().kind(), dtype);
+      nn::cross_entropy(matmul(x.detach(), w.detach()) + bias, targets).backward();
+    }
+    EXPECT_EQ(bias.grad().dtype(), dtype) << what;
   }
 }
 
