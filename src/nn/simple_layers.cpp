@@ -29,7 +29,8 @@ Tensor Dropout::forward(const Tensor& x) {
                 path(), dtype_name(x.dtype()));
   if (p == 1) return x * 0.0;
   // The mask holds 0 or 1/(1-p), so the forward and the backward are one multiply each.
-  const Tensor keep = rand(x.shape(), {x.dtype(), x.device()}) >= p;
+  // Drawn in float32 for half inputs: p is compared finely, whatever x's format.
+  const Tensor keep = rand(x.shape(), {is_half(x.dtype()) ? kFloat32 : x.dtype(), x.device()}) >= p;
   const Tensor mask = where(keep, 1.0 / (1.0 - p), zeros({}, {x.dtype(), x.device()}));
   return x * mask;
 }

@@ -9,10 +9,14 @@
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "core/half.h"
 #include "core/scalar_range.h"
 #include "core/tensor_impl.h"
 #include "ops/random.h"
+#include "tessera/autograd.h"
 #include "tessera/device_scope.h"
+#include "tessera/operators.h"
+#include "tessera/ops.h"
 
 namespace tessera {
 using detail::make_output;
@@ -174,6 +178,22 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
 
 namespace {
 
+// The largest value of the half dtype `dtype` below `high`.
+double largest_below(double high, Dtype dtype) {
+  const bool bf16 = dtype == kBFloat16;
+  const auto value = [&](std::uint16_t bits) {
+    return static_cast<double>(bf16 ? detail::bfloat16_bits_to_float(bits)
+                                    : detail::float16_bits_to_float(bits));
+  };
+  const auto f = static_cast<float>(high);
+  std::uint16_t bits = bf16 ? detail::float_to_bfloat16_bits(f) : detail::float_to_float16_bits(f);
+  while (value(bits) >= high) {  // one step toward -inf (sign and magnitude)
+    const bool zero = (bits & 0x7fff) == 0;
+    bits = zero ? 0x8001 : (bits & 0x8000) ? bits + 1 : bits - 1;
+  }
+  return value(bits);
+}
+
 Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, double b,
                      TensorOptions options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
@@ -182,10 +202,22 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
   detail::check_not_capturing(device_of(options), op, "drawing random numbers");
+  const bool half_uniform = is_half(dtype) && kind == detail::RandomKind::kUniform;
   Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
   const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
-  detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
-  return t.to(dtype);
+  detail::backend_of(t.device())
+      .random(t, kind, half_uniform ? 0 : a, half_uniform ? 1 : b, seed, offset);
+  if (!half_uniform) return t.to(dtype);
+  // Rounded to nearest, a float32 draw just below `b` became `b` (0.2% of bfloat16 rand()
+  // values were 1.0, and a dropout mask drawn so kept too few). Drawn on the format's grid
+  // instead, k / 2^bits of [0, 1) for as many bits as it keeps (PyTorch's bfloat16 rand also
+  // tops out at 255/256), then scaled; a scaled value that still rounds up to `b` takes the
+  // one below it.
+  NoGradGuard internal;
+  const double steps = dtype == kBFloat16 ? 256 : 2048;
+  const Tensor grid = (t * steps).to(kInt32).to(kFloat32) * (1.0 / steps);
+  const Tensor scaled = (grid * (b - a) + a).to(dtype);
+  return where(scaled >= b, largest_below(b, dtype), scaled);
 }
 
 }  // namespace
