@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "ops/fused_ops.h"
+#include "ops/half_compute.h"
 #include "tessera/operators.h"
 #include "tessera/ops.h"
 
@@ -34,7 +35,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                 "[mse_loss] input {} and target {} must have the same shape (no broadcasting "
                 "here: it usually hides a bug); reshape one of them",
                 input.shape().str(), target.shape().str());
-  const Tensor d = input - target;
+  // Under autocast a loss runs in float32 (as PyTorch's autocast casts mse_loss's inputs):
+  // half differences and squares rounded each lost the loss's digits.
+  const bool widen =
+      detail::autocast_keeps_float32(input) || detail::autocast_keeps_float32(target);
+  const Tensor d = widen ? input.to(kFloat32) - target.to(kFloat32) : input - target;
   return reduce(d * d, reduction);
 }
 

@@ -89,6 +89,15 @@ TEST_P(Autocast, KeepsSoftmaxLossesAndReductionsInFloat32) {
   EXPECT_EQ(mean(h, {1}).dtype(), kFloat32);
   EXPECT_EQ(nn::cross_entropy(h, tensor({0, 1, 2, 3}, {kInt64, device()})).dtype(), kFloat32);
   EXPECT_EQ(nn::mse_loss(h, zeros_like(h)).dtype(), kFloat32);
+  // Whole: differences and squares in float32, not rounded to bfloat16 first (511^2 needs
+  // 18 bits), with every reduction.
+  const Tensor big = tensor({511.0, 298.0, 997.0}, {kBFloat16, device()});
+  const Tensor none = nn::mse_loss(big, zeros_like(big), nn::Reduction::kNone);
+  EXPECT_EQ(none.dtype(), kFloat32);
+  const std::vector<double> v = big.to_vector<double>();  // as bfloat16 holds them
+  expect_close(none, {v[0] * v[0], v[1] * v[1], v[2] * v[2]}, 1e-7, 0, "mse_loss, kNone");
+  expect_close(nn::mse_loss(big, zeros_like(big)).reshape({1}),
+               {(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]) / 3}, 1e-6, 0, "mse_loss, kMean");
   expect_close(softmax(h, 1), softmax(h.to(kFloat64), 1).to_vector<double>(), 1e-6, 1e-7,
                "softmax of bfloat16 values in float32");
   // Elementwise ops keep their operands' dtype.
