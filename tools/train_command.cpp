@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -121,6 +122,33 @@ void check_outputs(const TrainArgs& a) {
   check_output_path("--plot", a.plot);
   check_output_path("--metrics", a.metrics);
   check_output_path("--save-state", a.save_state);
+  // Two outputs in one file: the last written would silently replace the other (--save's
+  // checkpoint over --save-state's training state, which --resume then refuses).
+  const std::vector<std::pair<const char*, const std::string*>> files{
+      {"--save", &a.save},
+      {"--save-state", &a.save_state},
+      {"--metrics", &a.metrics},
+      {"--plot", &a.plot},
+      {"--resume", &a.resume}};
+  const auto same = [](const std::string& x, const std::string& y) {
+    return std::filesystem::absolute(x).lexically_normal() ==
+           std::filesystem::absolute(y).lexically_normal();
+  };
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    for (std::size_t j = i + 1; j < files.size(); ++j) {
+      const auto& [flag_a, path_a] = files[i];
+      const auto& [flag_b, path_b] = files[j];
+      const bool resumed_state = std::string(flag_a) == "--save-state" &&
+                                 std::string(flag_b) == "--resume";  // goes on writing it
+      if (path_a->empty() || path_b->empty() || resumed_state || !same(*path_a, *path_b)) {
+        continue;
+      }
+      throw Error(fmt::format(
+          "[train] {} and {} both name '{}': one would overwrite the other. Give each its own "
+          "file. Nothing was trained",
+          flag_a, flag_b, *path_a));
+    }
+  }
 }
 
 // Built on the training device directly: no initialization on the host first.
@@ -275,7 +303,13 @@ const CLI::Validator kUnsigned(
     [](std::string& text) -> std::string {
       const bool digits =
           !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-      return digits ? "" : "must be a whole number >= 0, got " + text;
+      if (!digits) return "must be a whole number >= 0, got " + text;
+      // Past 2^64 - 1 the conversion would clamp it silently: another seed than asked for.
+      std::uint64_t value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return error == std::errc() && end == text.data() + text.size()
+                 ? ""
+                 : "must be at most 18446744073709551615 (2^64 - 1), got " + text;
     },
     "UINT");
 

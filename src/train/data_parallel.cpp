@@ -42,8 +42,9 @@ namespace {
 void check_splittable(std::int64_t batch, std::size_t k) {
   TESSERA_CHECK(batch >= static_cast<std::int64_t>(k), Error,
                 "[Trainer] a batch of {} example(s) cannot be split over {} devices (each "
-                "replica needs at least one); use a batch size of at least {}, or drop_last "
-                "to skip a short last batch",
+                "replica needs at least one); choose a batch size that leaves every batch, the "
+                "last of an epoch too, at least {} examples, or drop a short last batch "
+                "(LoaderOptions::drop_last)",
                 batch, k, k);
 }
 
@@ -102,6 +103,10 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                        .max_epochs = options_.max_epochs,
                        .gradient_clip_val = options_.gradient_clip_val},
                       named);
+  }
+  // Every batch, the short last one too, before anything trains (its size is known now).
+  for (const std::int64_t b : {train.batch_length(0), train.batch_length(train.batches() - 1)}) {
+    check_splittable(b, ranks * k);
   }
   // Every replica starts from rank 0's replica 0's values (parameters and buffers).
   const auto start_from_first = [&](const std::vector<Tensor>& one_per_replica) {

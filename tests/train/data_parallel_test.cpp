@@ -184,9 +184,12 @@ TEST_P(DataParallel, RefusesWhatCannotWork) {
   data::DataLoader loader(images, labels, {.batch_size = 4, .shuffle = false});  // 4, then 1
   train::Trainer trainer({.max_epochs = 1, .progress = false, .devices = g});
   train::Classifier good([] { return make_net(false); }, make_opt(false));
+  const std::vector<double> before = good.model().parameters().front().to_vector<double>();
   expect_throw_with<Error>(
       [&] { trainer.fit(good, loader); },
       {"[Trainer] a batch of 1 example(s) cannot be split over 2 devices", "drop_last"});
+  // Refused before the first step, not after an epoch's worth of full batches.
+  EXPECT_EQ(good.model().parameters().front().to_vector<double>(), before);
   nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
   optim::SGD opt(net.parameters(), {.lr = 0.1});
   train::Classifier by_reference(net, opt);
