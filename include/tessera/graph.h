@@ -5,6 +5,7 @@
 /// small ops such as the book's 100x100 matmuls and the book's small models. Recording does
 /// not run the work; replay() does.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -65,6 +66,9 @@ class TESSERA_API Graph {
   TESSERA_HIDDEN Graph(std::vector<Device> devices, std::unique_ptr<detail::CapturedWork> work);
   std::vector<Device> devices_;
   std::unique_ptr<detail::CapturedWork> work_;
+  // What one replay moves between devices, per device index of the kind: transfers counted
+  // and bytes, in pairs (Note [Graphs in the ledger] in graph.cpp).
+  std::vector<std::uint64_t> replay_moves_;
 };
 
 }  // namespace tessera

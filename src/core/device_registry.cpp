@@ -66,6 +66,30 @@ DeviceCounters& counters(Device device) {
   return g_counters[static_cast<int>(device.kind())][device.index()];
 }
 
+std::vector<std::uint64_t> d2d_moves(DeviceKind kind) {
+  std::vector<std::uint64_t> out;
+  for (const DeviceCounters& c : g_counters[static_cast<int>(kind)]) {
+    out.push_back(c.d2d_count.load());
+    out.push_back(c.d2d_bytes.load());
+  }
+  return out;
+}
+
+void add_d2d_moves(DeviceKind kind, const std::vector<std::uint64_t>& moves, int sign) {
+  auto& all = g_counters[static_cast<int>(kind)];
+  for (std::size_t i = 0; i + 1 < moves.size() && i / 2 < all.size(); i += 2) {
+    if (moves[i] == 0 && moves[i + 1] == 0) continue;
+    DeviceCounters& c = all[i / 2];
+    if (sign > 0) {
+      c.d2d_count += moves[i];
+      c.d2d_bytes += moves[i + 1];
+    } else {
+      c.d2d_count -= moves[i];
+      c.d2d_bytes -= moves[i + 1];
+    }
+  }
+}
+
 const CpuDeviceOptions& cpu_options() {
   if (!g_in_use.load(std::memory_order_acquire)) {
     std::lock_guard lock(g_config_mutex);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tessera/cpu_devices.h"
 #include "tessera/device.h"
@@ -28,6 +29,10 @@ struct DeviceCounters {
 
 // Counters of a device whose kind and index are in range (checked by the caller).
 DeviceCounters& counters(Device device);
+// The device-to-device transfers counted so far on every device of `kind`: count and bytes
+// in pairs, by device index. add_d2d_moves adds (sign 1) or takes back (-1) such a list.
+std::vector<std::uint64_t> d2d_moves(DeviceKind kind);
+void add_d2d_moves(DeviceKind kind, const std::vector<std::uint64_t>& moves, int sign);
 
 // The logical CPU configuration, read from TESSERA_CPU_DEVICES / TESSERA_CPU_ASYNC on first
 // use unless configure_cpu_devices() came first. Fixed after the first tensor exists.

@@ -79,6 +79,7 @@ Graph Graph::capture(const std::vector<Device>& devices, const std::function<voi
                   "default stream (outside the guard)",
                   d.str());
   }
+  const std::vector<std::uint64_t> before = detail::d2d_moves(devices.front().kind());
   backend.begin_capture(indices);
   const detail::CaptureCount counted;  // until the recording is ended or dropped
   try {
@@ -87,7 +88,21 @@ Graph Graph::capture(const std::vector<Device>& devices, const std::function<voi
     backend.abort_capture(indices);
     throw;
   }
-  return Graph(devices, backend.end_capture(indices));
+  Graph graph(devices, backend.end_capture(indices));
+  // Note [Graphs in the ledger]
+  // The front end counts a collective or a copy between devices when it is issued; during a
+  // capture that is when it is recorded, and nothing moves. What the recording counted is
+  // taken back and added again at every replay, which does move it: a data-parallel step run
+  // as a graph shows its all-reduce bytes per step, as eager steps do. (Another thread
+  // moving data between devices of this kind while the capture runs would be counted with
+  // the graph's.)
+  graph.replay_moves_ = detail::d2d_moves(devices.front().kind());
+  for (std::size_t i = 0; i < before.size(); ++i) {  // 0 if the ledger was reset meanwhile
+    std::uint64_t& moved = graph.replay_moves_[i];
+    moved = moved >= before[i] ? moved - before[i] : 0;
+  }
+  detail::add_d2d_moves(devices.front().kind(), graph.replay_moves_, /*sign=*/-1);
+  return graph;
 }
 
 void Graph::replay() const {
@@ -97,6 +112,7 @@ void Graph::replay() const {
     detail::check_capturing_together(devices_, "Graph::replay", "a graph of several devices");
   }
   work_->replay();
+  detail::add_d2d_moves(devices_.front().kind(), replay_moves_, /*sign=*/1);
 }
 
 std::size_t Graph::node_count() const { return work_ ? work_->node_count() : 0; }

@@ -320,6 +320,25 @@ TEST_P(Graphs, SeveralCpuDevicesReplayACollective) {
   }
 }
 
+TEST_P(Graphs, EachReplayCountsWhatItMovesInTheLedger) {
+  // Note [Graphs in the ledger]: a recorded all-reduce moves nothing when recorded and its
+  // bytes at every replay, as the eager one does each time.
+  const std::vector<Device> group = same_kind_devices();
+  if (group.size() < 2 || !device().is_cpu()) GTEST_SKIP() << "needs two logical CPU devices";
+  std::vector<Tensor> pair{ones({256}, group[0]), ones({256}, group[1])};
+  synchronize(group[0]);
+  reset_transfer_stats();
+  all_reduce(pair);
+  const std::uint64_t eager = transfer_stats(group[0]).d2d_bytes;
+  ASSERT_GT(eager, 0u);
+  reset_transfer_stats();
+  const Graph g = Graph::capture(group, [&] { all_reduce(pair); });
+  EXPECT_EQ(transfer_stats(group[0]).d2d_bytes, 0u) << "recording moved nothing";
+  for (int i = 0; i < 3; ++i) g.replay();
+  EXPECT_EQ(transfer_stats(group[0]).d2d_bytes, 3 * eager);
+  EXPECT_EQ(transfer_stats(group[0]).d2d_count, 3u);
+}
+
 TEST_P(Graphs, GroupsAreChecked) {
   expect_throw_with<DeviceError>([&] { Graph::capture(std::vector<Device>{}, [] {}); },
                                  {"[Graph::capture]", "no devices"});

@@ -158,11 +158,11 @@ TEST_P(DataParallel, TheLedgerShowsTheAllReduceBytes) {
     // counts as h2d and d2h: on cpu:0 (where step_losses() lives), the other replica's loss
     // log at the end; elsewhere the model's one move from cpu:0. No batch crosses between
     // logical devices: each replica's piece is gathered in its device's memory
-    // (DataLoader::split), and a recorded step copies it within that device. The front end
-    // counts a collective when it is called: a recorded step's all-reduce once, when it is
-    // recorded (the second step), not at each replay (the third and fourth).
+    // (DataLoader::split), and a recorded step copies it within that device. A recorded
+    // step's all-reduce counts at each replay (the second step, recorded then replayed, the
+    // third and the fourth), not when it is recorded (Note [Graphs in the ledger]).
     const auto n = static_cast<std::uint64_t>(numel);
-    std::uint64_t expected = (graph ? 2 : 4) * n * 4;
+    std::uint64_t expected = 4 * n * 4;
     if (g[0] == cpu(0)) expected += 4 * 4;
     if (g[0].is_cpu() && g[0] != cpu(0)) expected += n * 4;
     EXPECT_EQ(transfer_stats(g[0]).d2d_bytes, expected) << transfer_stats(g[0]);
