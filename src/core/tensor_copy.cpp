@@ -174,7 +174,9 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op, const std::sourc
                 dtype_name(t.dtype()), dtype_name(expected), dtype_name(expected));
   check_not_capturing(t.device(), op, "handing its memory to the host");
   if (!is_host(t.device())) {
-    count_host_wait(t.device(), op, &where);
+    // The host reads the device's memory as a GPU's would be copied out: a wait and a
+    // device-to-host read of the tensor (docs/device_model.md).
+    count_host_read(t.device(), t.nbytes(), op, &where);
     backend_of(t.device()).synchronize(t.device().index());
   } else {
     settle_host(t.device());

@@ -143,7 +143,12 @@ TEST_P(Copy, HostReadsWorkFromEveryDevice) {
   EXPECT_EQ(sum(t).item<double>(), 10.5);
   expect_throw_with<ShapeError>([&] { t.item(); }, {"[item]", "exactly one element", "[2, 2]"});
   if (device().is_cpu()) {
+    reset_transfer_stats();
     EXPECT_EQ(t.data<float>()[3], 4.0f);
+    // A logical device's memory handed to the host is a read, as docs/device_model.md says.
+    const TransferStats read = transfer_stats(device());
+    EXPECT_EQ(read.d2h_bytes, has_logical_cpu_devices() ? 16u : 0u) << read;
+    EXPECT_EQ(read.host_waits, has_logical_cpu_devices() ? 1u : 0u) << read;
     expect_throw_with<DtypeError>([&] { t.data<double>(); }, {"[data]", "float32, not float64"});
   }
 }
