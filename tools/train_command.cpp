@@ -217,6 +217,14 @@ void run_train(const TrainArgs& a) {
       });
   nn::Module& net = task.model();
   if (!a.load.empty()) {
+    // A file this command saved names its model: a mismatch is named before the shapes are.
+    const auto meta = read_safetensors_header(a.load).metadata;
+    if (const auto saved = meta.find("model"); saved != meta.end() && saved->second != a.model) {
+      throw Error(fmt::format(
+          "[train] --load {} holds a '{}' model (tessera train --model {} saved it), but "
+          "--model is '{}'; pass --model {}",
+          a.load, saved->second, saved->second, a.model, saved->second));
+    }
     nn::load_checkpoint(net, a.load);
     std::cout << "loaded " << a.load << "\n";
   }

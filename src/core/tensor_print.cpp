@@ -105,6 +105,8 @@ void print_rec(std::ostream& os, const std::vector<T>& v, const Shape& shape, in
 // Printing is a host read like any other (counted, checked by SyncGuard) at `where`.
 std::ostream& print(std::ostream& os, const Tensor& t, const std::source_location& where) {
   if (!t.defined()) return os << "tensor(undefined)";
+  // Read first: a read that throws (a capture, a SyncGuard) leaves the stream untouched.
+  std::ostringstream text;
   const auto body = [&](auto tag) {
     using T = decltype(tag);
     std::vector<T> values(static_cast<std::size_t>(t.numel()));
@@ -112,19 +114,19 @@ std::ostream& print(std::ostream& os, const Tensor& t, const std::source_locatio
                          where);
     const Formatter f(t.dtype(), values);
     if (t.dim() == 0) {
-      os << f.raw(values[0]);
+      text << f.raw(values[0]);
     } else if (t.numel() == 0) {
-      os << "[]";
+      text << "[]";
     } else {
-      print_rec(os, values, t.shape(), 0, 0, 7, t.numel() > kSummarizeAbove, f);
+      print_rec(text, values, t.shape(), 0, 0, 7, t.numel() > kSummarizeAbove, f);
     }
   };
-  os << "tensor(";
   if (is_floating(t.dtype())) {
     body(double{});
   } else {
     body(std::int64_t{});
   }
+  os << "tensor(" << text.str();
   if (t.numel() == 0 && t.dim() > 1) os << ", size=" << t.shape().str();
   if (!detail::is_host(t.device())) os << ", device=" << t.device().str();
   if (t.dtype() != kFloat32 && t.dtype() != kInt64 && t.dtype() != kBool) {

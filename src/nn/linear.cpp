@@ -43,11 +43,16 @@ Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, co
                 "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
                 "or reshape the input (e.g. with nn::Flatten)",
                 m.type_name(), m.path(), in_features, x.shape().str());
-  TESSERA_CHECK(x.dtype() == weight.dtype() || linear_autocast(x, weight, bias), DtypeError,
-                "[{}] {} has {} parameters but the input is {}; convert the input with "
-                ".to({}) or the model with .to({})",
-                m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
-                dtype_name(weight.dtype()), dtype_name(x.dtype()));
+  if (x.dtype() != weight.dtype() && !linear_autocast(x, weight, bias)) {
+    // A model converts to floating dtypes only: for an integer input the input must move.
+    const std::string model_too =
+        is_floating(x.dtype()) ? fmt::format(" or the model with .to({})", dtype_name(x.dtype()))
+                               : std::string();
+    throw DtypeError(fmt::format(
+        "[{}] {} has {} parameters but the input is {}; convert the input with .to({}){}",
+        m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
+        dtype_name(weight.dtype()), model_too));
+  }
   return linear(x, weight, bias);
 }
 
