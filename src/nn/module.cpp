@@ -370,10 +370,27 @@ void Module::check_state_dict(const std::map<std::string, TensorLayout>& layouts
       for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
       return s.empty() ? std::string("none") : s;
     };
+    // An unexpected name may belong to a layer that has no parameters yet (a lazy layer
+    // before its first call): loading with strict=false would skip it, so say what helps.
+    std::string unbuilt;
+    for (const auto& [name, m] : const_cast<Module*>(this)->named_modules()) {
+      if (m->type_name().rfind("Lazy", 0) != 0 || !m->named_parameters().empty()) continue;
+      const std::string prefix = name.empty() ? "" : name + ".";
+      for (const std::string& u : unexpected) {
+        if (u.rfind(prefix, 0) == 0 && u.find('.', prefix.size()) == std::string::npos) {
+          unbuilt = fmt::format(
+              " ({} has no parameters yet: a lazy layer builds them on its first call, so run "
+              "the model once on an input before loading)",
+              m->path());
+          break;
+        }
+      }
+      if (!unbuilt.empty()) break;
+    }
     throw Error(fmt::format(
-        "[load_state_dict] the state dict does not match {}: missing {}; unexpected {}. Pass "
-        "strict=false to load the names that match",
-        path(), join(missing), join(unexpected)));
+        "[load_state_dict] the state dict does not match {}: missing {}; unexpected {}{}. "
+        "Pass strict=false to load only the names that match",
+        path(), join(missing), join(unexpected), unbuilt));
   }
 }
 

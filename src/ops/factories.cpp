@@ -93,6 +93,7 @@ Tensor tensor(const NestedList& values, TensorOptions options) {
                          : widest == NestedList::Kind::kInt ? kInt64
                                                             : kBool;
   if (!options.dtype) options.dtype = inferred;
+  detail::check_not_capturing(device_of(options), "tensor", "a copy from the host");
   // Into an integer dtype every entry must fit (converting one that does not is undefined);
   // into a floating one an entry past its range is infinite, as PyTorch's tensor() makes it.
   for (const NestedList* leaf : is_integral(*options.dtype) ? leaves : decltype(leaves){}) {

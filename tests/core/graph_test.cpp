@@ -199,6 +199,11 @@ TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {
         },
         {"[from_vector]", "a copy from the host"});
     expect_throw_with<GraphCaptureError>(
+        [&] { Graph::capture(device(), [&] {
+                (void)tensor({1.0, 2.0}, device());
+              }); },
+        {"[tensor]", "a copy from the host"});
+    expect_throw_with<GraphCaptureError>(
         [&] { Graph::capture(device(), [&] { (void)x.data<float>(); }); },
         {"is capturing a graph"});
   }

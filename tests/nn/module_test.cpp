@@ -185,6 +185,11 @@ TEST_P(Modules, LazyLinearBuildsOnTheInputsDeviceOrWhereItWasMoved) {
   EXPECT_EQ(net.at<nn::LazyLinear>(0).weight.shape(), Shape({1, 20}));
   EXPECT_EQ(net.device(), d);
   EXPECT_EQ(net.parameters().size(), 2u);
+  // Loading into one not built yet says what helps (strict=false would load nothing).
+  nn::Sequential unbuilt(nn::LazyLinear(1));
+  expect_throw_with<Error>([&] { unbuilt.load_state_dict(net.state_dict()); },
+                           {"unexpected 0.bias, 0.weight", "Sequential[0] has no parameters yet",
+                            "run the model once on an input before loading"});
 
   // Moved before its first call: the parameters are made there, and the input is checked.
   for (Device target : available_devices()) {
