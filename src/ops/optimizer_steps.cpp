@@ -45,7 +45,8 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
                 param.shape().str(), grad.shape().str());
   TESSERA_CHECK(param.is_contiguous(), Error,
                 "[{}] parameter {} is not contiguous (a transposed or sliced view); optimize a "
-                "contiguous tensor, e.g. x.contiguous().detach().requires_grad_()",
+                "contiguous tensor, e.g. x.contiguous().detach().requires_grad_(), or, for a "
+                "layer's parameter given a view (layer.weight = w.t()), give it w.t().contiguous()",
                 site.op, site.index);
   for (const auto& [what, t] : state) {
     TESSERA_CHECK(t->dtype() == param.dtype() && t->shape() == param.shape(), Error,
