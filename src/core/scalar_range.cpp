@@ -3,27 +3,39 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "core/check.h"
 
 namespace tessera::detail {
 namespace {
 
-// The range of an integer dtype as doubles: [lo, hi) holds the values whose whole part fits.
+// The range of an integer dtype, as integers and as the doubles (lo, hi) whose whole part
+// (truncated toward zero) fits.
 struct IntegerRange {
-  double lo, hi;
+  std::int64_t min, max;
+  double lo, hi;  // exclusive
   const char* text;
 };
 
 IntegerRange range_of(Dtype dtype) {
   switch (dtype) {
     case kUInt8:
-      return {-0.999999, 256.0, "0 to 255"};
+      return {0, 255, -1.0, 256.0, "0 to 255"};
     case kInt32:
-      return {-2147483648.999999, 2147483648.0, "-2147483648 to 2147483647"};
-    default:  // int64: 2^63 is the first double past its largest value
-      return {-9223372036854775808.0, 9223372036854775808.0, "-2^63 to 2^63 - 1"};
+      return {INT32_MIN, INT32_MAX, -2147483649.0, 2147483648.0, "-2147483648 to 2147483647"};
+    default:  // int64: -2^63 itself fits, and 2^63 is the first double past the largest
+      return {INT64_MIN, INT64_MAX, std::nextafter(-9223372036854775808.0, -INFINITY),
+              9223372036854775808.0, "-2^63 to 2^63 - 1"};
   }
+}
+
+[[noreturn]] void refuse(const char* op, const std::string& value, Dtype dtype,
+                         const IntegerRange& r) {
+  throw DtypeError(fmt::format(
+      "[{}] the value {} does not fit {} ({}); use a wider dtype (convert the tensor with "
+      ".to(kInt64) or .to(kFloat64))",
+      op, value, dtype_name(dtype), r.text));
 }
 
 // The smallest magnitude that rounds to infinity in a floating dtype: its largest finite
@@ -46,10 +58,13 @@ double overflow_at(Dtype dtype) {
 void check_scalar_fits_integer(const char* op, double value, Dtype dtype) {
   if (dtype == kBool || is_floating(dtype)) return;
   const IntegerRange r = range_of(dtype);
-  TESSERA_CHECK(value >= r.lo && value < r.hi, DtypeError,
-                "[{}] the value {} does not fit {} ({}); use a wider dtype (convert the tensor "
-                "with .to(kInt64) or .to(kFloat64))",
-                op, value, dtype_name(dtype), r.text);
+  if (!(value > r.lo && value < r.hi)) refuse(op, fmt::format("{}", value), dtype, r);
+}
+
+void check_integer_fits(const char* op, std::int64_t value, Dtype dtype) {
+  if (dtype == kBool || is_floating(dtype)) return;
+  const IntegerRange r = range_of(dtype);
+  if (value < r.min || value > r.max) refuse(op, fmt::format("{}", value), dtype, r);
 }
 
 void check_scalar_fits(const char* op, double value, Dtype dtype) {

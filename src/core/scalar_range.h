@@ -2,6 +2,8 @@
 // Whether a C++ scalar (every scalar arrives as double) has a value in a dtype: converting
 // one that does not is undefined for integers (full({2}, 300, kUInt8) gave 44) and overflows
 // floats to infinity.
+#include <cstdint>
+
 #include "tessera/dtype.h"
 
 namespace tessera::detail {
@@ -14,5 +16,7 @@ void check_scalar_fits(const char* op, double value, Dtype dtype);
 // The same for integer dtypes only: a scalar combined with a tensor (x < 1e300 compares in
 // float32 as well as PyTorch does, but an int32 tensor cannot hold 3e9).
 void check_scalar_fits_integer(const char* op, double value, Dtype dtype);
+// The same for an exact integer (a literal past 2^53, which no double holds).
+void check_integer_fits(const char* op, std::int64_t value, Dtype dtype);
 
 }  // namespace tessera::detail

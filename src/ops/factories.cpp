@@ -100,12 +100,7 @@ Tensor tensor(const NestedList& values, TensorOptions options) {
     if (leaf->kind() == NestedList::Kind::kFloat) {
       detail::check_scalar_fits_integer("tensor", leaf->value(), *options.dtype);
     } else {  // exact: the double may have rounded a large integer into or out of range
-      const std::int64_t v = leaf->integer();
-      const bool fits = *options.dtype == kInt64 ||
-                        (*options.dtype == kInt32 && v >= INT32_MIN && v <= INT32_MAX) ||
-                        (*options.dtype == kUInt8 && v >= 0 && v <= 255);
-      TESSERA_CHECK(fits, DtypeError, "[tensor] the value {} does not fit {}; use a wider dtype", v,
-                    dtype_name(*options.dtype));
+      detail::check_integer_fits("tensor", leaf->integer(), *options.dtype);
     }
   }
   if (widest != NestedList::Kind::kFloat) {  // integers and bools, every bit kept

@@ -1,6 +1,7 @@
 // Each optimizer error's wording once, and its type.
 #include "autograd/autograd_meta.h"
 #include "support/device_test.h"
+#include "tessera/nn/linear.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"
 #include "tessera/optim/sgd.h"
@@ -97,6 +98,17 @@ TEST_P(OptimErrors, NegativeMaxNorm) {
   a.set_grad(ones({2}, device()));
   expect_throw_with<Error>([&] { optim::clip_grad_norm_({a}, -1.0); },
                            {"[clip_grad_norm_] invalid max_norm=-1", ">= 0"});
+}
+
+TEST_P(OptimErrors, NonContiguousParameterSaysHowALayersIsFixed) {
+  // A layer's parameter may be given a view (Parameter::operator= shares its memory); the
+  // fused steps need contiguous memory, and the message says what to assign instead.
+  nn::Linear layer(3, 3, true, device());
+  layer.weight = zeros({3, 3}, device()).t();
+  optim::SGD sgd(layer.parameters(), {.lr = 0.1});
+  for (const Tensor& p : layer.parameters()) Tensor(p).set_grad(ones_like(p));
+  expect_throw_with<Error>([&] { sgd.step(); },
+                           {"is not contiguous", "layer.weight = w.t()", "w.t().contiguous()"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(OptimErrors);
