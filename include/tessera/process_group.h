@@ -31,7 +31,8 @@ class TESSERA_API ProcessGroup {
   /// Joins the world of processes (initialising MPI when nothing has yet) and returns its
   /// group for `backend`; later calls return the same group. Throws Error when tessera was
   /// built without MPI, when MPI's thread level cannot serve logical CPU devices' queues,
-  /// or when the ranks disagree on TESSERA_CPU_DEVICES. Waits for every rank to arrive.
+  /// or when the ranks disagree on TESSERA_CPU_DEVICES; throws DeviceError for kNccl in a
+  /// process that sees no GPU. Waits for every rank to arrive.
   static ProcessGroup& init(ProcessBackend backend = ProcessBackend::kMpi);
   /// The group init() made for `backend`. Throws Error when init() has not been called.
   static ProcessGroup& world(ProcessBackend backend = ProcessBackend::kMpi);

@@ -1,6 +1,6 @@
-// eye, diag and trace, composed from ops that exist (arange, comparisons, products, sums),
-// so they run on every device and differentiate without kernels of their own. diag reads
-// min(n, m)^2 elements rather than min(n, m): a convenience, not a hot path.
+// eye, diag and trace, composed from ops that exist (arange, comparisons, where, views), so
+// they run on every device and differentiate without kernels of their own. Neither diag
+// multiplies by an identity matrix: inf * 0 would put NaN where the other values are.
 #include <algorithm>
 
 #include "core/check.h"
@@ -28,12 +28,16 @@ Tensor diag(const Tensor& a) {
                 "its diagonal), got shape {}",
                 a.shape().str());
   if (a.dim() == 1) {
-    // Row i of eye(n) * a is a's i-th value at column i, zeros elsewhere.
-    return mul(eye(a.size(0), -1, {a.dtype(), a.device()}), a.unsqueeze(0));
+    // Row i holds a's i-th value at column i and zeros of a's dtype elsewhere.
+    const std::int64_t n = a.size(0);
+    const Tensor rows = arange(static_cast<double>(n), {kInt64, a.device()}).unsqueeze(1);
+    const Tensor cols = arange(static_cast<double>(n), {kInt64, a.device()}).unsqueeze(0);
+    return where(eq(rows, cols), a.unsqueeze(0), zeros({}, {a.dtype(), a.device()}));
   }
+  // The diagonal of the leading k x k block is every (k + 1)-th of its k * k values.
   const std::int64_t k = std::min(a.size(0), a.size(1));
   const Tensor square = a.narrow(0, 0, k).narrow(1, 0, k);
-  return sum(mul(square, eye(k, -1, {a.dtype(), a.device()})), {1});
+  return square.reshape({k * k}).slice(0, 0, k * k, k + 1).clone();
 }
 
 Tensor trace(const Tensor& a) {

@@ -157,6 +157,11 @@ ProcessGroup& ProcessGroup::init(ProcessBackend backend) {
   std::lock_guard lock(g.mutex);
   ProcessGroup*& slot = g.by_backend[static_cast<int>(backend)];
   if (slot != nullptr) return *slot;
+  // Refused before joining: NCCL would start, and fail only at the first collective.
+  TESSERA_CHECK(backend != ProcessBackend::kNccl || num_gpus() > 0, DeviceError,
+                "[ProcessGroup::init] the NCCL backend moves GPU tensors, but this process "
+                "sees no GPU ({}); use ProcessGroup::init() (MPI) for CPU tensors",
+                gpu_unavailable_reason());
   // Lanes and queues follow the CPU configuration, which is fixed from here on.
   detail::mark_devices_in_use();
   const CpuDeviceOptions& cpu = detail::cpu_options();

@@ -21,6 +21,14 @@ TEST(ProcessGroupBeforeInit, WorldSaysToCallInit) {
                             "ProcessGroup::init() first"});
 }
 
+TEST(ProcessGroupBeforeInit, NcclWithoutAGpuIsRefused) {
+  if (num_gpus() > 0) GTEST_SKIP() << "this process sees a GPU";
+  expect_throw_with<DeviceError>([] { ProcessGroup::init(ProcessBackend::kNccl); },
+                                 {"[ProcessGroup::init] the NCCL backend moves GPU tensors, but "
+                                  "this process sees no GPU (",
+                                  "use ProcessGroup::init() (MPI)"});
+}
+
 class ProcessGroupTest : public DeviceTest {
  protected:
   void SetUp() override {
@@ -170,6 +178,7 @@ TEST_P(ProcessGroupTest, AGpuTensorIsRefusedNamingNccl) {
 }
 
 TEST_P(ProcessGroupTest, ACpuTensorIsRefusedByTheNcclGroup) {
+  if (num_gpus() == 0) GTEST_SKIP() << "without a GPU the NCCL group itself is refused";
   const ProcessGroup& nccl = ProcessGroup::init(ProcessBackend::kNccl);
   EXPECT_EQ(nccl.rank(), pg().rank());
   expect_throw_with<DeviceError>(

@@ -1,6 +1,7 @@
 // The method forms (x.sum(), x.matmul(y), ...) are the ops themselves, and eye, diag and
 // trace match a float64 reference on every device, with gradients.
 #include <cmath>
+#include <limits>
 
 #include "support/device_test.h"
 
@@ -90,6 +91,31 @@ TEST_P(TensorMethods, DiagAndTraceDifferentiate) {
   Tensor v = tensor({1.0, 2.0}, device()).requires_grad_();
   (diag(v) * tensor({{3.0, 5.0}, {7.0, 11.0}}, device())).sum().backward();
   EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{3, 11}));
+}
+
+TEST_P(TensorMethods, DiagKeepsNonFiniteValuesWhereTheyAreAndTheDtype) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // An inf or NaN off the diagonal stays off it (a product with eye gave NaN).
+  EXPECT_EQ(diag(tensor({{1.0, inf}, {2.0, 3.0}}, device())).to_vector<float>(),
+            (std::vector<float>{1, 3}));
+  EXPECT_EQ(tensor({{1.0, nan}, {2.0, 3.0}}, device()).trace().item<float>(), 4.0F);
+  const std::vector<float> m = diag(tensor({inf, -2.0}, device())).to_vector<float>();
+  EXPECT_EQ(m, (std::vector<float>{std::numeric_limits<float>::infinity(), 0, 0, -2}));
+  EXPECT_FALSE(std::signbit(m[1]));  // +0 off the diagonal
+  // The diagonal of an integer or bool matrix keeps its dtype (a sum made it int64).
+  const Tensor ints = tensor({{1, 2}, {3, 4}}, {kInt32, device()});
+  expect_equal(diag(ints), tensor({1, 4}, {kInt32, device()}));
+  const Tensor flags = tensor({{true, false}, {true, true}}, device());
+  expect_equal(diag(flags), tensor({true, true}, device()));
+  expect_equal(diag(tensor({true, false}, device())),
+               tensor({{true, false}, {false, false}}, device()));
+  EXPECT_EQ(diag(zeros({0, 3}, device())).numel(), 0);
+  // diag of a matrix is a copy, not a view of it.
+  Tensor sq = tensor({{1.0, 2.0}, {3.0, 4.0}}, device());
+  Tensor d = diag(sq);
+  d.fill_(9.0);
+  EXPECT_EQ(sq.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
 }
 
 TEST_P(TensorMethods, WrongRanksAreRefused) {
