@@ -165,6 +165,7 @@ Tensor argmin(const Tensor& a, int dim, bool keepdim) {
 Tensor norm(const Tensor& a) {
   detail::check_defined(a, "norm");
   check_floating("norm", a);
+  if (detail::autocast_keeps_float32(a)) return norm(a.to(kFloat32));  // as value_reduce
   // One kernel summing squares in double and taking the root; no temporary a * a.
   return reduce(ReduceOp::kNorm, "norm", a, all_dims(a.shape()), false, a.dtype());
 }

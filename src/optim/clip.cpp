@@ -32,10 +32,11 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   if (grads.empty()) {
     return zeros(Shape{}, {kFloat32, params.empty() ? default_device() : params[0].device()});
   }
-  // As PyTorch: the norm of the per-parameter norms.
+  // As PyTorch: the norm of the per-parameter norms, but in float32 for half grads: a
+  // float16 norm of 256 squared is inf, which would zero every gradient.
   Tensor total_sq;
   for (const Tensor& g : grads) {
-    const Tensor n = norm(g);
+    const Tensor n = norm(is_half(g.dtype()) ? g.to(kFloat32) : g);
     total_sq = total_sq.defined() ? add(total_sq, mul(n, n)) : mul(n, n);
   }
   const Tensor total = sqrt(total_sq);

@@ -87,6 +87,7 @@ TEST_P(Autocast, KeepsSoftmaxLossesAndReductionsInFloat32) {
   EXPECT_EQ(log_softmax(h, 1).dtype(), kFloat32);
   EXPECT_EQ(sum(h).dtype(), kFloat32);
   EXPECT_EQ(mean(h, {1}).dtype(), kFloat32);
+  EXPECT_EQ(norm(h).dtype(), kFloat32);
   EXPECT_EQ(nn::cross_entropy(h, tensor({0, 1, 2, 3}, {kInt64, device()})).dtype(), kFloat32);
   EXPECT_EQ(nn::mse_loss(h, zeros_like(h)).dtype(), kFloat32);
   // Whole: differences and squares in float32, not rounded to bfloat16 first (511^2 needs

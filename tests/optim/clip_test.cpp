@@ -38,6 +38,18 @@ TEST_P(ClipGradNorm, ScalesByTheGlobalNorm) {
   EXPECT_EQ(optim::clip_grad_norm_({none}, 1.0).item<double>(), 0.0);
 }
 
+TEST_P(ClipGradNorm, HalfGradientsWhoseNormPassesTheHalfRangeAreScaledNotZeroed) {
+  for (const Dtype dtype : {kFloat16, kBFloat16}) {
+    Tensor w = zeros({4}, {dtype, device()}).requires_grad_();
+    w.set_grad(full({4}, 150.0, {dtype, device()}));  // norm 300: squared, past float16's max
+    const Tensor n = optim::clip_grad_norm_({w}, 1.0);
+    EXPECT_EQ(n.dtype(), kFloat32) << dtype_name(dtype);
+    EXPECT_NEAR(n.item<double>(), 300.0, 1e-3) << dtype_name(dtype);
+    EXPECT_EQ(w.grad().dtype(), dtype);
+    expect_close(w.grad(), {0.5, 0.5, 0.5, 0.5}, 4e-3, 0, std::string(dtype_name(dtype)));
+  }
+}
+
 TEST_P(ClipGradNorm, TrainingStepsCopyNothingAndNeverWait) {
   manual_seed(5);
   const Tensor X = randn({64, 4}, device());
