@@ -3,6 +3,7 @@
 #include <cairo-svg.h>
 #include <cairo.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -22,6 +23,19 @@ double tick_step(double span, int count) {
     if (raw <= m * mag) return m * mag;
   }
   return 10 * mag;
+}
+
+std::vector<double> ticks(double span, int count, double min_step) {
+  if (!(span > 0) || !std::isfinite(span)) return {0.0};
+  const double step = std::max(min_step, tick_step(span, count));
+  if (!(step > 0) || !std::isfinite(step)) return {0.0};  // a span of a few subnormals
+  // Counted, not summed: a sum's rounding error must not decide the last tick (nor can a
+  // step too small to move the sum loop forever).
+  std::vector<double> out;
+  for (int i = 0; i <= 4 * count + 4 && i * step <= span * (1 + 1e-9); ++i) {
+    out.push_back(i * step);
+  }
+  return out;
 }
 
 std::string tick_label(double v) {

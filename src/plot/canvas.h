@@ -18,6 +18,9 @@ inline constexpr Rgb kInk{0.15, 0.15, 0.15}, kGrid{0.88, 0.88, 0.88}, kWhite{1, 
 Rgb palette(int i);
 // A "nice" tick step (1, 2 or 5 times a power of ten) giving about `count` ticks over span.
 double tick_step(double span, int count);
+// The ticks 0, step, 2 step, ... up to `span` for a tick_step of at least `min_step`: just
+// {0} for a span that is not a positive finite number or too small to divide.
+std::vector<double> ticks(double span, int count, double min_step = 0);
 // A short tick label: 3 significant digits, never "-0".
 std::string tick_label(double v);
 

@@ -15,7 +15,7 @@ using detail::kInk;
 using detail::kWhite;
 using detail::Rgb;
 using detail::tick_label;
-using detail::tick_step;
+using detail::ticks;
 
 constexpr double kWidth = 800, kHeight = 480;
 constexpr double kLeft = 70, kRight = 70, kTop = 46, kBottom = 56;
@@ -24,8 +24,12 @@ constexpr Rgb kStepColor{0.62, 0.74, 0.90}, kTrainColor{0.12, 0.38, 0.75},
     kValLossColor{0.90, 0.45, 0.10}, kAccColor{0.18, 0.60, 0.25};
 
 struct Axes {
-  double x_max, y_max;  // x: epochs from 0; left y: loss from 0; right y: accuracy 0-1
-  double px(double x) const { return kLeft + x / x_max * (kWidth - kLeft - kRight); }
+  // x: epochs from the one before the first drawn (0, or the epoch a run resumed after);
+  // left y: loss from 0; right y: accuracy 0-1.
+  double x_min, x_max, y_max;
+  double px(double x) const {
+    return kLeft + (x - x_min) / (x_max - x_min) * (kWidth - kLeft - kRight);
+  }
   double py(double y) const { return kHeight - kBottom - y / y_max * (kHeight - kTop - kBottom); }
   double pacc(double a) const { return kHeight - kBottom - a * (kHeight - kTop - kBottom); }
 };
@@ -48,20 +52,21 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
     if (std::isfinite(v)) y_max = std::max(y_max, v);
   }
   y_max = y_max > 0 ? y_max * 1.05 : 1;
-  const Axes ax{std::max<double>(static_cast<double>(h.size()), 1), y_max};
+  // A resumed run's history starts after the epochs it resumed from.
+  const double x_min = h.empty() ? 0 : std::max(0, h.front().epoch - 1);
+  const double x_last = h.empty() ? 0 : h.back().epoch;
+  const Axes ax{x_min, std::max(x_last, x_min + 1), y_max};
 
   // Grid, ticks and tick labels.
-  const double ystep = tick_step(y_max, 5);
-  for (double y = 0; y <= y_max + 1e-12; y += ystep) {
+  for (const double y : ticks(y_max, 5)) {
     c.line(kLeft, ax.py(y), kWidth - kRight, ax.py(y), kGrid);
     c.text(kLeft - 8, ax.py(y), tick_label(y), 1, 0.5);
   }
-  const double xstep = std::max(1.0, tick_step(ax.x_max, 10));
-  for (double x = 0; x <= ax.x_max + 1e-12; x += xstep) {
-    c.text(ax.px(x), kHeight - kBottom + 8, tick_label(x), 0.5, 0);
+  for (const double x : ticks(ax.x_max - ax.x_min, 10, 1.0)) {
+    c.text(ax.px(ax.x_min + x), kHeight - kBottom + 8, tick_label(ax.x_min + x), 0.5, 0);
   }
   if (has_val) {
-    for (double a = 0; a <= 1 + 1e-12; a += 0.2) {
+    for (const double a : ticks(1.0, 5)) {
       c.text(kWidth - kRight + 8, ax.pacc(a), tick_label(a), 0, 0.5);
     }
   }
@@ -74,9 +79,9 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
   // Series: steps at x = (i + 1) / steps-per-epoch, epochs at x = epoch.
   if (!step_loss.empty()) {
     Points pts;
-    const double per_step = ax.x_max / static_cast<double>(step_loss.size());
+    const double per_step = (ax.x_max - ax.x_min) / static_cast<double>(step_loss.size());
     for (std::size_t i = 0; i < step_loss.size(); ++i) {
-      pts.emplace_back(ax.px((i + 1) * per_step), ax.py(step_loss[i]));
+      pts.emplace_back(ax.px(ax.x_min + (i + 1) * per_step), ax.py(step_loss[i]));
     }
     c.polyline(pts, kStepColor, 0.8, false);
   }

@@ -2,8 +2,12 @@
 // series and a legend, and its errors.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <string>
 
 #include "support/device_test.h"
 #include "tessera/train/plot.h"
@@ -42,6 +46,61 @@ TEST(Plot, PlotsHistoryAsSvgAndPng) {
                                     {".svg or .png"});
   testing::expect_throw_with<IOError>([&] { train::plot_history(h, "/nonexistent-dir/chart.png"); },
                                       {"[plot_history]", "cannot write"});
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The largest x of every "M x y" / "L x y" / "C ..." coordinate pair in the SVG's paths.
+double largest_path_x(const std::string& svg) {
+  double largest = 0;
+  for (std::size_t at = svg.find(" d=\""); at != std::string::npos; at = svg.find(" d=\"", at)) {
+    at += 4;
+    const std::size_t end = svg.find('"', at);
+    std::istringstream path(svg.substr(at, end - at));
+    std::string word;
+    bool x_next = false;
+    while (path >> word) {
+      if (std::isalpha(static_cast<unsigned char>(word[0])) != 0) {
+        x_next = true;
+        continue;
+      }
+      if (x_next) largest = std::max(largest, std::stod(word));
+      x_next = !x_next;
+    }
+  }
+  return largest;
+}
+
+TEST(Plot, TinyLossesGetAFewTicksAndAResumedRunStaysOnTheChart) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tessera_plot_ticks_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto history = [](int first, int last, double loss) {
+    std::vector<train::EpochMetrics> h;
+    for (int e = first; e <= last; ++e) {
+      h.push_back({.epoch = e, .train_loss = loss / e, .val_loss = loss, .val_acc = 0.5});
+    }
+    return h;
+  };
+  // Ticks were summed up to the top with a fixed 1e-12 of slack: a loss of 1e-22 meant
+  // billions of tick labels (a hang), one of 1e-310 a step that never moved the sum.
+  train::plot_history(history(1, 3, 1.0), dir / "usual.svg");
+  const std::size_t usual = read_file(dir / "usual.svg").size();
+  for (const double tiny : {1e-22, 1e-310, 5e-324}) {
+    train::plot_history(history(1, 3, tiny), dir / "tiny.svg");
+    EXPECT_LT(read_file(dir / "tiny.svg").size(), 2 * usual) << tiny;
+  }
+  // Epochs 3 to 5 of a run resumed after epoch 2, with their step losses: the x axis runs
+  // from 2 to 5, so nothing is drawn right of the chart's 800-pixel width.
+  const Tensor steps = from_vector(std::vector<float>{0.9, 0.8, 0.7, 0.6, 0.5, 0.4}, {6});
+  train::plot_history(history(3, 5, 1.0), dir / "resumed.svg", steps);
+  const double right = largest_path_x(read_file(dir / "resumed.svg"));
+  EXPECT_GT(right, 600.0);
+  EXPECT_LE(right, 800.0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -103,8 +103,7 @@ void bar_chart(const std::filesystem::path& path, const std::string& title,
   y_max = y_max > 0 ? y_max * 1.08 : 1;  // room for the value labels
   const auto py = [&](double y) { return kTop + kPlotH - y / y_max * kPlotH; };
   Canvas c(path, kWidth, kHeight, "bench");
-  const double step = detail::tick_step(y_max, 5);
-  for (double y = 0; y <= y_max + 1e-12; y += step) {
+  for (const double y : detail::ticks(y_max, 5)) {
     c.line(kLeft, py(y), kLeft + kPlotW, py(y), kGrid);
     c.text(kLeft - 8, py(y), tick_label(y), 1, 0.5);
   }
