@@ -192,7 +192,12 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
 
 DataLoader::iterator DataLoader::end() const { return iterator(this, batches()); }
 
-Batch DataLoader::batch(std::int64_t i) const { return gather(sources_, *order_, i).front(); }
+Batch DataLoader::batch(std::int64_t i) const {
+  TESSERA_CHECK(i >= 0 && i < batches(), Error,
+                "[DataLoader::batch] batch {} does not exist: an epoch has {} batches (0 to {})", i,
+                batches(), batches() - 1);
+  return gather(sources_, *order_, i).front();
+}
 
 // Note [Gathering on the devices]
 // With logical CPU devices that own every core, the host thread that gathered each replica's

@@ -1,5 +1,6 @@
 // IDX files (plain and gzipped, and every kind of broken one), Fashion-MNIST's files when
 // installed, and the DataLoader's batches.
+#include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -346,6 +347,13 @@ TEST(DataLoader, ShardsStackedAreTheWholeBatch) {
   expect_throw_with<Error>([&] { loader.shard(0, 0); }, {"part 0 of 0 does not exist"});
   expect_throw_with<Error>([&] { loader.batch_length(3); },
                            {"[DataLoader::batch_length] batch 3 does not exist", "3 batches"});
+  // batch(i) read outside its epoch's order (a crash at -1, other rows at -3, empty at 3).
+  for (const std::int64_t i : {-1, -3, 3, 5}) {
+    expect_throw_with<Error>([&] { (void)loader.batch(i); },
+                             {fmt::format("[DataLoader::batch] batch {} does not exist", i),
+                              "an epoch has 3 batches (0 to 2)"});
+  }
+  EXPECT_EQ(loader.batch(2).examples(), 3);
 }
 
 TEST(DataLoader, ToDeviceMovesABatchWithoutWaitingForItsQueue) {
