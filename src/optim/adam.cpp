@@ -163,6 +163,12 @@ void Adam::step_unless(const Tensor& found_inf) {
   }
 }
 
+std::string Adam::str() const {
+  const AdamOptions& o = options_;
+  return fmt::format("{}(lr={}, betas=({}, {}), eps={}, weight_decay={})", name_, o.lr, o.beta1,
+                     o.beta2, o.eps, o.weight_decay);
+}
+
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
     : Adam(std::move(params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay},
            /*decoupled=*/true, "AdamW") {}

@@ -38,6 +38,12 @@ void SGD::set_lr(double lr) {
   options_.lr = lr;
 }
 
+std::string SGD::str() const {
+  const SgdOptions& o = options_;
+  return fmt::format("SGD(lr={}, momentum={}, dampening={}, weight_decay={}, nesterov={})", o.lr,
+                     o.momentum, o.dampening, o.weight_decay, o.nesterov);
+}
+
 OptimizerState SGD::state_dict() const {
   NoGradGuard no_grad;
   OptimizerState state;

@@ -97,12 +97,25 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     params.push_back(tasks[r]->model().parameters());
   }
   if (group != nullptr) {
-    check_ranks_agree(*group,
-                      {.batch_size = train.options().batch_size,
-                       .batches = train.batches(),
-                       .max_epochs = options_.max_epochs,
-                       .gradient_clip_val = options_.gradient_clip_val},
-                      named);
+    std::string devices;
+    for (const Device d : devices_) devices += (devices.empty() ? "" : ",") + d.str();
+    const data::LoaderOptions& order = train.options();
+    RunFacts facts;
+    facts.batch_size = order.batch_size;
+    facts.batches = train.batches();
+    facts.max_epochs = options_.max_epochs;
+    facts.gradient_clip_val = options_.gradient_clip_val;
+    const auto describe = [&](const char* what, std::string text) {
+      facts.described.emplace_back(what, std::move(text));
+    };
+    describe("devices", devices);
+    describe("precision", std::string(dtype_name(options_.precision)));
+    describe("recording of steps (graph)", options_.graph ? "on" : "off");
+    describe("data order", fmt::format("shuffle={}, seed={}, drop_last={}", order.shuffle,
+                                       order.seed, order.drop_last));
+    describe("optimizer", task.optimizer().str());
+    describe("model", task.model().str());
+    check_ranks_agree(*group, facts, named);
   }
   // Every batch, the short last one too, before anything trains (its size is known now).
   for (const std::int64_t b : {train.batch_length(0), train.batch_length(train.batches() - 1)}) {
@@ -173,6 +186,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   std::vector<optim::GradScaler*> scaler_of;
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
+  // A rank that resumed alone would train other values (rank 0's were broadcast before).
+  if (group != nullptr) check_ranks_resumed_alike(*group, done_before);
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {
     capturable.push_back(

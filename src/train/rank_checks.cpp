@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,20 @@ std::vector<std::int64_t> gather(const ProcessGroup& group, const std::vector<st
 std::int64_t fingerprint(const std::string& name, const Tensor& t) {
   const std::string text = fmt::format("{}|{}|{}", name, dtype_name(t.dtype()), t.shape().str());
   return static_cast<std::int64_t>(std::hash<std::string>{}(text));
+}
+
+// The first (rank, index) at which a rank's `mine` differs from rank 0's, if any.
+std::optional<std::pair<std::size_t, std::size_t>> first_difference(
+    const ProcessGroup& group, const std::vector<std::int64_t>& mine) {
+  if (mine.empty()) return std::nullopt;
+  const std::vector<std::int64_t> all = gather(group, mine);
+  const std::size_t n = mine.size();
+  for (std::size_t r = 1; r < all.size() / n; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (all[r * n + i] != all[i]) return std::make_pair(r, i);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -52,17 +67,37 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
   }
   std::vector<std::int64_t> prints;
   for (const auto& [name, t] : params) prints.push_back(fingerprint(name, t));
-  if (prints.empty()) return;
-  const std::vector<std::int64_t> every = gather(group, prints);
-  for (std::size_t r = 1; r < every.size() / prints.size(); ++r) {
-    for (std::size_t i = 0; i < prints.size(); ++i) {
-      if (every[r * prints.size() + i] == every[i]) continue;
-      const auto& [name, t] = params[i];
-      throw Error(fmt::format(
-          "[Trainer] rank {}'s parameter {} differs in name, dtype or shape from rank 0's "
-          "(on rank {} it is '{}' {} {}); every rank must build the same model",
-          r, i, group.rank(), name, dtype_name(t.dtype()), t.shape().str()));
-    }
+  if (const auto at = first_difference(group, prints)) {
+    const auto& [name, t] = params[at->second];
+    throw Error(fmt::format(
+        "[Trainer] rank {}'s parameter {} differs in name, dtype or shape from rank 0's "
+        "(on rank {} it is '{}' {} {}); every rank must build the same model",
+        at->first, at->second, group.rank(), name, dtype_name(t.dtype()), t.shape().str()));
+  }
+  std::vector<std::int64_t> hashes;
+  for (const auto& [what, text] : facts.described) {
+    hashes.push_back(static_cast<std::int64_t>(std::hash<std::string>{}(text)));
+  }
+  if (const auto at = first_difference(group, hashes)) {
+    const auto& [what, text] = facts.described[at->second];
+    throw Error(fmt::format(
+        "[Trainer] rank {}'s {} differs from rank 0's (on rank {}: {}); every rank must run "
+        "the same training (same command-line options and data)",
+        at->first, what, group.rank(), text));
+  }
+}
+
+void check_ranks_resumed_alike(const ProcessGroup& group, int done) {
+  const std::vector<std::int64_t> all = gather(group, {done});
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto said = [](std::int64_t d) {
+      return d == 0 ? std::string("starts afresh") : fmt::format("resumes after epoch {}", d);
+    };
+    throw Error(fmt::format(
+        "[Trainer] rank {} {} but rank 0 {}; give every rank the same training state to "
+        "resume from (--resume), or none",
+        r, said(all[r]), said(all[0])));
   }
 }
 

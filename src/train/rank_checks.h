@@ -16,12 +16,20 @@ struct RunFacts {
   std::int64_t batches = 0;  // per epoch
   std::int64_t max_epochs = 0;
   double gradient_clip_val = 0;
+  // Facts compared as text (by a hash of it): what each is called, and its value here. The
+  // devices, the precision, whether steps are recorded, the data order, the optimizer and
+  // the model's layers (two models with the same parameters may compute differently).
+  std::vector<std::pair<std::string, std::string>> described;
 };
 
 // Exchanges each rank's facts and a fingerprint of each parameter (name, dtype, shape), and
 // throws Error on every rank when one differs from rank 0's, naming the rank and the
-// difference. Host work only (two small all-gathers).
+// difference. Host work only (three small all-gathers).
 void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
                        const std::vector<std::pair<std::string, Tensor>>& params);
+
+// Throws Error on every rank unless every rank resumed after the same number of epochs
+// (`done`: 0 for a rank that did not resume). Host work only.
+void check_ranks_resumed_alike(const ProcessGroup& group, int done);
 
 }  // namespace tessera::train

@@ -27,12 +27,17 @@ struct TrainRun {
   const ProcessGroup* group = nullptr;
   std::filesystem::path metrics;
   bool graph = false;  // TrainerOptions::graph
+  double lr = 0.2;     // SGD's
+  std::uint64_t seed = 5;
+  bool relu = true;  // else Sigmoid: the same parameters, another model
+  int epochs = 3;
+  std::filesystem::path state, resume;
 };
 
 std::vector<std::vector<double>> train(const TrainRun& run) {
   const auto [images, labels] =
       random_images(25);  // batches of 7, 7, 7, 4: uneven over 2 or 4 devices
-  data::DataLoader loader(images, labels, {.batch_size = run.batch, .seed = 5});
+  data::DataLoader loader(images, labels, {.batch_size = run.batch, .seed = run.seed});
   manual_seed(0);
   train::Classifier task(
       [&run]() -> std::shared_ptr<nn::Module> {
@@ -41,20 +46,28 @@ std::vector<std::vector<double>> train(const TrainRun& run) {
                                                   nn::Sigmoid(), nn::AvgPool2d(2), nn::Flatten(),
                                                   nn::Linear(48, 4));
         }
-        return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, run.hidden),
-                                                nn::ReLU(), nn::Linear(run.hidden, 4));
+        auto mlp = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, run.hidden));
+        if (run.relu) {
+          mlp->push_back(nn::ReLU());
+        } else {
+          mlp->push_back(nn::Sigmoid());
+        }
+        mlp->push_back(nn::Linear(run.hidden, 4));
+        return mlp;
       },
       [&run](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
         if (run.adam) return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01});
-        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = run.lr, .momentum = 0.9});
       });
-  train::TrainerOptions o{.max_epochs = 3,
+  train::TrainerOptions o{.max_epochs = run.epochs,
                           .gradient_clip_val = run.clip,
                           .progress = false,
                           .metrics_path = run.metrics};
   o.devices = run.devices;
   o.process_group = run.group;
   o.graph = run.graph;
+  o.state_path = run.state;
+  o.resume_from = run.resume;
   train::Trainer(o).fit(task, loader);
   AllowSync deliberate;  // the test's own read
   std::vector<std::vector<double>> out;
@@ -138,6 +151,46 @@ TEST_F(TrainerRanks, RanksThatWouldTrainDifferentThingsAreRefusedOnEveryRank) {
        rank == 0 ? "(on rank 0 it is '1.weight' float32 [16, 64])"
                  : "(on rank 1 it is '1.weight' float32 [12, 64])",
        "same model"});
+  // The same parameters, another training: each was trained silently (or hung).
+  const auto refused = [&](const TrainRun& mine, const char* what, const std::string& here) {
+    expect_throw_with<Error>(
+        [&] { train(mine); },
+        {fmt::format("[Trainer] rank 1's {} differs from rank 0's (on rank {}: ", what, rank), here,
+         "same training"});
+  };
+  const double lr = rank == 0 ? 0.2 : 0.3;
+  refused({.group = &group(), .lr = lr}, "optimizer",
+          fmt::format("SGD(lr={}, momentum=0.9, dampening=0, weight_decay=0, nesterov=false)", lr));
+  refused({.group = &group(), .seed = static_cast<std::uint64_t>(rank)}, "data order",
+          fmt::format("shuffle=true, seed={}, drop_last=false", rank));
+  refused({.group = &group(), .graph = rank == 1}, "recording of steps (graph)",
+          rank == 1 ? "on" : "off");
+  refused({.group = &group(), .relu = rank == 0}, "model", rank == 0 ? "ReLU()" : "Sigmoid()");
+  if (num_cpu_devices() >= 2) {
+    const std::vector<Device> mine =
+        rank == 0 ? std::vector<Device>{cpu(0), cpu(1)} : std::vector<Device>{cpu(1), cpu(0)};
+    refused({.devices = mine, .group = &group()}, "devices",
+            rank == 0 ? "cpu:0,cpu:1" : "cpu:1,cpu:0");
+  }
+}
+
+TEST_F(TrainerRanks, OneRankResumingAloneIsRefusedOnEveryRank) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("tessera_ranks_resume_{}", getppid());  // mpirun's pid: shared
+  if (group().rank() == 0) std::filesystem::create_directories(dir);
+  group().barrier();
+  const auto state = dir / "state.safetensors";
+  train({.group = &group(), .epochs = 1, .state = state});  // rank 0 writes it
+  group().barrier();
+  const bool resumes = group().rank() == 0;
+  expect_throw_with<Error>(
+      [&] { train({.group = &group(), .resume = resumes ? state : std::filesystem::path()}); },
+      {"[Trainer] rank 1 starts afresh but rank 0 resumes after epoch 1",
+       "the same training state"});
+  // Every rank resuming from it trains on.
+  train({.group = &group(), .resume = state});
+  group().barrier();
+  if (group().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

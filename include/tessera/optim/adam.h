@@ -42,6 +42,7 @@ class TESSERA_API Adam : public Optimizer {
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const AdamOptions& options() const { return options_; }
+  std::string str() const override;
   /// How many steps updated parameter i (0 before its first grad); when capturable, read
   /// from the device (a deliberate host wait), so replayed steps count.
   std::int64_t step_count(std::size_t i) const;

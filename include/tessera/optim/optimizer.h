@@ -45,6 +45,11 @@ class TESSERA_API Optimizer {
   /// The learning rate, and a new one (Error when negative), e.g. for a schedule.
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
+  /// The optimizer and its options as its constructor takes them, e.g. "SGD(lr=0.1,
+  /// momentum=0.9, dampening=0, weight_decay=0, nesterov=false)"; each number is written so
+  /// that it reads back exactly, so equal strings mean equal steps. An optimizer of your own
+  /// gives its name unless it overrides this.
+  virtual std::string str() const { return name_; }
 
   /// Capturable: everything that changes from one step to the next lives on the devices
   /// (Adam's step counts), so that a step recorded in a graph (graph.h) replays as the

@@ -34,6 +34,7 @@ class TESSERA_API SGD final : public Optimizer {
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const SgdOptions& options() const { return options_; }
+  std::string str() const override;
   /// Per parameter a step reached: "<i>.momentum_buffer" (the parameter's shape and dtype),
   /// and "<i>.momentum_unwritten" (float32 0-dim) while a scaled step may have skipped its
   /// first update. Empty without momentum. See Optimizer::state_dict.
