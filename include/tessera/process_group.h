@@ -9,12 +9,13 @@
 ///
 /// Backends: kMpi moves CPU tensors (the plain CPU or logical CPU devices, where the
 /// collective is queued on the device's work queue like any kernel); kNccl moves GPU tensors,
-/// one process per GPU, and uses MPI only to start. Every rank must make the same calls in
-/// the same order with tensors of the same dtype and shape: the group compares them across
-/// ranks first (a short exchange on the host) and throws the same error on every rank when
-/// they differ. The bytes a rank receives are counted in the transfer ledger (d2d, on the
-/// tensor's device). MPI is finalized when the process exits, after this process's queued
-/// collectives have run.
+/// one process per GPU, and uses MPI only to start. Every rank must make the same calls
+/// (barriers too) in the same order with tensors of the same dtype and shape, and with MPI
+/// on the same device (cpu:i): the group compares them across ranks first (a short exchange
+/// on the host) and throws on every rank when they differ or when one rank refuses its call
+/// on its own (that rank with its own error, the others naming it). Integer sums wrap. The bytes a
+/// rank receives are counted in the transfer ledger (d2d, on the tensor's device). MPI is finalized
+/// when the process exits, after this process's queued collectives have run.
 #include <cstdint>
 
 #include "tessera/collectives.h"

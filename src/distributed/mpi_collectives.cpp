@@ -51,14 +51,33 @@ void divide(void* data, std::int64_t count, Dtype dtype, int by) {
   });
 }
 
+// Open MPI's vectorized MPI_SUM saturates 8-bit unsigned sums (open-mpi/ompi#8045, in
+// 32-byte blocks: 200 + 200 gave 255 or 144 by position); uint8 sums wrap as tessera's
+// addition does, so they use an op of our own.
+void add_wrapping_u8(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const std::uint8_t*>(in);
+  auto* b = static_cast<std::uint8_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<std::uint8_t>(a[i] + b[i]);
+}
+
+MPI_Op sum_op(Dtype dtype) {
+  if (dtype != kUInt8) return MPI_SUM;
+  static const MPI_Op wrapping = [] {
+    MPI_Op op = MPI_OP_NULL;
+    TESSERA_MPI_CHECK(MPI_Op_create(&add_wrapping_u8, /*commute=*/1, &op));
+    return op;
+  }();
+  return wrapping;
+}
+
 }  // namespace
 
 void mpi_all_reduce(const void* in, void* out, std::int64_t count, Dtype dtype, bool mean,
                     int lane) {
   MPI_Comm comm = lane_comm(lane);
   const void* send = in == out ? MPI_IN_PLACE : in;
-  TESSERA_MPI_CHECK(
-      MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype), MPI_SUM, comm));
+  TESSERA_MPI_CHECK(MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype),
+                                  sum_op(dtype), comm));
   int size = 1;
   TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
   if (mean && size > 1) divide(out, count, dtype, size);

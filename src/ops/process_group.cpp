@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -55,14 +56,30 @@ void finish() {
   distributed::mpi_leave();
 }
 
-const char* kind_name(CollectiveKind kind) {
-  switch (kind) {
+// What a rank called, as the cross-rank check exchanges it: a CollectiveKind, or a barrier.
+constexpr std::int64_t kBarrier = -1;
+
+const char* kind_name(std::int64_t kind) {
+  if (kind == kBarrier) return "barrier";
+  switch (static_cast<CollectiveKind>(kind)) {
     case CollectiveKind::kAllReduce:
       return "all_reduce";
     case CollectiveKind::kBroadcast:
       return "broadcast";
     default:
       return "all_gather";
+  }
+}
+
+// Runs this rank's own checks of a call; the error they throw, if any, for after the
+// cross-rank exchange (a rank that threw alone would leave the others waiting there).
+template <typename Checks>
+std::exception_ptr refusal_of(Checks&& checks) {
+  try {
+    checks();
+    return nullptr;
+  } catch (const Error&) {
+    return std::current_exception();
   }
 }
 
@@ -91,35 +108,58 @@ void check_tensor(const char* op, ProcessBackend backend, const Tensor& t) {
                 op, dtype_name(t.dtype()), dtype_name(t.dtype()));
 }
 
-// Every rank's call must match rank 0's: the kind, root, dtype and shape. One short exchange
-// on the host; every rank sees the same table, so every rank throws the same error.
-void check_across_ranks(const char* op, const ProcessGroup& pg, CollectiveKind kind,
-                        const Tensor& t, int root) {
-  if (pg.size() == 1) return;
-  constexpr std::size_t kFields = 4 + kMaxDims;
+// Every rank's call must match rank 0's: the kind, root, device (MPI pairs collectives by
+// device index), dtype and shape. One short exchange on the host; every rank sees the same
+// table, so every rank throws: its own refusal (`refused`, from refusal_of) or, when another
+// rank refused its call or the calls differ, an error naming that rank. `t` is null for a
+// barrier.
+void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kind, const Tensor* t,
+                        int root, const std::exception_ptr& refused) {
+  if (pg.size() == 1) {
+    if (refused) std::rethrow_exception(refused);
+    return;
+  }
+  constexpr std::size_t kFields = 6 + kMaxDims;
   std::vector<std::int64_t> mine(kFields, 0);
-  mine[0] = static_cast<std::int64_t>(kind);
-  mine[1] = root;
-  mine[2] = static_cast<std::int64_t>(t.dtype());
-  mine[3] = t.dim();
-  std::copy(t.shape().begin(), t.shape().end(), mine.begin() + 4);
+  mine[0] = kind;
+  mine[1] = refused ? 1 : 0;
+  if (!refused && t != nullptr) {
+    mine[2] = root;
+    mine[3] = t->device().index();
+    mine[4] = static_cast<std::int64_t>(t->dtype());
+    mine[5] = t->dim();
+    std::copy(t->shape().begin(), t->shape().end(), mine.begin() + 6);
+  }
   const std::vector<std::int64_t> all = distributed::mpi_exchange(mine);
+  if (refused) std::rethrow_exception(refused);
   const auto field = [&](int r, std::size_t f) { return all[r * kFields + f]; };
+  for (int r = 0; r < pg.size(); ++r) {
+    TESSERA_CHECK(field(r, 1) == 0, Error,
+                  "[{}] rank {} refused its {} (its own error says why), so every rank stops "
+                  "at this collective",
+                  op, r, kind_name(field(r, 0)));
+  }
   const auto shape = [&](int r) {
-    return Shape(all.begin() + r * kFields + 4, all.begin() + r * kFields + 4 + field(r, 3));
+    return Shape(all.begin() + r * kFields + 6, all.begin() + r * kFields + 6 + field(r, 5));
   };
   for (int r = 1; r < pg.size(); ++r) {
     TESSERA_CHECK(field(r, 0) == field(0, 0), Error,
                   "[{}] rank {} called {} while rank 0 called {}; every rank must make the "
                   "same collectives in the same order",
-                  op, r, kind_name(CollectiveKind(field(r, 0))),
-                  kind_name(CollectiveKind(field(0, 0))));
-    TESSERA_CHECK(field(r, 1) == field(0, 1), Error,
+                  op, r, kind_name(field(r, 0)), kind_name(field(0, 0)));
+    if (t == nullptr) continue;  // a barrier has nothing more to match
+    TESSERA_CHECK(field(r, 2) == field(0, 2), Error,
                   "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
                   "must name the same root",
-                  op, r, field(r, 1), field(0, 1));
-    const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 2))); };
-    TESSERA_CHECK(field(r, 2) == field(0, 2), DtypeError,
+                  op, r, field(r, 2), field(0, 2));
+    TESSERA_CHECK(pg.backend() != ProcessBackend::kMpi || field(r, 3) == field(0, 3), DeviceError,
+                  "[{}] rank {} passed a tensor on {} but rank 0 one on {}; MPI pairs each "
+                  "device's collectives with the same device of the other ranks, so every "
+                  "rank must use the same device for a collective",
+                  op, r, Device(t->device().kind(), static_cast<int>(field(r, 3))).str(),
+                  Device(t->device().kind(), static_cast<int>(field(0, 3))).str());
+    const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 4))); };
+    TESSERA_CHECK(field(r, 4) == field(0, 4), DtypeError,
                   "[{}] rank {} passed a {} tensor but rank 0 passed {}; every rank must pass "
                   "the same dtype (convert with .to(k...) first)",
                   op, r, dtype(r), dtype(0));
@@ -188,16 +228,19 @@ ProcessGroup& ProcessGroup::world(ProcessBackend backend) {
 
 void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
   constexpr const char* kOp = "ProcessGroup::all_reduce";
-  check_tensor(kOp, backend_, tensor);
-  TESSERA_CHECK(tensor.dtype() != kBool, DtypeError,
-                "[{}] bool tensors cannot be summed; convert them with .to(kInt64) first", kOp);
-  TESSERA_CHECK(op != ReduceKind::kMean || is_floating(tensor.dtype()), DtypeError,
-                "[{}] the mean of {} tensors would be rounded and its sum can overflow; "
-                "all_reduce the sum (ReduceKind::kSum) and divide it, or convert with "
-                ".to(kFloat64) first",
-                kOp, dtype_name(tensor.dtype()));
-  detail::check_inplace(kOp, {&tensor});
-  check_across_ranks(kOp, *this, CollectiveKind::kAllReduce, tensor, 0);
+  const std::exception_ptr refused = refusal_of([&] {
+    check_tensor(kOp, backend_, tensor);
+    TESSERA_CHECK(tensor.dtype() != kBool, DtypeError,
+                  "[{}] bool tensors cannot be summed; convert them with .to(kInt64) first", kOp);
+    TESSERA_CHECK(op != ReduceKind::kMean || is_floating(tensor.dtype()), DtypeError,
+                  "[{}] the mean of {} tensors would be rounded and its sum can overflow; "
+                  "all_reduce the sum (ReduceKind::kSum) and divide it, or convert with "
+                  ".to(kFloat64) first",
+                  kOp, dtype_name(tensor.dtype()));
+    detail::check_inplace(kOp, {&tensor});
+  });
+  agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kAllReduce), &tensor, 0,
+                     refused);
   // In ring terms a rank receives the other ranks' parts of its chunk, then the other
   // reduced chunks: (k - 1) * c + (n - c) elements (as collectives.cpp counts).
   const std::int64_t n = tensor.numel(), k = size_;
@@ -209,24 +252,30 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
 
 void ProcessGroup::broadcast(const Tensor& tensor, int root) const {
   constexpr const char* kOp = "ProcessGroup::broadcast";
-  check_tensor(kOp, backend_, tensor);
-  TESSERA_CHECK(root >= 0 && root < size_, Error,
-                "[{}] root {} is not a rank of this world of {} (ranks 0 to {})", kOp, root, size_,
-                size_ - 1);
-  if (rank_ != root) detail::check_inplace(kOp, {&tensor});
-  check_across_ranks(kOp, *this, CollectiveKind::kBroadcast, tensor, root);
+  const std::exception_ptr refused = refusal_of([&] {
+    check_tensor(kOp, backend_, tensor);
+    TESSERA_CHECK(root >= 0 && root < size_, Error,
+                  "[{}] root {} is not a rank of this world of {} (ranks 0 to {})", kOp, root,
+                  size_, size_ - 1);
+    if (rank_ != root) detail::check_inplace(kOp, {&tensor});
+  });
+  agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kBroadcast), &tensor,
+                     root, refused);
   if (rank_ != root) detail::count_collective(tensor.device(), tensor.nbytes());
   run(*this, CollectiveKind::kBroadcast, tensor, tensor, false, root);
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& tensor) const {
   constexpr const char* kOp = "ProcessGroup::all_gather";
-  check_tensor(kOp, backend_, tensor);
-  TESSERA_CHECK(tensor.dim() >= 1, ShapeError,
-                "[{}] needs a tensor with at least one dim (it stacks rows), got a 0-dim "
-                "tensor; reshape it with .reshape({{1}})",
-                kOp);
-  check_across_ranks(kOp, *this, CollectiveKind::kAllGather, tensor, 0);
+  const std::exception_ptr refused = refusal_of([&] {
+    check_tensor(kOp, backend_, tensor);
+    TESSERA_CHECK(tensor.dim() >= 1, ShapeError,
+                  "[{}] needs a tensor with at least one dim (it stacks rows), got a 0-dim "
+                  "tensor; reshape it with .reshape({{1}})",
+                  kOp);
+  });
+  agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kAllGather), &tensor, 0,
+                     refused);
   Shape shape = tensor.shape();
   shape[0] *= size_;
   Tensor out = detail::make_tensor(shape, tensor.dtype(), tensor.device(), kOp);
@@ -235,6 +284,10 @@ Tensor ProcessGroup::all_gather(const Tensor& tensor) const {
   return out;
 }
 
-void ProcessGroup::barrier() const { distributed::mpi_barrier(); }
+void ProcessGroup::barrier() const {
+  // Through the check, so that a barrier met by another rank's collective is refused on both.
+  agree_across_ranks("ProcessGroup::barrier", *this, kBarrier, nullptr, 0, nullptr);
+  distributed::mpi_barrier();
+}
 
 }  // namespace tessera

@@ -212,9 +212,59 @@ TEST_P(ProcessGroupTest, RanksThatDisagreeAllGetTheSameError) {
           pg().broadcast(t, 0);
       },
       {"rank 1 called broadcast while rank 0 called all_reduce"});
+  // A barrier met by another rank's collective: each used to wait for the other forever.
+  expect_throw_with<Error>(
+      [&] {
+        Tensor t = ones({2}, {device()});
+        if (pg().rank() == 0)
+          pg().barrier();
+        else
+          pg().all_reduce(t);
+      },
+      {"rank 1 called all_reduce while rank 0 called barrier"});
+  // A call only one rank refuses on its own throws on every rank (the other used to wait).
+  const Dtype mine = pg().rank() == 1 ? kFloat16 : kFloat32;
+  if (pg().rank() == 1) {
+    expect_throw_with<DtypeError>(
+        [&] {
+          pg().all_reduce(ones({2}, {mine, device()}));
+        },
+        {"float16 tensors are not supported by process groups"});
+  } else {
+    expect_throw_with<Error>(
+        [&] {
+          pg().all_reduce(ones({2}, {mine, device()}));
+        },
+        {"[ProcessGroup::all_reduce] rank 1 refused its all_reduce (its own "
+         "error says why), so every rank stops at this collective"});
+  }
   Tensor t = full({4}, pg().rank() + 1.0, {device()});
   pg().all_reduce(t);  // and the group goes on
   expect_close(t, std::vector<double>(4, 3), 0, 0);
+  pg().barrier();
+}
+
+// Open MPI's vectorized sum saturated uint8 in 32-byte blocks: 200 + 200 gave 255.
+TEST_P(ProcessGroupTest, Uint8SumsWrapAsAdditionDoes) {
+  for (const std::int64_t n : {8, 31, 32, 100}) {
+    Tensor t = full({n}, 200, {kUInt8, device()});
+    pg().all_reduce(t);
+    const int expected = (200 * pg().size()) % 256;
+    EXPECT_EQ(t.to(kInt64).to_vector<std::int64_t>(), std::vector<std::int64_t>(n, expected)) << n;
+  }
+}
+
+// Collectives pair up across ranks by device index: cpu:0 here and cpu:1 there gave both the
+// other collective's values (or hung).
+TEST(ProcessGroupDevices, RanksOnDifferentDevicesAreRefused) {
+  if (num_cpu_devices() < 2) GTEST_SKIP() << "needs two CPU devices";
+  const ProcessGroup& pg = ProcessGroup::init();
+  if (pg.size() == 1) GTEST_SKIP() << "needs two ranks";
+  const Device mine = pg.rank() == 0 ? cpu(0) : cpu(1);
+  expect_throw_with<DeviceError>([&] { pg.all_reduce(ones({4}, {mine})); },
+                                 {"[ProcessGroup::all_reduce] rank 1 passed a tensor on cpu:1 but "
+                                  "rank 0 one on cpu:0",
+                                  "every rank must use the same device"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(ProcessGroupTest);
