@@ -38,14 +38,19 @@
 namespace tessera::train {
 namespace {
 
-// Refuses a batch of `batch` examples that leaves one of `k` replicas without a row.
-void check_splittable(std::int64_t batch, std::size_t k) {
-  TESSERA_CHECK(batch >= static_cast<std::int64_t>(k), Error,
-                "[Trainer] a batch of {} example(s) cannot be split over {} devices (each "
-                "replica needs at least one); choose a batch size that leaves every batch, the "
-                "last of an epoch too, at least {} examples, or drop a short last batch "
-                "(LoaderOptions::drop_last)",
-                batch, k, k);
+// Refuses a batch of `batch` examples that leaves one of the replicas (`ranks` times `k`
+// devices) without a row.
+void check_splittable(std::int64_t batch, std::size_t ranks, std::size_t k) {
+  const std::size_t replicas = ranks * k;
+  TESSERA_CHECK(
+      batch >= static_cast<std::int64_t>(replicas), Error,
+      "[Trainer] a batch of {} example(s) cannot be split over {} {} (each "
+      "replica needs at least one); choose a batch size that leaves every batch, the "
+      "last of an epoch too, at least {} examples, or drop a short last batch "
+      "(LoaderOptions::drop_last)",
+      batch, replicas,
+      ranks == 1 ? "devices" : fmt::format("replicas ({} ranks of {} device(s))", ranks, k),
+      replicas);
 }
 
 // Refuses replicas whose parameters differ from replica 0's, naming the first difference.
@@ -119,7 +124,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   }
   // Every batch, the short last one too, before anything trains (its size is known now).
   for (const std::int64_t b : {train.batch_length(0), train.batch_length(train.batches() - 1)}) {
-    check_splittable(b, ranks * k);
+    check_splittable(b, ranks, k);
   }
   // Every replica starts from rank 0's replica 0's values (parameters and buffers).
   const auto start_from_first = [&](const std::vector<Tensor>& one_per_replica) {
@@ -213,7 +218,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (const std::vector<data::Batch>& pieces :
          train.split(static_cast<std::int64_t>(rank), static_cast<std::int64_t>(ranks), devices_)) {
       const std::int64_t batch = train.batch_length(done);
-      check_splittable(batch, ranks * k);
+      check_splittable(batch, ranks, k);
       std::vector<std::int64_t> sizes;
       std::vector<data::Batch> on_devices;  // each replica's piece, on its device
       for (std::size_t r = 0; r < k; ++r) {
