@@ -11,8 +11,10 @@
 namespace tessera::detail {
 namespace {
 
-// d max(a, b) / da: 1 where a wins, 1/2 on ties (as PyTorch), 0 elsewhere.
-Tensor winner_mask(const Tensor& a, const Tensor& b, bool maximum) {
+// d max(a, b) / da: 1 where a wins, 1/2 on ties (as PyTorch), 0 elsewhere; b a tensor or a
+// scalar (compared as it is, never made a tensor of a's dtype, which it may not fit).
+template <typename Other>
+Tensor winner_mask(const Tensor& a, const Other& b, bool maximum) {
   const Tensor wins = maximum ? gt(a, b) : lt(a, b);
   return where(wins, 1.0, where(eq(a, b), 0.5, zeros_like(a)));
 }
@@ -100,7 +102,7 @@ void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double
     case BinaryOp::kMinimum: {
       const bool is_max = op == BinaryOp::kMaximum;
       fn = [s, a, is_max](const Tensor& g) {
-        return std::vector<Tensor>{g * winner_mask(a, full_like(a, s), is_max)};
+        return std::vector<Tensor>{g * winner_mask(a, s, is_max)};
       };
       break;
     }

@@ -5,6 +5,7 @@
 // subnormals). Arithmetic on them goes through
 // float (the implicit conversion), which is how every CPU kernel computes with them.
 // The CUDA kernels use cuda_bf16.h / cuda_fp16.h instead (kernels_copy.cu).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -70,6 +71,17 @@ TESSERA_HALF_INLINE float float16_bits_to_float(std::uint16_t h) {
 // moves into the exponent (65520 becomes infinity). Subnormal results: adding 0.5f puts the
 // value where a float's ulp is 2^-24, a float16 subnormal's, so the FPU's own
 // round-to-nearest-even does the rounding and the low bits are the float16 mantissa.
+
+// A double as a float rounded toward zero with its last bit set when inexact ("round to
+// odd"): rounding that float to bfloat16 or float16 (far fewer bits) then rounds the double
+// once, as going through the nearest float does not (65519.999 is 65520.0f, which rounds
+// to infinity; float16's nearest is 65504).
+inline float double_to_float_round_odd(double d) {
+  float f = static_cast<float>(d);                      // the nearest float (or infinity)
+  if (d != d || static_cast<double>(f) == d) return f;  // NaN, or exact
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0F);
+  return bits_float(float_bits(f) | 1U);
+}
 
 struct BFloat16 {
   std::uint16_t bits = 0;

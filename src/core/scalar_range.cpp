@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/half.h"
 
 namespace tessera::detail {
 namespace {
@@ -32,10 +33,10 @@ IntegerRange range_of(Dtype dtype) {
 
 [[noreturn]] void refuse(const char* op, const std::string& value, Dtype dtype,
                          const IntegerRange& r) {
-  throw DtypeError(fmt::format(
-      "[{}] the value {} does not fit {} ({}); use a wider dtype (convert the tensor with "
-      ".to(kInt64) or .to(kFloat64))",
-      op, value, dtype_name(dtype), r.text));
+  throw DtypeError(
+      fmt::format("[{}] the value {} does not fit {} ({}); use a wider dtype "
+                  "(convert the tensor with {}.to(kFloat64))",
+                  op, value, dtype_name(dtype), r.text, dtype == kInt64 ? "" : ".to(kInt64) or "));
 }
 
 // The smallest magnitude that rounds to infinity in a floating dtype: its largest finite
@@ -74,6 +75,19 @@ void check_scalar_fits(const char* op, double value, Dtype dtype) {
                 "[{}] the value {} does not fit {}: it would round to infinity; use a wider "
                 "dtype",
                 op, value, dtype_name(dtype));
+}
+
+double stored_value(double value, Dtype dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return static_cast<float>(value);
+    case kBFloat16:
+      return static_cast<float>(BFloat16(double_to_float_round_odd(value)));
+    case kFloat16:
+      return static_cast<float>(Float16(double_to_float_round_odd(value)));
+    default:
+      return value;
+  }
 }
 
 }  // namespace tessera::detail

@@ -18,5 +18,8 @@ void check_scalar_fits(const char* op, double value, Dtype dtype);
 void check_scalar_fits_integer(const char* op, double value, Dtype dtype);
 // The same for an exact integer (a literal past 2^53, which no double holds).
 void check_integer_fits(const char* op, std::int64_t value, Dtype dtype);
+// The value a floating `dtype` holds for `value`, rounded once to nearest even (for the
+// half types straight from the double, not through float32 first); `value` for others.
+double stored_value(double value, Dtype dtype);
 
 }  // namespace tessera::detail

@@ -39,6 +39,19 @@ void check_bool_arithmetic(BinaryOp op, Dtype dtype, const char* name) {
                 name);
 }
 
+// An in-place result must be storable in self as PyTorch's can_cast allows: no floating
+// result into an integer tensor, no integer result into a bool one (add_ became OR).
+void check_inplace_result(const char* name, Dtype result, Dtype self) {
+  TESSERA_CHECK(is_floating(self) || !is_floating(result), DtypeError,
+                "[{}] the result is {} but self is {}; in-place ops cannot narrow a floating "
+                "result into an integer tensor. Use the out-of-place form",
+                name, dtype_name(result), dtype_name(self));
+  TESSERA_CHECK(self != kBool || result == kBool, DtypeError,
+                "[{}] the result is {} but self is bool; in-place ops cannot narrow it into a "
+                "bool tensor. Use the out-of-place form",
+                name, dtype_name(result));
+}
+
 Dtype compute_dtype(BinaryOp op, Dtype promoted) {
   if ((op == BinaryOp::kDiv) && !is_floating(promoted)) return kFloat32;
   return promoted;
@@ -99,7 +112,10 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool 
     Tensor out;
     {
       NoGradGuard internal;
-      out = scalar_op(op, name, detail::to_float32(a), s, scalar_first)
+      // A comparison sees the scalar as the tensor's dtype holds it (as float32 tensors do):
+      // full({1}, 0.1, kBFloat16) == 0.1.
+      const double v = detail::is_comparison(op) ? detail::stored_value(s, dtype) : s;
+      out = scalar_op(op, name, detail::to_float32(a), v, scalar_first)
                 .to(detail::is_comparison(op) ? kBool : dtype);
     }
     if (grad) detail::record_binary_scalar(op, name, a, s, scalar_first, out);
@@ -144,10 +160,7 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
   detail::check_inplace(name, {&self, &other});
   detail::check_writable(self, name);
   const Dtype promoted = compute_dtype(op, promote_types(self.dtype(), other.dtype()));
-  TESSERA_CHECK(is_floating(self.dtype()) || !is_floating(promoted), DtypeError,
-                "[{}] the result is {} but self is {}; in-place ops cannot narrow a floating "
-                "result into an integer tensor. Use the out-of-place form",
-                name, dtype_name(promoted), dtype_name(self.dtype()));
+  check_inplace_result(name, promoted, self.dtype());
   check_bool_arithmetic(op, self.dtype(), name);
   TESSERA_CHECK(detail::broadcast_shapes(name, self.shape(), other.shape()) == self.shape(),
                 ShapeError,
@@ -179,14 +192,10 @@ Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   detail::check_defined(self, name);
   detail::check_inplace(name, {&self});
   detail::check_writable(self, name);
-  TESSERA_CHECK(
-      is_floating(self.dtype()) || !is_floating(compute_dtype(op, scalar_dtype(self.dtype(), s))),
-      DtypeError,
-      "[{}] the result is floating but self is {}; in-place ops cannot narrow a "
-      "floating result into an integer tensor. Use the out-of-place form",
-      name, dtype_name(self.dtype()));
+  check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), s)), self.dtype());
   check_bool_arithmetic(op, self.dtype(), name);
-  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+  detail::check_scalar_fits_integer(name, s, self.dtype());  // t.mul_(1e30): undefined
+  if (is_half(self.dtype())) [[unlikely]] {                  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
     Tensor r = detail::make_output(self.shape(), kFloat32, self.device(), name);
@@ -273,11 +282,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // float32, where(c, bool, 2) int64.
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
   detail::check_defined(a, "where", "self");
+  detail::check_scalar_fits("where", b, scalar_dtype(a.dtype(), b));  // named where, not full
   return where(cond, a, full({}, b, {scalar_dtype(a.dtype(), b), a.device()}));
 }
 
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
   detail::check_defined(b, "where", "other");
+  detail::check_scalar_fits("where", a, scalar_dtype(b.dtype(), a));
   return where(cond, full({}, a, {scalar_dtype(b.dtype(), a), b.device()}), b);
 }
 
@@ -306,7 +317,7 @@ Tensor& Tensor::fill_(double value) {
   detail::check_writable(*this, "fill_");
   if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
     Tensor value32 = detail::make_output({}, kFloat32, device(), "fill_");
-    detail::backend_of(device()).fill(value32, value);
+    detail::backend_of(device()).fill(value32, detail::stored_value(value, dtype()));
     detail::store_converted(value32.expand(shape()), *this);
     return *this;
   }

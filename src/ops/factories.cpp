@@ -37,7 +37,9 @@ Tensor filled(const Shape& shape, double value, const TensorOptions& options, co
   const Dtype dtype = dtype_of_options(options);
   detail::check_scalar_fits(op, value, dtype);
   Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
-  detail::backend_of(t.device()).fill(t, value);
+  // A half value rounded once here, so that float32 holds it exactly and .to() keeps it.
+  detail::backend_of(t.device())
+      .fill(t, is_half(dtype) ? detail::stored_value(value, dtype) : value);
   return t.to(dtype);
 }
 

@@ -87,6 +87,43 @@ TEST_P(Factories, AValueThatDoesNotFitTheDtypeIsRefused) {
       {"[add]", "uint8"});
   EXPECT_EQ(lt(ints, 2.5).to_vector<bool>(), (std::vector<bool>{true, true}));
   EXPECT_EQ(lt(tensor({1.0}, device()), 1e300).item<bool>(), true);  // float32 compares as before
+  // In place too: t.mul_(1e30) converted 1e30 to int64 (undefined) and stored garbage.
+  Tensor longs = tensor({5, 2}, device());
+  expect_throw_with<DtypeError>([&] { longs.mul_(1e30); }, {"[mul_]", "does not fit int64",
+                                                            "convert the tensor with "
+                                                            ".to(kFloat64)"});
+  Tensor int32s = tensor({1, 2}, {device(), kInt32});
+  expect_throw_with<DtypeError>([&] { int32s.add_(3e9); },
+                                {"[add_]", "does not fit int32", ".to(kInt64) or .to(kFloat64)"});
+  EXPECT_EQ(longs.to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 2}));  // untouched
+  // where() names itself, not the full() it makes the scalar with.
+  const Tensor cond = tensor({true, false}, device());
+  expect_throw_with<DtypeError>(
+      [&] {
+        where(cond, tensor({1, 2}, {device(), kUInt8}), -1.0);
+      },
+      {"[where] the value -1 does not fit uint8"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        where(cond, 1e6, ones({2}, {device(), kFloat16}));
+      },
+      {"[where] the value 1000000 does not fit float16"});
+}
+
+// A double rounds once to a half type, not through the nearest float32 first.
+TEST_P(Factories, HalfFillsRoundTheDoubleOnce) {
+  const double below_overflow = 65519.999;  // nearest float32: 65520, which float16 makes inf
+  EXPECT_EQ(full({1}, below_overflow, {device(), kFloat16}).item<double>(), 65504.0);
+  Tensor h = zeros({3}, {device(), kFloat16});
+  h.fill_(below_overflow);
+  EXPECT_EQ(h.to_vector<double>(), std::vector<double>(3, 65504.0));
+  // Just above half of float16's smallest subnormal: 2^-24, not 0 (the float32 was the tie).
+  EXPECT_EQ(full({1}, 0x1p-25 + 0x1p-60, {device(), kFloat16}).item<double>(), 0x1p-24);
+  // bfloat16: 1 + 2^-8 + 2^-40 is past the tie between 1 and 1 + 2^-7.
+  EXPECT_EQ(full({1}, 1 + 0x1p-8 + 0x1p-40, {device(), kBFloat16}).item<double>(), 1 + 0x1p-7);
+  EXPECT_EQ(full({1}, -(1 + 0x1p-8 + 0x1p-40), {device(), kBFloat16}).item<double>(),
+            -(1 + 0x1p-7));
+  EXPECT_EQ(full({1}, 1 + 0x1p-8, {device(), kBFloat16}).item<double>(), 1.0);  // tie: even
 }
 
 TEST_P(Factories, EmptyTensorsWithHugeOtherSizes) {

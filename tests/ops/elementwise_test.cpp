@@ -209,6 +209,16 @@ TEST_P(Elementwise, InPlaceOps) {
       {"[add_]", "does not broadcast to self's shape [3]"});
   Tensor expanded = row.expand({2, 3});
   expect_throw_with<Error>([&] { expanded.add_(1.0); }, {"[add_]", "expanded tensor", ".clone()"});
+  // An integer result cannot be stored in a bool tensor (add_ became a logical or).
+  Tensor flags = tensor({true, false}, device());
+  expect_throw_with<DtypeError>(
+      [&] {
+        flags.add_(tensor({1, 2}, device()));
+      },
+      {"[add_] the result is int64 but self is bool"});
+  expect_throw_with<DtypeError>([&] { flags.add_(2.0); }, {"[add_]", "self is bool"});
+  flags.add_(tensor({true, true}, device()));  // bool with bool stays allowed
+  EXPECT_EQ(flags.to_vector<bool>(), (std::vector<bool>{true, true}));
 }
 
 TEST_P(Elementwise, WhereAndComparisons) {
@@ -233,6 +243,28 @@ TEST_P(Elementwise, WhereAndComparisons) {
   const Tensor bools = where(cond, tensor({true, true}, device()), 2.0);
   EXPECT_EQ(bools.dtype(), kInt64);
   EXPECT_EQ(bools.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2}));
+  // A half tensor compares with the scalar as its dtype holds it, as a float32 one does.
+  for (const Dtype half : {kBFloat16, kFloat16}) {
+    const Tensor tenth = full({1}, 0.1, {device(), half});
+    EXPECT_TRUE(eq(tenth, 0.1).item<bool>()) << dtype_name(half);
+    EXPECT_FALSE(lt(tenth, 0.1).item<bool>()) << dtype_name(half);
+    EXPECT_TRUE(le(tenth, 0.1).item<bool>()) << dtype_name(half);
+  }
+  EXPECT_TRUE(eq(tensor({1.0}, {device(), kBFloat16}), 1.001).item<bool>());
+}
+
+TEST_P(Elementwise, MaximumWithAScalarOutsideTheDtypeDifferentiates) {
+  // The backward made a tensor of the scalar in a's dtype, which refused it after the
+  // forward had run.
+  Tensor x = tensor({1.0, 2.0}, device()).requires_grad_();
+  sum(maximum(x, -1e300)).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{1, 1}));
+  Tensor h = tensor({1.0, 2.0}, {device(), kFloat16}).requires_grad_();
+  sum(minimum(h, 1e5)).backward();
+  EXPECT_EQ(h.grad().to_vector<float>(), (std::vector<float>{1, 1}));
+  Tensor t = tensor({1.0, 3.0}, device()).requires_grad_();
+  sum(maximum(t, 1.0)).backward();  // a tie shares the slope
+  EXPECT_EQ(t.grad().to_vector<float>(), (std::vector<float>{0.5, 1}));
 }
 
 TEST_P(Elementwise, ReluKeepsNan) {
