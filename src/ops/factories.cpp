@@ -200,22 +200,22 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
   detail::check_not_capturing(device_of(options), op, "drawing random numbers");
-  const bool half_uniform = is_half(dtype) && kind == detail::RandomKind::kUniform;
+  const bool uniform = kind == detail::RandomKind::kUniform;
+  if (uniform) {  // uniform(-1e5, 1e5) in float16 drew -inf
+    detail::check_scalar_fits(op, a, dtype);
+    detail::check_scalar_fits(op, b, dtype);
+  }
   Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
   const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
-  detail::backend_of(t.device())
-      .random(t, kind, half_uniform ? 0 : a, half_uniform ? 1 : b, seed, offset);
-  if (!half_uniform) return t.to(dtype);
-  // Rounded to nearest, a float32 draw just below `b` became `b` (0.2% of bfloat16 rand()
-  // values were 1.0, and a dropout mask drawn so kept too few). Drawn on the format's grid
-  // instead, k / 2^bits of [0, 1) for as many bits as it keeps (PyTorch's bfloat16 rand also
-  // tops out at 255/256), then scaled; a scaled value that still rounds up to `b` takes the
-  // one below it.
+  detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
+  if (!(uniform && is_half(dtype))) return t.to(dtype);
+  // Rounded to nearest, a float32 draw just below `b` becomes `b` (0.2% of bfloat16 rand()
+  // values were 1.0, and a dropout mask drawn so kept too few): those take the value below
+  // `b` (PyTorch's bfloat16 rand also tops out at 255/256). Every other draw keeps the
+  // format's precision: small values too (a grid of k / 256 had no value in (0, 1/256)).
   NoGradGuard internal;
-  const double steps = dtype == kBFloat16 ? 256 : 2048;
-  const Tensor grid = (t * steps).to(kInt32).to(kFloat32) * (1.0 / steps);
-  const Tensor scaled = (grid * (b - a) + a).to(dtype);
-  return where(scaled >= b, largest_below(b, dtype), scaled);
+  const Tensor rounded = t.to(dtype);
+  return where(rounded >= b, largest_below(b, dtype), rounded);
 }
 
 }  // namespace

@@ -431,9 +431,20 @@ TEST_P(Half, RandomDrawsStayBelowTheirUpperBound) {
     EXPECT_LT(max(r).item<double>(), 1.0) << dtype_name(dtype);
     EXPECT_GE(min(r).item<double>(), 0.0) << dtype_name(dtype);
     EXPECT_NEAR(mean(r.to(kFloat64)).item<double>(), 0.5, 0.01) << dtype_name(dtype);
+    // Small draws keep the format's precision (a grid of k / 256 had only 256 values).
+    const Tensor positive = where(r > 0.0, r, 1.0);
+    EXPECT_LT(min(positive).item<double>(), 1e-4) << dtype_name(dtype);
     const Tensor u = uniform({200000}, -3.0, 3.0, {dtype, device()});
     EXPECT_LT(max(u).item<double>(), 3.0) << dtype_name(dtype);
     EXPECT_GE(min(u).item<double>(), -3.0) << dtype_name(dtype);
+    // Bounds the dtype cannot hold are refused (float16 drew -inf).
+    if (dtype == kFloat16) {
+      expect_throw_with<DtypeError>(
+          [&] {
+            uniform({4}, -1e5, 1e5, {dtype, device()});
+          },
+          {"[uniform] the value -100000 does not fit float16"});
+    }
     // A dropout mask keeps 1 - p of a half input and keeps its mean (1 / (1 - p) scaling).
     nn::Dropout drop(0.97);
     const Tensor kept = drop(ones({400000}, {dtype, device()}));
