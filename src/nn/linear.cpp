@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/device_rules.h"
 #include "ops/fused_ops.h"
+#include "ops/layer_dtypes.h"
 #include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/operators.h"
@@ -82,6 +83,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // Recorded casts: the gradients come back in each tensor's own dtype.
     return linear(x.to(*ac), weight.to(*ac), bias.defined() ? bias.to(*ac) : bias);
   }
+  // A bias of another dtype was added (or converted) silently; PyTorch refuses it too.
+  detail::check_layer_dtypes("linear", x, weight, bias);
   Shape out_shape(x.shape());
   out_shape[out_shape.size() - 1] = out;
   Tensor x2, y;

@@ -8,6 +8,7 @@
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/half_compute.h"
+#include "ops/layer_dtypes.h"
 #include "tessera/autograd.h"
 
 namespace tessera {
@@ -62,12 +63,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   TESSERA_CHECK(weight.size(1) == x.size(1), ShapeError,
                 "[conv2d] input has {} channels but weight {} expects {}", x.size(1),
                 weight.shape().str(), weight.size(1));
-  TESSERA_CHECK(
-      weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), DtypeError,
-      "[conv2d] input, weight and bias must share one dtype, got input {}, weight {}{}; "
-      "convert the input with .to(dtype) or the layer with .to(dtype)",
-      dtype_name(x.dtype()), dtype_name(weight.dtype()),
-      bias.defined() ? fmt::format(", bias {}", dtype_name(bias.dtype())) : std::string());
+  detail::check_layer_dtypes("conv2d", x, weight, bias);
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({weight.size(0)}), ShapeError,
                 "[conv2d] bias must be [{}] for weight {}, got shape {}", weight.size(0),
                 weight.shape().str(), bias.shape().str());

@@ -371,6 +371,29 @@ TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
       {"[Dropout]", "floating input", "int32"});
 }
 
+TEST_P(Modules, LinearRefusesOperandsOfDifferentDtypes) {
+  // A bias of another dtype was added or converted silently (PyTorch refuses it too).
+  const Tensor x = ones({2, 2}, {kBFloat16, device()}), w = ones({2, 2}, {kBFloat16, device()});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::linear(x, w, ones({2}, {kFloat64, device()}));
+      },
+      {"[linear] input, weight and bias must share one dtype",
+       "input bfloat16, weight bfloat16, bias float64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::linear(x, w, ones({2}, {kInt64, device()}));
+      },
+      {"bias int64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::linear(ones({2, 2}, device()), w);
+      },  // named linear, not matmul
+      {"[linear] input, weight and bias must share one dtype, got input float32, weight "
+       "bfloat16;"});
+  EXPECT_EQ(nn::linear(x, w, ones({2}, {kBFloat16, device()})).dtype(), kBFloat16);
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Modules);
 
 }  // namespace

@@ -179,13 +179,19 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
-// Whether this CPU multiplies bfloat16 natively and the user left it on.
+// Whether this CPU multiplies bfloat16 natively and the user left it on. Only the kernels
+// built for AVX-512: a lower level (TESSERA_CPU_ISA=x86-64 in tests) computes as a CPU
+// without it would, whatever this one has.
 bool cpu_bf16_matmul_on() {
+#if defined(__AVX512F__)
   static const bool on = [] {
     const char* env = std::getenv("TESSERA_CPU_BF16_MATMUL");
     return __builtin_cpu_supports("avx512bf16") && !(env != nullptr && std::strcmp(env, "0") == 0);
   }();
   return on;
+#else
+  return false;
+#endif
 }
 
 }  // namespace
