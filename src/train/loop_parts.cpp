@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "tessera/random.h"
 #include "tessera/safetensors.h"
 #include "tessera/train/training_state.h"
+#include "train/state_metadata.h"
 
 namespace tessera::train::loop {
 
@@ -75,8 +78,9 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
   // The epochs first, from the header alone, so that a file with nothing left to train
   // changes nothing; load_training_state refuses files that are not training states.
   const SafetensorsHeader header = read_safetensors_header(options.resume_from);
-  if (const auto it = header.metadata.find(kEpochKey); it != header.metadata.end()) {
-    const int held = std::stoi(it->second);
+  if (header.metadata.contains(kEpochKey)) {
+    const auto held = static_cast<int>(
+        metadata_count("Trainer", options.resume_from, header.metadata, kEpochKey, INT_MAX));
     TESSERA_CHECK(held < options.max_epochs, Error,
                   "[Trainer] {} holds {} epoch(s) of training, and max_epochs is {}: there is "
                   "nothing left to train. Raise max_epochs (--epochs) to train on",
@@ -91,15 +95,18 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                                  scaled ? scalers[r] : nullptr);
     }
   }
-  const int done = std::stoi(meta.at(kEpochKey));
+  const auto count = [&](const char* key) {
+    return metadata_count("Trainer", options.resume_from, meta, key, UINT64_MAX);
+  };
+  const auto done = static_cast<int>(count(kEpochKey));  // checked <= INT_MAX by the load
   if (meta.contains(kRngSeedKey) && meta.contains(kRngOffsetKey)) {
-    set_rng_state({std::stoull(meta.at(kRngSeedKey)), std::stoull(meta.at(kRngOffsetKey))});
+    set_rng_state({count(kRngSeedKey), count(kRngOffsetKey)});
   }
   // The loader's own count, which is more than the epochs done when it also served as the
   // validation loader or began an epoch before fit(); files from before it was saved hold
   // the epochs done.
   const auto loader_epochs = meta.find(kLoaderEpochsKey);
-  train.set_epoch(loader_epochs != meta.end() ? std::stoull(loader_epochs->second)
+  train.set_epoch(loader_epochs != meta.end() ? count(kLoaderEpochsKey)
                                               : static_cast<std::uint64_t>(done));
   return done;
 }

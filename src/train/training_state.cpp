@@ -2,8 +2,11 @@
 // beside it, under prefixes, in one atomically written safetensors file.
 #include "tessera/train/training_state.h"
 
+#include <climits>
+
 #include "core/check.h"
 #include "tessera/safetensors.h"
+#include "train/state_metadata.h"
 
 namespace tessera::train {
 namespace {
@@ -57,12 +60,18 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
   constexpr const char* kOp = "load_training_state";
   // Read onto the CPU; each load_state_dict then copies onto its own devices explicitly.
   SafetensorsFile file = load_safetensors(path);
-  TESSERA_CHECK(file.metadata.contains(kTrainingStateKey) && file.metadata.contains(kEpochKey),
-                Error,
+  const auto format = file.metadata.find(kTrainingStateKey);
+  TESSERA_CHECK(format != file.metadata.end(), Error,
                 "[{}] {} is a model checkpoint without optimizer state (no '{}' metadata), so "
                 "training cannot resume from it. Load it with nn::load_checkpoint "
                 "(`tessera train --load`), or save with save_training_state",
                 kOp, path.string(), kTrainingStateKey);
+  TESSERA_CHECK(format->second == "1", Error,
+                "[{}] {} is a training state of format '{}', and this tessera reads format 1 "
+                "only; resume it with the tessera that wrote it",
+                kOp, path.string(), format->second);
+  // The epochs done, as save_training_state writes them (an int >= 0).
+  (void)metadata_count(kOp, path, file.metadata, kEpochKey, INT_MAX);
   nn::StateDict model_state;
   optim::OptimizerState optim_state;
   std::map<std::string, Tensor> scaler_state;

@@ -14,6 +14,7 @@
 #include "tessera/optim/adam.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/random.h"
+#include "tessera/safetensors.h"
 #include "tessera/train/training_state.h"
 
 namespace tessera {
@@ -117,6 +118,45 @@ TEST_P(TrainingState, RefusedFilesChangeNothing) {
         train::save_training_state(state, *net, sgd, nullptr, 1, {{"epoch", "2"}});
       },
       {"metadata key 'epoch' is reserved"});
+}
+
+TEST_P(TrainingState, DamagedMetadataIsRefused) {
+  TempDir dir;
+  auto net = make_net();
+  optim::SGD sgd(net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::GradScaler scaler;
+  train(*net, sgd, scaler, 0, 1);
+  const fs::path state = dir / "state.safetensors";
+  train::save_training_state(state, *net, sgd, &scaler, 1);
+  const SafetensorsFile good = load_safetensors(state);
+  const auto damaged = [&](const std::string& key, const std::string& value) {
+    std::map<std::string, std::string> meta = good.metadata;
+    if (value.empty()) {
+      meta.erase(key);
+    } else {
+      meta[key] = value;
+    }
+    const fs::path path = dir / "damaged.safetensors";
+    save_safetensors(path, good.tensors, meta);
+    return path;
+  };
+  const auto weight_before = net->tensor("0.weight").to_vector<double>();
+  // std::stoi read "-3" as -3 (a run trained epochs -2 to 2) and "0x" as 0.
+  for (const std::string& epoch : {"-3", "0x", " 0", "abc", "99999999999"}) {
+    const fs::path path = damaged(train::kEpochKey, epoch);
+    expect_throw_with<Error>(
+        [&] { train::load_training_state(path, *net, sgd, &scaler); },
+        {"[load_training_state]", path.string(), "'epoch' metadata is '" + epoch + "'",
+         "not a whole number from 0 to 2147483647"});
+  }
+  const fs::path no_epoch = damaged(train::kEpochKey, "");
+  expect_throw_with<Error>([&] { train::load_training_state(no_epoch, *net, sgd, &scaler); },
+                           {"has no 'epoch' metadata"});
+  const fs::path newer = damaged(train::kTrainingStateKey, "2");
+  expect_throw_with<Error>([&] { train::load_training_state(newer, *net, sgd, &scaler); },
+                           {"is a training state of format '2'", "reads format 1 only"});
+  EXPECT_EQ(net->tensor("0.weight").to_vector<double>(), weight_before);
+  EXPECT_EQ(train::load_training_state(state, *net, sgd, &scaler).at(train::kEpochKey), "1");
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(TrainingState);
