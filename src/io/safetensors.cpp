@@ -81,6 +81,15 @@ std::filesystem::path follow_links(const std::filesystem::path& path) {
   fail("save_safetensors", path, "too many levels of symbolic links; point it at a file");
 }
 
+// A temporary name beside `target`: its name, cut to leave room for `suffix` within a
+// directory entry's 255 bytes (a legal name of 250 bytes could not be saved).
+std::string temporary_name(const std::filesystem::path& target, const std::string& suffix) {
+  constexpr std::size_t kNameMax = 255;
+  std::string base = target.filename().string();
+  if (base.size() + suffix.size() > kNameMax) base.resize(kNameMax - suffix.size());
+  return (target.parent_path() / (base + suffix)).string();
+}
+
 mode_t current_umask() {
   const mode_t mask = ::umask(0);  // the only portable way to read it: set it back at once
   ::umask(mask);
@@ -102,6 +111,13 @@ class TempFile {
                ", not a regular file; "
                "choose the path of a file to write");
     }
+    // The rename would replace a file its mode protects from this user, as a plain write
+    // (torch.save's) would not.
+    if (replaces && ::access(target.c_str(), W_OK) != 0) {
+      fail("save_safetensors", target,
+           "cannot write it: " + system_reason() +
+               "; change its mode (chmod u+w) or save elsewhere");
+    }
 #ifdef O_TMPFILE
     fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);  // 0666 & ~umask
     if (fd_ >= 0 && ::access("/proc/self/fd", X_OK) != 0) {             // no way to link it in
@@ -110,7 +126,7 @@ class TempFile {
     }
 #endif
     if (fd_ < 0) {
-      std::string pattern = target.string() + ".tmp-XXXXXX";
+      std::string pattern = temporary_name(target, ".tmp-XXXXXX");
       name_.assign(pattern.begin(), pattern.end());
       name_.push_back('\0');
       fd_ = ::mkstemp(name_.data());  // mode 0600: set below
@@ -171,7 +187,7 @@ class TempFile {
       const unsigned salt =
           static_cast<unsigned>(::getpid()) * 2654435761u ^ counter.fetch_add(1) * 40503u ^
           static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
-      const std::string name = fmt::format("{}.tmp-{:06x}", target_.string(), salt & 0xffffff);
+      const std::string name = temporary_name(target_, fmt::format(".tmp-{:06x}", salt & 0xffffff));
       if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
         name_.assign(name.begin(), name.end());
         name_.push_back('\0');
@@ -277,7 +293,9 @@ void save_safetensors(const std::filesystem::path& path,
   std::uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     TESSERA_CHECK(!name.empty() && name != "__metadata__", Error,
-                  "[save_safetensors] '{}' cannot name a tensor", name);
+                  "[save_safetensors] '{}': '{}' cannot name a tensor (the format keeps "
+                  "'__metadata__' and needs a name); rename it",
+                  io::printable(path.string()), name);
     check_utf8(name, "tensor name", path);
     TESSERA_CHECK(!io::has_control_character(name), Error,
                   "[save_safetensors] '{}': tensor name '{}' holds a control character, which "
@@ -292,6 +310,12 @@ void save_safetensors(const std::filesystem::path& path,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  // A header no reader takes would replace a good file with one nothing loads.
+  TESSERA_CHECK(text.size() <= io::kMaxSafetensorsHeader, Error,
+                "[save_safetensors] '{}': the header (names, shapes and metadata) would be {} "
+                "bytes, over the {} that load_safetensors (and PyPI's safetensors) accept; "
+                "nothing was written. Shorten the metadata or save the tensors in several files",
+                io::printable(path.string()), text.size(), io::kMaxSafetensorsHeader);
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
 

@@ -103,7 +103,16 @@ TEST_P(Safetensors, SavingIsAtomic) {
       [&] {
         save_safetensors(path, {{"__metadata__", ones({1}, device())}});
       },
-      {"[save_safetensors] '__metadata__' cannot name a tensor"});
+      {"[save_safetensors] '", "model.safetensors': '__metadata__' cannot name a tensor"});
+  // A header over the readers' limit was written, over a good file, and then nothing read it.
+  expect_throw_with<Error>(
+      [&] {
+        save_safetensors(path, {{"w", ones({1}, device())}},
+                         {{"notes", std::string(100'000'000, 'x')}});
+      },
+      {"[save_safetensors]", "the header (names, shapes and metadata) would be",
+       "over the 100000000", "nothing was written"});
+  EXPECT_EQ(read_bytes(path), good);
 }
 
 std::set<std::string> names_in(const fs::path& dir) {
@@ -170,6 +179,26 @@ TEST(SafetensorsFiles, NewFilesFollowTheUmaskAndReplacedFilesKeepTheirMode) {
   EXPECT_EQ(mode_of(dir / "b.safetensors"), 0604u);
   ::umask(saved_mask);
   EXPECT_EQ(load_safetensors(dir / "b.safetensors").tensors.at("w").numel(), 3);
+}
+
+// The temporary name beside a long one fits a directory entry (255 bytes); a file whose mode
+// forbids this user to write it is not replaced (root may write any file, as with open).
+TEST(SafetensorsFiles, LongNamesAreSavedAndWriteProtectedFilesAreNotReplaced) {
+  TempDir dir;
+  const fs::path long_name = dir / (std::string(250, 'a') + ".st");  // 253 bytes
+  save_safetensors(long_name, {{"w", ones({2})}});
+  EXPECT_EQ(load_safetensors(long_name).tensors.at("w").numel(), 2);
+  EXPECT_EQ(names_in(dir.path()).size(), 1u) << "no temporary file left";
+  if (::geteuid() == 0) GTEST_SKIP() << "root may write any file";
+  const fs::path locked = dir / "locked.safetensors";
+  save_safetensors(locked, {{"w", ones({2})}});
+  ASSERT_EQ(::chmod(locked.c_str(), 0444), 0);
+  expect_throw_with<IOError>(
+      [&] {
+        save_safetensors(locked, {{"w", ones({3})}});
+      },
+      {"[save_safetensors]", "locked.safetensors': cannot write it", "chmod u+w"});
+  EXPECT_EQ(load_safetensors(locked).tensors.at("w").numel(), 2);
 }
 
 // A symbolic link is followed: its target is replaced (atomically) and the link stays.
