@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "io/safetensors_reader.h"
+#include "nn/file_state_check.h"
 #include "tessera/safetensors.h"
 #include "tessera/sync_guard.h"
 
@@ -32,7 +33,7 @@ std::map<std::string, std::string> load_checkpoint(Module& module,
     if (!is_module_tensor(item.name)) continue;
     layouts.emplace(item.name, Module::TensorLayout{item.shape, item.dtype});
   }
-  module.check_state_dict(layouts);
+  check_file_state("load_checkpoint", path, module, layouts);
   std::map<std::string, Tensor> own;
   for (auto& [name, t] : module.named_parameters()) own.emplace(name, t);
   for (auto& [name, t] : module.named_buffers()) own.emplace(name, t);

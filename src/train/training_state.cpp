@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/check.h"
+#include "nn/file_state_check.h"
 #include "tessera/safetensors.h"
 #include "train/state_metadata.h"
 
@@ -95,7 +96,7 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
                 kOp, path.string());
   // Each load checks everything before it changes anything; what loaded before a later one
   // throws is put back, so a refused file changes none of the three.
-  module.check_state_dict([&] {
+  nn::check_file_state(kOp, path, module, [&] {
     std::map<std::string, nn::Module::TensorLayout> layouts;
     for (const auto& [name, t] : model_state)
       layouts.emplace(name, nn::Module::TensorLayout{t.shape(), t.dtype()});

@@ -139,15 +139,17 @@ TEST_F(SafetensorsHeaders, ACheckpointIsMatchedFromItsHeaderBeforeAnyDataIsRead)
   fs::resize_file(path_, fs::file_size(path_) + huge);  // sparse: no disk used
   const MemoryStats before = memory_stats(cpu());
   reset_peak_memory(cpu());
-  expect_throw_with<Error>(
-      [&] { nn::load_checkpoint(net, path_); },
-      {"[load_state_dict] the state dict does not match", "unexpected unknown"});
+  expect_throw_with<Error>([&] { nn::load_checkpoint(net, path_); },
+                           {"[load_checkpoint] '" + path_.string() + "': the file does not match",
+                            "unexpected unknown", "The file was saved from another model"});
   EXPECT_LT(memory_stats(cpu()).peak, before.in_use + (std::size_t{1} << 20))
       << "the unknown tensor's data was allocated";
   // Shapes and dtypes too: a file for a wider layer is refused from its header.
   write(R"({"0.weight":{"dtype":"F32","shape":[1,3],"data_offsets":[0,12]}})", "123456789abc");
   expect_throw_with<ShapeError>([&] { nn::load_checkpoint(net, path_); },
-                                {"0.weight has shape [1, 2] in the module but [1, 3]"});
+                                {"[load_checkpoint] '",
+                                 "0.weight has shape [1, 2] in the module "
+                                 "but [1, 3] in the file; the file belongs to"});
   write(R"({"0.weight":{"dtype":"I32","shape":[1,2],"data_offsets":[0,8]}})", kEight);
   expect_throw_with<DtypeError>([&] { nn::load_checkpoint(net, path_); },
                                 {"0.weight is float32 in the module but int32"});
