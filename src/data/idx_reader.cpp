@@ -69,8 +69,13 @@ IdxReader::IdxReader(const std::filesystem::path& path) : path_(path), buffer_(k
     const std::uint32_t extent = (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) |
                                  (std::uint32_t{b[2]} << 8) | b[3];
     shape_.push_back(extent);
-    numel_ *= extent;
-    if (numel_ > (std::uint64_t{1} << 40)) fail("its dimensions describe more than 2^40 bytes");
+    // Checked before it can wrap: [2^20, 2^20, 2^24] multiplied to 0 and passed.
+    std::uint64_t product = 0;
+    if (__builtin_mul_overflow(numel_, std::uint64_t{extent}, &product) ||
+        product > (std::uint64_t{1} << 40)) {
+      fail("its dimensions describe more than 2^40 bytes");
+    }
+    numel_ = product;
   }
   const std::uint64_t header = 4 + 4 * static_cast<std::uint64_t>(dims);
   if (!gzip_ && file_size_ - header < numel_) {

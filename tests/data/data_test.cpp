@@ -69,6 +69,9 @@ TEST_F(DataFiles, BrokenIdxFilesNameTheFileAndTheProblem) {
   expect_bad(std::string{'\1', '\0', '\x08', '\1', 0, 0, 0, 0}, false, "bad magic number");
   expect_bad(std::string{'\0', '\0', '\x0d', '\1', 0, 0, 0, 0}, false, "element type 0x0d");
   expect_bad(std::string{'\0', '\0', '\x08', '\0'}, false, "0 dims");
+  // Dims whose product wraps past 2^64 (to 0) are caught before it wraps.
+  expect_bad(idx({1U << 20, 1U << 20, 1U << 24}, ""), false, "more than 2^40 bytes");
+  expect_bad(idx({1U << 31, 1U << 31, 1U << 31, 8}, ""), false, "more than 2^40 bytes");
   // A gzip stream whose compressed bytes are cut short is caught as well.
   write("whole.gz", idx({64, 64}, std::string(4096, 'q')), true);
   std::ifstream in(dir_ / "whole.gz", std::ios::binary);
