@@ -356,7 +356,7 @@ void DataLoader::iterator::load() {
     prefetcher_.reset();  // the epoch is over: its thread has finished; join it
   } else {
     pieces_ = prefetcher_
-                  ? prefetcher_->next()
+                  ? prefetcher_->next(index_)
                   : loader_->gather(loader_->sources_, *order_, index_, part_, parts_, devices_);
   }
 }

@@ -94,15 +94,19 @@ void Prefetcher::run() {
   }
 }
 
-Prefetcher::Pieces Prefetcher::next() {
+Prefetcher::Pieces Prefetcher::next(std::int64_t index) {
   std::unique_lock lock(mutex_);
   if (failed_) std::rethrow_exception(failed_);
-  TESSERA_INTERNAL_ASSERT(taken_ < count_, "batch {} of {} taken from a prefetcher", taken_,
-                          count_);
+  TESSERA_CHECK(index == taken_ && taken_ < count_, Error,
+                "[DataLoader] batch {} was asked of epoch {}'s prefetch thread, which has {} "
+                "next: two copies of one iterator were both advanced, and with prefetch they "
+                "share one gather thread. Advance only one copy (or begin another pass with "
+                "begin())",
+                index, epoch_, taken_);
   ready_cv_.wait(lock, [&] { return !ready_.empty(); });
   Slot slot = std::move(ready_.front());
   ready_.pop_front();
-  const std::int64_t index = taken_++;
+  ++taken_;
   lock.unlock();
   space_cv_.notify_one();
   if (slot.error) {

@@ -30,8 +30,10 @@ class Prefetcher {
 
   // The next batch, in order, waiting for it when it is not ready. An exception thrown while
   // gathering it is rethrown here, on the caller's thread, as the same type with the batch
-  // and the epoch named in front of its message; later calls throw it again.
-  Pieces next();
+  // and the epoch named in front of its message; later calls throw it again. `index` is the
+  // batch the caller expects: Error when it is not the next one (two copies of an iterator,
+  // which share this prefetcher, were both advanced).
+  Pieces next(std::int64_t index);
 
  private:
   struct Slot {

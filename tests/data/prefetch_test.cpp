@@ -130,6 +130,20 @@ TEST(DataLoaderPrefetch, AnAbandonedEpochStopsItsThread) {
   EXPECT_EQ(seen, 4096) << "the loader works after abandoned epochs";
 }
 
+// Copies of one iterator share its epoch's prefetch thread: advancing both is a usage error
+// (it gave each copy other batches, then an internal error at the epoch's end).
+TEST(DataLoaderPrefetch, AdvancingTwoCopiesOfAnIteratorIsRefused) {
+  const auto [images, labels] = testing::random_images(40);
+  data::DataLoader loader(images, labels, {.batch_size = 10, .seed = 2, .prefetch = 2});
+  auto a = loader.begin();
+  auto b = a;
+  ++a;
+  testing::expect_throw_with<Error>([&] { ++b; },
+                                    {"[DataLoader] batch 1 was asked of epoch 1's prefetch thread, "
+                                     "which has 2 next",
+                                     "Advance only one copy"});
+}
+
 class PrefetchOnDevice : public DeviceTest {};
 
 // Training on prefetched batches gives the same losses, bit for bit, as training on batches
