@@ -66,6 +66,8 @@ TESSERA_API Tensor sigmoid(const Tensor& a);
 TESSERA_API Tensor tanh(const Tensor& a);
 
 // ---- reductions: over all elements, or over `dims` (negative counts from the end) ----
+// An empty `dims` reduces no dim, as NumPy's axis=() (LibTorch's x.sum({}) reduces every
+// dim: call sum(x) for that).
 /// Sum; bool and integer inputs sum to int64.
 TESSERA_API Tensor sum(const Tensor& a);
 TESSERA_API Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);

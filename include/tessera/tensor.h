@@ -55,6 +55,8 @@ class TESSERA_API Tensor {
   /// to the CPU from a GPU waits for the GPU (checked by SyncGuard, reported at `where`).
   Tensor to(Device device, std::source_location where = std::source_location::current()) const;
   /// This tensor itself when already of `dtype`, else a converted copy on the same device.
+  /// Floating to integer truncates toward zero, as C++ and PyTorch do; NaN, infinity and
+  /// values outside the integer dtype's range give an unspecified value (no error).
   Tensor to(Dtype dtype) const;
   Tensor to(Device device, Dtype dtype,
             std::source_location where = std::source_location::current()) const;
