@@ -82,8 +82,6 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
 }
 
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands) {
-  // The first operand is about to be written.
-  if (const Tensor* self = *operands.begin(); self->defined()) mark_written(*self);
   if (!t_grad_enabled) return;
   for (const Tensor* t : operands) {
     TESSERA_CHECK(!(t->defined() && t->requires_grad()), Error,
@@ -279,6 +277,10 @@ void Tensor::set_grad(const Tensor& grad) {
                   "[set_grad] the gradient must have the tensor's dtype: got {}, expected {}; "
                   "convert it with .to({})",
                   dtype_name(grad.dtype()), dtype_name(dtype()), dtype_name(dtype()));
+    // Its own storage as its gradient: clipping or zeroing the gradient would change it.
+    TESSERA_CHECK(!grad.shares_storage(*this), Error,
+                  "[set_grad] the gradient shares the tensor's own memory, so changing the "
+                  "gradient would change the tensor; pass a copy (.clone())");
   }
   if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   impl_->autograd->grad = grad;

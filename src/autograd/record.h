@@ -28,9 +28,10 @@ struct Saved {
 void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
             BackwardFn backward, std::initializer_list<Saved> saved = {});
 
-// Marks the first operand written (mark_written), then throws Error naming `op` when grad
-// mode is on and any operand takes part in the graph: writing in place would corrupt values
-// the graph saved.
+// Throws Error naming `op` when grad mode is on and any operand takes part in the graph:
+// writing in place would corrupt values the graph saved. Marks nothing: the op marks what
+// it writes (mark_written) once every check has passed, so that a refused op leaves the
+// saved versions as they were (a refusal used to make later backward() passes fail).
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands);
 
 // Tensor::backward(): see Note [Backward pass] in engine.cpp.

@@ -104,6 +104,7 @@ void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
     detail::count_collective(tensors[i].device(),
                              static_cast<std::size_t>((k - 1) * c + (n - c)) * item);
   }
+  for (const Tensor& t : tensors) detail::mark_written(t);
   run({CollectiveKind::kAllReduce, tensors, tensors, op == ReduceKind::kMean, 0});
 }
 
@@ -116,7 +117,9 @@ void broadcast(const std::vector<Tensor>& tensors, std::size_t root) {
     if (i != root) detail::check_inplace("broadcast", {&tensors[i]});
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (i != root) detail::count_collective(tensors[i].device(), tensors[i].nbytes());
+    if (i == root) continue;
+    detail::count_collective(tensors[i].device(), tensors[i].nbytes());
+    detail::mark_written(tensors[i]);
   }
   run({CollectiveKind::kBroadcast, tensors, tensors, false, static_cast<int>(root)});
 }

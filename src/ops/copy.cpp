@@ -48,7 +48,9 @@ Tensor Tensor::to(Dtype dtype) const {
   if (dtype == this->dtype()) return *this;
   Tensor out = make_output(shape(), dtype, device(), "to");
   detail::backend_of(device()).copy(*this, out);
-  if (detail::needs_grad(*this)) detail::record_copy("to", *this, out);
+  // An integer or bool result has no gradient (as a comparison's): recorded, the rounding's
+  // "slope" was taken as 1.
+  if (is_floating(dtype) && detail::needs_grad(*this)) detail::record_copy("to", *this, out);
   return out;
 }
 
@@ -86,6 +88,7 @@ Tensor& Tensor::copy_(const Tensor& src, std::source_location where) {
   const bool overlaps = src.shares_storage(*this) &&
                         !(src.strides() == strides() && src.storage_offset() == storage_offset());
   const Tensor from = overlaps ? src.clone() : src;
+  detail::mark_written(*this);
   detail::copy_data(from.shape() == shape() ? from : from.expand(shape()), *this, "copy_", where);
   return *this;
 }

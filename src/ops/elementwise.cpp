@@ -174,6 +174,7 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
       !(other.strides() == self.strides() && other.storage_offset() == self.storage_offset())) {
     src = other.clone();
   }
+  detail::mark_written(self);
   if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
@@ -195,7 +196,8 @@ Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), s)), self.dtype());
   check_bool_arithmetic(op, self.dtype(), name);
   detail::check_scalar_fits_integer(name, s, self.dtype());  // t.mul_(1e30): undefined
-  if (is_half(self.dtype())) [[unlikely]] {                  // Note [Half precision]
+  detail::mark_written(self);
+  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
     Tensor r = detail::make_output(self.shape(), kFloat32, self.device(), name);
@@ -315,6 +317,7 @@ Tensor& Tensor::fill_(double value) {
   detail::check_scalar_fits("fill_", value, dtype());
   detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
+  detail::mark_written(*this);
   if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
     Tensor value32 = detail::make_output({}, kFloat32, device(), "fill_");
     detail::backend_of(device()).fill(value32, detail::stored_value(value, dtype()));

@@ -156,6 +156,38 @@ TEST_P(Autograd, GraphMemoryIsReturnedAfterBackward) {
   EXPECT_EQ(memory_stats(device()).in_use, before);
 }
 
+TEST_P(Autograd, ARefusedInPlaceOpWritesNothingSoBackwardStillRuns) {
+  // The version was bumped before the op's own checks refused it: every graph that had
+  // saved the tensor then refused backward() for a write that never happened.
+  Tensor x = tensor({1.0, 2.0}, {kFloat64, device()}).requires_grad_();
+  Tensor y = exp(x);
+  expect_throw_with<Error>([&] { y.add_(1.0); }, {"[add_] cannot write in place"});
+  Tensor w = tensor({1.0, 2.0, 3.0}, {kFloat64, device()});
+  Tensor v = ones({3}, {kFloat64, device()}).requires_grad_();
+  Tensor z = v * w;
+  expect_throw_with<ShapeError>(
+      [&] {
+        w.add_(ones({2, 3}, {kFloat64, device()}));
+      },
+      {"does not broadcast"});
+  sum(y).backward();
+  sum(z).backward();
+  EXPECT_EQ(v.grad().to_vector<double>(), (std::vector<double>{1, 2, 3}));
+}
+
+TEST_P(Autograd, IntegerConversionsAndSelfGradientsHaveNoSlope) {
+  // to(kInt64) was recorded: the rounding's slope was taken as 1 (x.grad [2, 4], not [1, 2]).
+  Tensor x = tensor({1.4, 2.6}, {kFloat64, device()}).requires_grad_();
+  const Tensor i = x.to(kInt64);
+  EXPECT_FALSE(i.requires_grad());
+  EXPECT_FALSE(x.to(kBool).requires_grad());
+  sum(i.to(kFloat64) * x).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 2}));
+  // A tensor cannot be its own gradient: clipping it would change the parameter.
+  expect_throw_with<Error>([&] { x.set_grad(x); }, {"[set_grad]", "own memory", ".clone()"});
+  expect_throw_with<Error>([&] { x.set_grad(x.detach()); }, {"[set_grad]", "own memory"});
+}
+
 TEST_P(Autograd, SavedTensorWrittenInPlaceIsRefusedAtBackward) {
   // A Linear layer's input buffer refilled before backward: the weight gradient would be
   // computed from the new values (5x here). backward() must refuse, naming op and tensor.
