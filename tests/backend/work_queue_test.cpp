@@ -6,8 +6,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -188,3 +190,19 @@ TEST(QueuedTask, KeepsSmallCallablesInsideAndBigOnesOnTheHeapAndDestroysEachOnce
 
 }  // namespace
 }  // namespace tessera::detail
+
+namespace tessera {
+namespace {
+
+// A program that returns from main with kernels queued on logical CPU devices exits cleanly:
+// exit waits for the queues before the BLAS library they call is torn down.
+TEST(WorkQueueAtExit, AProgramEndingWithQueuedWorkExitsCleanly) {
+  const std::string command =
+      std::string("TESSERA_CPU_DEVICES=2 ") + TESSERA_TEST_EXIT_WITH_QUEUED_WORK;
+  for (int run = 0; run < 12; ++run) {
+    EXPECT_EQ(std::system(command.c_str()), 0) << "run " << run;  // NOLINT(cert-env33-c)
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -136,7 +136,24 @@ WorkQueue* CpuBackendBase::queue(int index) {
   return queues_[index].get();
 }
 
+// Note [Exit with work queued]
+// A program may return from main with kernels still queued (a result it never read). exit
+// then destroys the libraries' static objects (oneDNN's JIT kernels, OpenBLAS's buffers)
+// while a queue thread may still run a kernel in them: SIGSEGV, one run in four. An atexit
+// handler cannot wait for the queues first: those statics are made on a queue thread's
+// first call into the library, after any handler of ours, so their destructors run before
+// it. glibc's exit runs the exiting thread's thread_local destructors before every atexit
+// handler, so the main thread, on its first launch, makes one whose destructor waits for
+// every queue. Other threads that launch work are not waited for when they end.
+struct DrainWhenMainReturns {
+  ~DrainWhenMainReturns() {
+    if (::gettid() == ::getpid()) cpu_backend_impl().drain_queues();
+  }
+};
+
 std::uint64_t CpuBackendBase::run_ahead(int index) {
+  thread_local const DrainWhenMainReturns drain_at_exit;  // Note [Exit with work queued]
+  (void)drain_at_exit;
   // This thread's launches, and the launch at which it last fed each device: a device fed
   // within the last kWindow launches counts as one it is feeding.
   constexpr std::uint64_t kWindow = 1024;

@@ -66,6 +66,9 @@ class CpuBackendBase : public Backend {
   void synchronize_stream(int index, int id) override;
   // Waits for the work queued on every side stream, reporting no error (at exit).
   void drain_side_streams();
+  // At exit: waits for the work queued on every device's default queue, so that no kernel
+  // still runs while the libraries it calls (OpenBLAS, oneDNN) are torn down.
+  void drain_queues();
 
   // Between processes, through MPI on the host (cpu_process_collectives.cpp).
   void process_collective(const ProcessCollectiveCall& call) override;

@@ -188,6 +188,12 @@ void CpuBackendBase::drain_side_streams() {
   }
 }
 
+void CpuBackendBase::drain_queues() {
+  for (const auto& q : queues_) {
+    if (q != nullptr) q->wait(q->last_ticket());  // errors are nobody's to report now
+  }
+}
+
 void CpuBackendBase::synchronize(int index) {
   refuse_while_capturing(index, "a host wait");
   WorkQueue* const own = queue(index);
