@@ -32,8 +32,16 @@ struct SavedVersion {
 // One recorded op: given the gradient of its output, the gradients of its inputs (an
 // undefined Tensor where an input needs none), one per edge.
 struct Node {
+  using Backward = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases the graph behind it without recursing once per node (Note [Freeing long
+  // graphs] in engine.cpp).
+  ~Node();
+
   const char* name = "";
-  std::function<std::vector<Tensor>(const Tensor& grad_output)> backward;
+  Backward backward;
   std::vector<Edge> next;
   std::vector<SavedVersion> saved;  // checked before `backward` runs, dropped with it
   Shape output_shape;

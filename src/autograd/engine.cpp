@@ -43,6 +43,46 @@ bool grad_enabled() { return t_grad_enabled; }
 
 namespace tessera::detail {
 
+// Note [Freeing long graphs]
+// A node owns the nodes before it (its edges) and, through the tensors its formula captured,
+// their autograd state and so their nodes too: freeing the last node of a chain of 300,000
+// ops freed the one before it from inside its destructor, and so on, until the stack ran
+// out (SIGSEGV when the loss went out of scope). The outermost ~Node on a thread instead
+// collects what it owns in lists and frees them one at a time in a loop; a ~Node run while
+// that loop frees something adds what it owns to the lists and returns. The depth stays a
+// few frames, however long the graph (as PyTorch's deleteNode).
+namespace {
+
+struct NodeTeardown {
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<Node::Backward> formulas;
+};
+thread_local NodeTeardown* t_teardown = nullptr;
+
+}  // namespace
+
+Node::~Node() {
+  NodeTeardown* const running = t_teardown;
+  NodeTeardown local;
+  NodeTeardown& into = running != nullptr ? *running : local;
+  for (Edge& e : next) {
+    if (e.node) into.nodes.push_back(std::move(e.node));
+  }
+  if (backward) into.formulas.push_back(std::move(backward));
+  if (running != nullptr) return;
+  t_teardown = &local;
+  while (!local.nodes.empty() || !local.formulas.empty()) {
+    if (!local.formulas.empty()) {
+      Node::Backward formula = std::move(local.formulas.back());
+      local.formulas.pop_back();  // the captured tensors go as `formula` does, below
+    } else {
+      std::shared_ptr<Node> node = std::move(local.nodes.back());
+      local.nodes.pop_back();
+    }
+  }
+  t_teardown = nullptr;
+}
+
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   if (!t_grad_enabled) return false;
   for (const Tensor* t : inputs) {

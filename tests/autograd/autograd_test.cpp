@@ -188,6 +188,23 @@ TEST_P(Autograd, IntegerConversionsAndSelfGradientsHaveNoSlope) {
   expect_throw_with<Error>([&] { x.set_grad(x.detach()); }, {"[set_grad]", "own memory"});
 }
 
+TEST_P(Autograd, ALongGraphIsFreedWithoutRecursion) {
+  // Freed node by node from inside each destructor, 300,000 ops overflowed the stack
+  // (Note [Freeing long graphs]); through captured tensors (mul by a scalar saves nothing,
+  // mul by a tensor saves it) as well as through edges.
+  if (device().kind() != DeviceKind::kCpu || device().index() > 0) GTEST_SKIP() << "one is enough";
+  Tensor x = ones({1}, {kFloat64, device()}).requires_grad_();
+  const Tensor c = full({1}, 1.0, {kFloat64, device()});
+  {
+    Tensor y = x;
+    for (int i = 0; i < 300000; ++i) y = (i % 2 == 0) ? y + x : y * c;
+  }
+  Tensor y = x;
+  for (int i = 0; i < 300000; ++i) y = y + x;
+  sum(y).backward();
+  EXPECT_EQ(x.grad().item<double>(), 300001.0);
+}
+
 TEST_P(Autograd, SavedTensorWrittenInPlaceIsRefusedAtBackward) {
   // A Linear layer's input buffer refilled before backward: the weight gradient would be
   // computed from the new values (5x here). backward() must refuse, naming op and tensor.
