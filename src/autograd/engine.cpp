@@ -157,6 +157,13 @@ void check_saved_versions(const Node& n) {
   }
 }
 
+void check_not_freed(const Node& n) {
+  TESSERA_CHECK(static_cast<bool>(n.backward), Error,
+                "[backward] the graph through '{}' was already used by a backward() and freed; "
+                "pass retain_graph = true to the first backward() to run it twice",
+                n.name);
+}
+
 void accumulate(TensorImpl& leaf, Tensor&& g) {
   AutogradMeta& meta = *leaf.autograd;
   // In the leaf's dtype, as PyTorch's engine casts every gradient to its input's: a formula
@@ -217,8 +224,9 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     if (root_meta.grad_ready) root_meta.grad_ready(root);
     return;
   }
-  // Count the edges into each node reachable from the root, and check what each saved
-  // before any formula runs, so a refused pass changes no grad().
+  // Count the edges into each node reachable from the root, and check what each saved (and
+  // that an earlier backward() did not free it) before any formula runs, so a refused pass
+  // changes no grad().
   // Edges into leaves with a grad-ready hook are counted too: the hook fires when the last
   // one has been followed (Note [Grad-ready hooks]).
   std::unordered_map<Node*, int> pending;
@@ -228,6 +236,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
+    check_not_freed(*n);
     check_saved_versions(*n);
     for (const Edge& e : n->next) {
       if (e.leaf && e.leaf->autograd->grad_ready) ++leaf_pending[e.leaf.get()];
@@ -245,10 +254,6 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     grads.erase(n);
     std::vector<Tensor> inputs(n->next.size());
     if (g.defined()) {  // else no gradient reached this node: its inputs get none from it
-      TESSERA_CHECK(static_cast<bool>(n->backward), Error,
-                    "[backward] the graph through '{}' was already used by a backward() and "
-                    "freed; pass retain_graph = true to the first backward() to run it twice",
-                    n->name);
       inputs = n->backward(g);
       TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),
                               "{} returned {} gradients for {} inputs", n->name, inputs.size(),

@@ -73,6 +73,12 @@ TEST_P(Autograd, ErrorsNameTheFix) {
   Tensor kept = sum(w * w);
   kept.backward(Tensor(), /*retain_graph=*/true);
   kept.backward();  // fine the second time
+  // A pass reaching a freed part refuses before it adds anything (the other branch was added).
+  Tensor e = exp(w);
+  sum(e).backward();
+  const std::vector<float> before = w.grad().to_vector<float>();
+  expect_throw_with<Error>([&] { sum(e + w).backward(); }, {"'exp' was already used"});
+  EXPECT_EQ(w.grad().to_vector<float>(), before);
   expect_throw_with<ShapeError>([&] { (w * 2.0).backward(ones({3}, device())); },
                                 {"[backward] gradient has shape [3]"});
 }
