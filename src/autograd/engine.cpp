@@ -1,6 +1,7 @@
 // The graph recorder and the backward pass. See Note [Backward pass].
 #include <fmt/format.h>
 
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -170,6 +171,11 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
   // run under autocast (backward() inside an AutocastGuard) sums a bfloat16 bias's gradient
   // into float32.
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
+  // Two threads' passes may reach one leaf (a model shared by threads): each sum reads the
+  // grad() the other wrote, or an update is lost. The sum is queued inside the lock, so on
+  // a device both threads feed it also runs after the one it read.
+  static std::mutex accumulating;
+  const std::lock_guard lock(accumulating);
   if (meta.grad.defined()) {
     meta.grad = meta.grad + g;
     return;

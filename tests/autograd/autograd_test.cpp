@@ -1,6 +1,7 @@
 // Autograd behaviour: accumulation, leaves, no-grad scopes, in-place refusal, errors, and
 // learning a known function with a training loop that stays on the device.
 #include <cmath>
+#include <thread>
 
 #include "support/device_test.h"
 
@@ -209,6 +210,19 @@ TEST_P(Autograd, ALongGraphIsFreedWithoutRecursion) {
   for (int i = 0; i < 300000; ++i) y = y + x;
   sum(y).backward();
   EXPECT_EQ(x.grad().item<double>(), 300001.0);
+}
+
+TEST_P(Autograd, TwoThreadsBackwardIntoOneLeafLoseNothing) {
+  // Each pass read the grad() the other was replacing: some of the sums were lost.
+  Tensor w = ones({4}, {kFloat64, device()}).requires_grad_();
+  constexpr int kPasses = 6000;
+  const auto passes = [&] {
+    for (int i = 0; i < kPasses; ++i) sum(w * ones({4}, {kFloat64, device()})).backward();
+  };
+  std::thread a(passes), b(passes);
+  a.join();
+  b.join();
+  EXPECT_EQ(w.grad().to_vector<double>(), std::vector<double>(4, 2.0 * kPasses));
 }
 
 TEST_P(Autograd, SavedTensorWrittenInPlaceIsRefusedAtBackward) {
