@@ -38,22 +38,31 @@ std::optional<Dtype> linear_autocast(const Tensor& x, const Tensor& weight, cons
   return d;
 }
 
-Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                      std::int64_t in_features) {
-  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError,
-                "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
-                "or reshape the input (e.g. with nn::Flatten)",
-                m.type_name(), m.path(), in_features, x.shape().str());
-  if (x.dtype() != weight.dtype() && !linear_autocast(x, weight, bias)) {
+// Refuses an input whose dtype the layer's parameters (of `params`) cannot take, unless
+// autocast runs the layer in one dtype.
+void check_input_dtype(const Module& m, const Tensor& x, Dtype params) {
+  const auto castable = [](Dtype d) { return d == kFloat32 || is_half(d); };
+  const bool autocast =
+      autocast_dtype(x.device().kind()).has_value() && castable(x.dtype()) && castable(params);
+  if (x.dtype() != params && !autocast) {
     // A model converts to floating dtypes only: for an integer input the input must move.
     const std::string model_too =
         is_floating(x.dtype()) ? fmt::format(" or the model with .to({})", dtype_name(x.dtype()))
                                : std::string();
     throw DtypeError(fmt::format(
         "[{}] {} has {} parameters but the input is {}; convert the input with .to({}){}",
-        m.type_name(), m.path(), dtype_name(weight.dtype()), dtype_name(x.dtype()),
-        dtype_name(weight.dtype()), model_too));
+        m.type_name(), m.path(), dtype_name(params), dtype_name(x.dtype()), dtype_name(params),
+        model_too));
   }
+}
+
+Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      std::int64_t in_features) {
+  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError,
+                "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
+                "or reshape the input (e.g. with nn::Flatten)",
+                m.type_name(), m.path(), in_features, x.shape().str());
+  check_input_dtype(m, x, weight.dtype());
   return linear(x, weight, bias);
 }
 
@@ -140,7 +149,7 @@ std::string Linear::extra_repr() const {
 
 LazyLinear::LazyLinear(std::int64_t out, bool with_bias)
     : Module("LazyLinear"), out_features(out), has_bias_(with_bias) {
-  check_features("LazyLinear", 1, out);
+  TESSERA_CHECK(out > 0, ShapeError, "[LazyLinear] out_features must be positive, got {}", out);
 }
 
 Tensor LazyLinear::forward(const Tensor& x) {
@@ -156,6 +165,7 @@ Tensor LazyLinear::forward(const Tensor& x) {
                   "[LazyLinear] {} was moved to {}, input is on {}; tessera never copies "
                   "implicitly: move the input with x.to({}) or the model with model.to({})",
                   path(), device.str(), x.device().str(), device.str(), x.device().str());
+    check_input_dtype(*this, x, dtype);
     weight = register_parameter("weight", init_uniform({out_features, in}, in, {dtype, device}));
     if (has_bias_)
       bias = register_parameter("bias", init_uniform({out_features}, in, {dtype, device}));

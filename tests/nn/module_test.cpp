@@ -207,6 +207,22 @@ TEST_P(Modules, LazyLinearBuildsOnTheInputsDeviceOrWhereItWasMoved) {
     EXPECT_EQ(placed(rand({2, 5}, target)).device(), target);
     EXPECT_EQ(placed.at<nn::LazyLinear>(0).weight.device(), target);
   }
+  // An input of a dtype its parameters cannot take builds nothing either (it was built
+  // with in_features=3 and then refused every other input).
+  nn::LazyLinear lazy(4);
+  expect_throw_with<DtypeError>(
+      [&] {
+        lazy(ones({2, 3}, {kInt64, d}));
+      },
+      {"[LazyLinear]", "float32 parameters but the input is int64"});
+  EXPECT_FALSE(lazy.built());
+  nn::LazyLinear wide(4);
+  wide.to(kFloat64);
+  expect_throw_with<DtypeError>([&] { wide(ones({2, 3}, d)); }, {"float64 parameters"});
+  EXPECT_FALSE(wide.built());
+  EXPECT_EQ(lazy(ones({2, 5}, d)).shape(), Shape({2, 4}));
+  expect_throw_with<ShapeError>([&] { nn::LazyLinear(0); },
+                                {"[LazyLinear] out_features must be positive, got 0"});
 }
 
 TEST_P(Modules, StateDictRoundTripsAndBadStateLeavesTheModelUntouched) {
