@@ -179,8 +179,10 @@ Module& Module::register_module(const std::string& name, std::shared_ptr<Module>
   check_name(name, "child module");
   TESSERA_CHECK(child != nullptr, Error, "[{}] child module '{}' is null", type_name_, name);
   TESSERA_CHECK(child->parent_ == nullptr, Error,
-                "[{}] child module '{}' ({}) belongs to another module already: {}", type_name_,
-                name, child->type_name_, child->path());
+                "[{}] child module '{}' ({}) has its place in a model already, at {}: a module "
+                "has one place (its path names its parameters), so it cannot be added twice. "
+                "To apply one layer twice, call it twice in a forward(); else build another",
+                type_name_, name, child->type_name_, child->path());
   child->parent_ = this;
   children_.push_back({name, std::move(child), index_style});
   return *children_.back().module;

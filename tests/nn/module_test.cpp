@@ -369,8 +369,9 @@ TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
   auto child = std::make_shared<nn::ReLU>();
   m.register_module("act", child);
   Registering other;
-  expect_throw_with<Error>([&] { other.register_module("act", child); },
-                           {"belongs to another module already", "Registering.act"});
+  expect_throw_with<Error>(
+      [&] { other.register_module("act", child); },
+      {"has its place in a model already, at Registering.act", "call it twice"});
   nn::StateDict wrong_kind{{"w", zeros({2}, {kInt64, device()})}};
   expect_throw_with<DtypeError>([&] { m.load_state_dict(wrong_kind); },
                                 {"[load_state_dict] w is float32 in the module but int64"});
@@ -385,6 +386,18 @@ TEST_P(Modules, RegistrationAndLoadingErrorsSayWhatIsWrong) {
         nn::Dropout(0.5)(zeros({2}, {kInt32, device()}));
       },
       {"[Dropout]", "floating input", "int32"});
+}
+
+TEST_P(Modules, ASequentialNestsWhenGivenAsAPointer) {
+  // Sequential(Sequential(...)) is the inner one itself (copy elision): a pointer nests it.
+  nn::Sequential flat(nn::Sequential(nn::Linear(2, 2, true, device()), nn::ReLU()));
+  EXPECT_EQ(flat.named_parameters().front().first, "0.weight");
+  nn::Sequential nested(std::make_shared<nn::Sequential>(nn::Linear(2, 2, true, device())));
+  EXPECT_EQ(nested.named_parameters().front().first, "0.0.weight");
+  auto shared = std::make_shared<nn::Linear>(3, 3, true, device());
+  expect_throw_with<Error>([&] { nn::Sequential twice(shared, nn::ReLU(), shared); },
+                           {"child module '2' (Linear) has its place in a model already, at "
+                            "Sequential[0]"});
 }
 
 TEST_P(Modules, LinearRefusesOperandsOfDifferentDtypes) {

@@ -16,7 +16,10 @@ class TESSERA_API Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
   /// Sequential(nn::Linear(2, 8), nn::ReLU(), nn::Linear(8, 1)): takes ownership of
-  /// modules given as temporaries; pass std::shared_ptr to share one.
+  /// modules given as temporaries; pass a std::shared_ptr to keep a handle on one (a module
+  /// has one place in a model: Error for one added twice). One Sequential temporary alone,
+  /// Sequential(Sequential(...)), is that Sequential itself (C++ elides the copy), not a
+  /// nested one: nest it with Sequential(std::make_shared<Sequential>(...)).
   template <typename... Ms>
     requires(sizeof...(Ms) > 0)
   explicit Sequential(Ms&&... modules) : Sequential() {
