@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/exercises.h"
+#include "cli_checks.h"
 #include "tessera/tessera.h"
 
 namespace tessera::tools {
@@ -68,19 +69,30 @@ int run(const BenchOptions& o) {
                                                    {"checkpoint", bench::run_checkpoint},
                                                    {"norm_log", bench::run_norm_log},
                                                    {"parallel", bench::run_parallel}};
+  const auto started = std::filesystem::file_time_type::clock::now();
+  std::vector<std::string> charts;  // the ones this run drew (a failed or skipped one: none)
   for (const auto& [name, fn] : exercises) {
     if (!wanted(name)) continue;
     try {
       fn(ctx);
     } catch (const Error& e) {  // one exercise failing leaves the others' numbers
-      std::cout << fmt::format("FAIL: {}: {}\n", name, e.what());
+      std::cout.flush();
+      std::cerr << fmt::format("tessera bench: FAIL: {}: {}\n", name, e.what());
       ++ctx.report.failures;
+    }
+    std::error_code ec;
+    const std::filesystem::path chart = ctx.chart(name);
+    if (std::filesystem::exists(chart, ec) &&
+        std::filesystem::last_write_time(chart, ec) >= started) {
+      charts.push_back(chart.filename().string());
     }
     ctx.report.write_json(json);  // after each, so an interrupted run keeps what it has
   }
   ctx.report.write_csv(csv);
-  std::cout << fmt::format("\nwrote {}, {} and the charts ({}) in {}\n", json.filename().string(),
-                           csv.filename().string(), ctx.chart_ext, ctx.out_dir.string());
+  std::cout << fmt::format(
+      "\nwrote {}, {}{} in {}\n", json.filename().string(), csv.filename().string(),
+      charts.empty() ? std::string(" (no chart)") : fmt::format(" and {}", fmt::join(charts, ", ")),
+      ctx.out_dir.string());
   return ctx.report.failures == 0 ? 0 : 1;
 }
 
@@ -105,7 +117,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--quick", o->quick, "fewer repetitions and smaller sizes");
   cmd->add_option("--max-n-cpu", o->max_n_cpu, "largest matmul size on the CPU")
-      ->check(CLI::Range(16, 16384))
+      ->check(cli::whole_number_in(16, 16384))
       ->capture_default_str();
   cmd->callback([o] {
     const int status = run(*o);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "blas_info.h"
+#include "cli_checks.h"
 #include "tessera/tessera.h"
 
 namespace tessera::tools {
@@ -128,7 +129,7 @@ void add_info_command(CLI::App& app) {
       "devices, GPUs) and the memory tessera holds on each");
   info->add_option("--cpu-devices", options->cpu_devices,
                    "Split the CPU into N logical devices first (like TESSERA_CPU_DEVICES=N)")
-      ->check(CLI::Range(0, 64));
+      ->check(cli::whole_number_in(0, 64));
   info->callback([options] { run_info(*options); });
 }
 

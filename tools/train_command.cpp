@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "cli_checks.h"
 #include "tessera/tessera.h"
 #include "tessera/train/plot.h"
 
@@ -335,21 +336,21 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"softmax", "mlp", "lenet", "lenet-book"}))
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Passes over the 60,000 training images")
-      ->check(CLI::Range(0, 100000))
+      ->check(cli::whole_number_in(0, 100000))
       ->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Images per step")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(cli::whole_number_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch,
                   "Batches gathered ahead of the step on a background thread (0: none, each "
                   "batch is gathered when the step needs it; default: 2 when there is a GPU, "
                   "else 0); the batches are the same either way")
-      ->check(CLI::Range(0, 64));
+      ->check(cli::whole_number_in(0, 64));
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();
   CLI::Option* momentum = cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
-                              ->check(CLI::Range(0.0, 1.0))
+                              ->check(cli::number_in(0.0, 1.0))
                               ->capture_default_str();
   cmd->add_option("--device", a->device,
                   "Device to train on: cpu, cuda:0, cpu:1 (logical CPU devices) ... Default: "
@@ -361,7 +362,7 @@ void add_train_command(CLI::App& app) {
                       "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when "
                       "0 (the book's Trainer(num_gpus=N)); two or more train data-parallel; "
                       "says so when fewer exist")
-          ->check(CLI::Range(0, 64))
+          ->check(cli::whole_number_in(0, 64))
           ->excludes(device);
   cmd->add_option("--devices", a->devices,
                   "Train data-parallel on these devices of one kind, comma-separated: "
