@@ -238,10 +238,12 @@ void run_train(const TrainArgs& a) {
         a.precision == "fp32" ? "" : fmt::format(", {} autocast", dtype_name(options.precision)));
   }
   if (lead && !a.resume.empty()) {
+    // A file that is no training state says nothing here: fit() refuses it, saying why.
     const auto meta = read_safetensors_header(a.resume).metadata;
-    const auto done = meta.find(train::kEpochKey);
-    std::cout << fmt::format("resuming {} ({} of {} epochs done)\n", a.resume,
-                             done != meta.end() ? done->second : "no", a.epochs);
+    if (const auto done = meta.find(train::kEpochKey); done != meta.end()) {
+      std::cout << fmt::format("resuming {} ({} of {} epochs done)\n", a.resume, done->second,
+                               a.epochs);
+    }
   }
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);

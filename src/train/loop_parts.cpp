@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "core/check.h"
@@ -69,6 +70,9 @@ namespace {
 constexpr const char* kRngSeedKey = "rng_seed";
 constexpr const char* kRngOffsetKey = "rng_offset";
 constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
+// What the run was trained with that a resumed run must repeat to continue it exactly.
+constexpr const char* kBatchSizeKey = "batch_size";
+constexpr const char* kOptimizerKey = "optimizer";
 
 }  // namespace
 
@@ -78,6 +82,27 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
   // The epochs first, from the header alone, so that a file with nothing left to train
   // changes nothing; load_training_state refuses files that are not training states.
   const SafetensorsHeader header = read_safetensors_header(options.resume_from);
+  // Files from before these were saved lack them and are taken as they are.
+  const auto saved = [&](const char* key) {
+    const auto it = header.metadata.find(key);
+    return it != header.metadata.end() ? std::optional<std::string>(it->second) : std::nullopt;
+  };
+  if (const auto batch = saved(kBatchSizeKey)) {
+    const std::string now = std::to_string(train.options().batch_size);
+    TESSERA_CHECK(*batch == now, Error,
+                  "[Trainer] {} was trained with batches of {} and this run's are {}: resumed "
+                  "so, it would not continue that run. Resume with a batch size of {} "
+                  "(--batch-size), or start afresh",
+                  options.resume_from.string(), *batch, now, *batch);
+  }
+  if (const auto optimizer = saved(kOptimizerKey)) {
+    const std::string now = tasks.front()->optimizer().str();
+    TESSERA_CHECK(*optimizer == now, Error,
+                  "[Trainer] {} was trained with {} and this run's optimizer is {}: resumed so, "
+                  "it would not continue that run. Resume with the same optimizer options (--lr, "
+                  "--momentum), or start afresh",
+                  options.resume_from.string(), *optimizer, now);
+  }
   if (header.metadata.contains(kEpochKey)) {
     const auto held = static_cast<int>(
         metadata_count("Trainer", options.resume_from, header.metadata, kEpochKey, INT_MAX));
@@ -120,7 +145,9 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                       options.precision == kFloat16 ? &scaler : nullptr, epoch,
                       {{kRngSeedKey, std::to_string(rng.seed)},
                        {kRngOffsetKey, std::to_string(rng.offset)},
-                       {kLoaderEpochsKey, std::to_string(train.epochs_begun())}});
+                       {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
+                       {kBatchSizeKey, std::to_string(train.options().batch_size)},
+                       {kOptimizerKey, task.optimizer().str()}});
 }
 
 }  // namespace tessera::train::loop

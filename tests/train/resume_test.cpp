@@ -45,17 +45,16 @@ class Resume : public DeviceTest {
  protected:
   // A classifier with dropout, built by factories so that replicas can be made; the same
   // initial values for the same seed.
-  static std::unique_ptr<train::Classifier> make_task(Device device, bool adam) {
+  static std::unique_ptr<train::Classifier> make_task(Device device, bool adam, double lr = 0.2) {
     return std::make_unique<train::Classifier>(
         [device] {
           return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16, true, device),
                                                   nn::ReLU(), nn::Dropout(0.25),
                                                   nn::Linear(16, 4, true, device));
         },
-        [adam](const std::vector<Tensor>& params) -> std::unique_ptr<optim::Optimizer> {
+        [adam, lr](const std::vector<Tensor>& params) -> std::unique_ptr<optim::Optimizer> {
           if (adam) return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 0.01});
-          return std::make_unique<optim::SGD>(params,
-                                              optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+          return std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = lr, .momentum = 0.9});
         });
   }
 
@@ -192,6 +191,21 @@ TEST_P(Resume, NothingLeftToTrainIsRefusedBeforeAnythingChanges) {
   again.resume_from = plain;
   train::Trainer from_plain(again);
   expect_throw_with<Error>([&] { from_plain.fit(*task, train_data); }, {"without optimizer state"});
+  // Another batch size or other optimizer options would not continue the run (the help
+  // said they must match; they were taken silently).
+  again.max_epochs = 3;
+  again.resume_from = state;
+  data::DataLoader other_batches(images, labels, {.batch_size = 16, .seed = 1});
+  expect_throw_with<Error>(
+      [&] { train::Trainer(again).fit(*task, other_batches); },
+      {"was trained with batches of 32 and this run's are 16", "batch size of 32 (--batch-size)"});
+  auto other_lr = make_task(device(), false, 0.3);
+  expect_throw_with<Error>(
+      [&] { train::Trainer(again).fit(*other_lr, train_data); },
+      {"was trained with SGD(lr=0.2, momentum=0.9, dampening=0, weight_decay=0, nesterov=false) "
+       "and this run's optimizer is SGD(lr=0.3,",
+       "same optimizer options (--lr, --momentum)"});
+  EXPECT_EQ(task->model().parameters()[0].to_vector<double>(), before) << "nothing loaded";
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Resume);

@@ -74,7 +74,9 @@ struct TESSERA_API TrainerOptions {
   /// random generator and the training loader's epoch where they were, and trains from the
   /// next epoch up to max_epochs, numbering epochs on from the file's; the result equals
   /// that of the run not interrupted. Error when the file holds max_epochs or more epochs,
-  /// and the errors of load_training_state (a plain checkpoint, another model or optimizer).
+  /// when the run saved another batch size or optimizer options (Optimizer::str: lr,
+  /// momentum, ...) than this one's, and the errors of load_training_state (a plain
+  /// checkpoint, another model or optimizer).
   /// Empty: start afresh.
   std::filesystem::path resume_from;
 };
