@@ -104,8 +104,8 @@ void all_reduce(const std::vector<Tensor>& tensors, ReduceKind op) {
     detail::count_collective(tensors[i].device(),
                              static_cast<std::size_t>((k - 1) * c + (n - c)) * item);
   }
-  for (const Tensor& t : tensors) detail::mark_written(t);
   run({CollectiveKind::kAllReduce, tensors, tensors, op == ReduceKind::kMean, 0});
+  for (const Tensor& t : tensors) detail::mark_written(t);  // once nothing refused (record.h)
 }
 
 void broadcast(const std::vector<Tensor>& tensors, std::size_t root) {
@@ -117,11 +117,12 @@ void broadcast(const std::vector<Tensor>& tensors, std::size_t root) {
     if (i != root) detail::check_inplace("broadcast", {&tensors[i]});
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (i == root) continue;
-    detail::count_collective(tensors[i].device(), tensors[i].nbytes());
-    detail::mark_written(tensors[i]);
+    if (i != root) detail::count_collective(tensors[i].device(), tensors[i].nbytes());
   }
   run({CollectiveKind::kBroadcast, tensors, tensors, false, static_cast<int>(root)});
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (i != root) detail::mark_written(tensors[i]);  // once nothing refused (record.h)
+  }
 }
 
 std::vector<Tensor> all_gather(const std::vector<Tensor>& tensors) {

@@ -5,6 +5,7 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
+#include "core/check.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
 #include "tessera/autograd.h"
@@ -83,13 +84,17 @@ Tensor& Tensor::copy_(const Tensor& src, std::source_location where) {
   check_defined(src, "copy_", "src");
   detail::check_inplace("copy_", {this, &src});
   detail::check_writable(*this, "copy_");
+  TESSERA_CHECK(detail::broadcast_shapes("copy_", shape(), src.shape()) == shape(), ShapeError,
+                "[copy_] src's shape {} does not broadcast to self's shape {} (a copy keeps "
+                "self's shape)",
+                src.shape().str(), shape().str());
   // A source that overlaps self anywhere but in place (x.copy_(x.t()), a shifted slice) is
   // read from a copy, so no element is read after it was overwritten.
   const bool overlaps = src.shares_storage(*this) &&
                         !(src.strides() == strides() && src.storage_offset() == storage_offset());
   const Tensor from = overlaps ? src.clone() : src;
-  detail::mark_written(*this);
   detail::copy_data(from.shape() == shape() ? from : from.expand(shape()), *this, "copy_", where);
+  detail::mark_written(*this);  // once nothing can refuse the write (record.h)
   return *this;
 }
 

@@ -174,7 +174,6 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
       !(other.strides() == self.strides() && other.storage_offset() == self.storage_offset())) {
     src = other.clone();
   }
-  detail::mark_written(self);
   if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
@@ -182,10 +181,11 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
     Tensor r = detail::make_output(self.shape(), kFloat32, device, name);
     detail::backend_of(device).binary(op, x, y, r);
     detail::store_converted(r, self);
-    return self;
+  } else {
+    const Tensor y = detail::prepare_operand(src, self.dtype(), self.shape());
+    detail::backend_of(device).binary(op, self, y, self);
   }
-  const Tensor y = detail::prepare_operand(src, self.dtype(), self.shape());
-  detail::backend_of(device).binary(op, self, y, self);
+  detail::mark_written(self);  // once nothing can refuse the write (record.h)
   return self;
 }
 
@@ -196,16 +196,16 @@ Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
   check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), s)), self.dtype());
   check_bool_arithmetic(op, self.dtype(), name);
   detail::check_scalar_fits_integer(name, s, self.dtype());  // t.mul_(1e30): undefined
-  detail::mark_written(self);
-  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+  if (is_half(self.dtype())) [[unlikely]] {                  // Note [Half precision]
     NoGradGuard internal;
     const Tensor x = detail::to_float32(self);
     Tensor r = detail::make_output(self.shape(), kFloat32, self.device(), name);
     detail::backend_of(self.device()).binary_scalar(op, x, s, false, r);
     detail::store_converted(r, self);
-    return self;
+  } else {
+    detail::backend_of(self.device()).binary_scalar(op, self, s, false, self);
   }
-  detail::backend_of(self.device()).binary_scalar(op, self, s, false, self);
+  detail::mark_written(self);  // once nothing can refuse the write (record.h)
   return self;
 }
 
@@ -317,14 +317,14 @@ Tensor& Tensor::fill_(double value) {
   detail::check_scalar_fits("fill_", value, dtype());
   detail::check_inplace("fill_", {this});
   detail::check_writable(*this, "fill_");
-  detail::mark_written(*this);
   if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
     Tensor value32 = detail::make_output({}, kFloat32, device(), "fill_");
     detail::backend_of(device()).fill(value32, detail::stored_value(value, dtype()));
     detail::store_converted(value32.expand(shape()), *this);
-    return *this;
+  } else {
+    detail::backend_of(device()).fill(*this, value);
   }
-  detail::backend_of(device()).fill(*this, value);
+  detail::mark_written(*this);  // once nothing can refuse the write (record.h)
   return *this;
 }
 

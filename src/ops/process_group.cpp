@@ -247,8 +247,8 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
   const std::int64_t c = n / k + (rank_ < n % k ? 1 : 0);
   detail::count_collective(
       tensor.device(), static_cast<std::size_t>((k - 1) * c + (n - c)) * itemsize(tensor.dtype()));
-  detail::mark_written(tensor);
   run(*this, CollectiveKind::kAllReduce, tensor, tensor, op == ReduceKind::kMean, 0);
+  detail::mark_written(tensor);  // once nothing refused (record.h)
 }
 
 void ProcessGroup::broadcast(const Tensor& tensor, int root) const {
@@ -262,11 +262,9 @@ void ProcessGroup::broadcast(const Tensor& tensor, int root) const {
   });
   agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kBroadcast), &tensor,
                      root, refused);
-  if (rank_ != root) {
-    detail::count_collective(tensor.device(), tensor.nbytes());
-    detail::mark_written(tensor);
-  }
+  if (rank_ != root) detail::count_collective(tensor.device(), tensor.nbytes());
   run(*this, CollectiveKind::kBroadcast, tensor, tensor, false, root);
+  if (rank_ != root) detail::mark_written(tensor);  // once nothing refused (record.h)
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& tensor) const {

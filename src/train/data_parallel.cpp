@@ -82,6 +82,11 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       options_.process_group != nullptr && options_.process_group->size() > 1
           ? options_.process_group
           : nullptr;
+  // Host tensors (the start-up checks, the epoch's metrics, the loss log) go through MPI even
+  // when the gradients go through NCCL, which moves GPU tensors only (MPI is joined already).
+  const ProcessGroup* host = group == nullptr || group->backend() == ProcessBackend::kMpi
+                                 ? group
+                                 : &ProcessGroup::init(ProcessBackend::kMpi);
   const std::size_t ranks = group != nullptr ? static_cast<std::size_t>(group->size()) : 1;
   const std::size_t rank = group != nullptr ? static_cast<std::size_t>(group->rank()) : 0;
   const bool lead = rank == 0;  // prints and writes files
@@ -102,8 +107,13 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     params.push_back(tasks[r]->model().parameters());
   }
   if (group != nullptr) {
+    // With NCCL each rank drives its own GPUs (rank r: gpu(local_rank)): their number must
+    // agree, not their indices. MPI pairs CPU devices by index, so those must.
     std::string devices;
     for (const Device d : devices_) devices += (devices.empty() ? "" : ",") + d.str();
+    if (group->backend() == ProcessBackend::kNccl) {
+      devices = fmt::format("{} GPU(s)", devices_.size());
+    }
     const data::LoaderOptions& order = train.options();
     RunFacts facts;
     facts.batch_size = order.batch_size;
@@ -120,7 +130,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                                        order.seed, order.drop_last));
     describe("optimizer", task.optimizer().str());
     describe("model", task.model().str());
-    check_ranks_agree(*group, facts, named);
+    check_ranks_agree(*host, facts, named);
   }
   // Every batch, the short last one too, before anything trains (its size is known now).
   for (const std::int64_t b : {train.batch_length(0), train.batch_length(train.batches() - 1)}) {
@@ -192,7 +202,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
   // A rank that resumed alone would train other values (rank 0's were broadcast before).
-  if (group != nullptr) check_ranks_resumed_alike(*group, done_before);
+  if (group != nullptr) check_ranks_resumed_alike(*host, done_before);
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {
     capturable.push_back(
@@ -251,7 +261,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     m.epoch = epoch;
     std::vector<const loop::DeviceSums*> parts;
     for (const auto& s : sums) parts.push_back(&s);
-    std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts, group);
+    std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts, host);
     m.train_seconds = loop::seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {
@@ -268,8 +278,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   Tensor total = logs[0].to_host();
   for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
   if (group != nullptr) {
-    AllowSync deliberate;      // the fit's last exchange
-    group->all_reduce(total);  // each rank logged its shards' share
+    AllowSync deliberate;     // the fit's last exchange
+    host->all_reduce(total);  // each rank logged its shards' share
   }
   step_losses_ = total;
   return history;

@@ -177,6 +177,11 @@ TEST_P(Autograd, ARefusedInPlaceOpWritesNothingSoBackwardStillRuns) {
         w.add_(ones({2, 3}, {kFloat64, device()}));
       },
       {"does not broadcast"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        w.copy_(ones({2}, {kFloat64, device()}));
+      },
+      {"[copy_] shapes [3] and [2] cannot be broadcast"});
   sum(y).backward();
   sum(z).backward();
   EXPECT_EQ(v.grad().to_vector<double>(), (std::vector<double>{1, 2, 3}));
