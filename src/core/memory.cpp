@@ -50,10 +50,16 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
                  FirstWriter first)
     : bytes(bytes_in), device(device_in), pinned(pinned_in) {
   DeviceCounters& c = counters(device);
+  // No device holds 2^62 bytes; past that, the allocators' size classes (bytes + step - 1)
+  // and in_use + bytes wrapped around 2^64: a request of 2^64 - 4 bytes got a 0-byte block.
+  constexpr std::size_t kMostAnyDeviceHolds = std::size_t{1} << 62;
+  if (bytes > kMostAnyDeviceHolds) {
+    throw_oom(device, bytes, op, "no device holds 2^62 bytes or more");
+  }
   const std::size_t limit = c.limit.load(std::memory_order_relaxed);
   if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit");
   const std::size_t before = c.in_use.fetch_add(bytes);
-  if (before + bytes > limit) {
+  if (bytes > 0 && before + bytes > limit) {  // nothing cannot pass a limit
     c.in_use.fetch_sub(bytes);
     throw_oom(device, bytes, op, "the request does not fit under the limit");
   }

@@ -167,7 +167,14 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
                 start, end);
   const bool integral =
       start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
-  const auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
+  const double count = std::ceil((end - start) / step);
+  // Converted only when it fits: arange(1e300) converted 1e300 to int64 (undefined) and
+  // reported a negative size.
+  TESSERA_CHECK(count < 9.2e18, OutOfMemoryError,
+                "[arange] start={}, end={}, step={} make {} values, more than any tensor holds; "
+                "use a larger step or a shorter range",
+                start, end, step, count);
+  const auto n = static_cast<std::int64_t>(count);
   const Dtype dtype = dtype_of_options(options, integral ? kInt64 : kFloat32);
   Tensor t = make_output({n}, kernel_dtype(dtype), device_of(options), "arange");
   detail::backend_of(t.device()).arange(t, start, step);

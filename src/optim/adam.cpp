@@ -136,9 +136,12 @@ void Adam::step_unless(const Tensor& found_inf) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
-    if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = zeros_like(param);
-      exp_avg_sq_[i] = zeros_like(param);
+    if (!exp_avg_[i].defined() || !exp_avg_sq_[i].defined()) {
+      // Both made before either is kept: out of memory between them left exp_avg alone,
+      // and every later step refused the missing exp_avg_sq.
+      Tensor m = zeros_like(param), v = zeros_like(param);
+      exp_avg_[i] = std::move(m);
+      exp_avg_sq_[i] = std::move(v);
     }
     Tensor device_step;
     if (capturable_) {

@@ -105,19 +105,24 @@ void SGD::step_unless(const Tensor& found_inf) {
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
     p.first_step = false;
-    if (options_.momentum != 0 && !momentum_[i].defined()) {
+    // A new buffer is kept only once the step that fills it was accepted: an uninitialized
+    // one kept after a refused first step (out of memory) was read as a momentum next step.
+    Tensor buffer = momentum_[i], unwritten = unwritten_[i];
+    if (options_.momentum != 0 && !buffer.defined()) {
       if (skippable) {
         // Whether this step is the first to write the buffer is known on the device only.
-        momentum_[i] = zeros_like(param);
-        unwritten_[i] = ones({}, {kFloat32, param.device()});
+        buffer = zeros_like(param);
+        unwritten = ones({}, {kFloat32, param.device()});
       } else {
         // Uninitialized: the kernel writes the first buffer (= the gradient) itself.
-        momentum_[i] = empty_like(param);
+        buffer = empty_like(param);
         p.first_step = true;
       }
     }
-    detail::sgd_step({skippable ? "SGD.step_unless" : "SGD.step", i}, param, g, momentum_[i],
-                     {found_inf, Tensor(), unwritten_[i]}, p);
+    detail::sgd_step({skippable ? "SGD.step_unless" : "SGD.step", i}, param, g, buffer,
+                     {found_inf, Tensor(), unwritten}, p);
+    momentum_[i] = buffer;
+    unwritten_[i] = unwritten;
     if (unwritten_[i].defined()) {
       if (skippable) {
         unwritten_[i].mul_(found_inf);  // still unwritten only if this step was skipped

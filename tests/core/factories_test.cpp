@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "support/device_test.h"
+#include "tessera/memory.h"
 
 namespace tessera {
 namespace {
@@ -124,6 +125,22 @@ TEST_P(Factories, HalfFillsRoundTheDoubleOnce) {
   EXPECT_EQ(full({1}, -(1 + 0x1p-8 + 0x1p-40), {device(), kBFloat16}).item<double>(),
             -(1 + 0x1p-7));
   EXPECT_EQ(full({1}, 1 + 0x1p-8, {device(), kBFloat16}).item<double>(), 1.0);  // tie: even
+}
+
+TEST_P(Factories, SizesPastWhatAnyDeviceHoldsAreRefused) {
+  // 2^64 - 4 bytes wrapped the allocator's size classes to a 0-byte block (heap overflow).
+  expect_throw_with<OutOfMemoryError>([&] { empty({(std::int64_t{1} << 62) - 1}, device()); },
+                                      {"[empty]", "no device holds 2^62 bytes or more"});
+  expect_throw_with<OutOfMemoryError>(
+      [&] {
+        arange(1e300, {kFloat32, device()});
+      },
+      {"[arange]", "more than any tensor holds"});
+  // Nothing cannot pass a limit, even one below what is in use.
+  const Tensor held = ones({1000}, device());
+  set_memory_limit(device(), 100);
+  EXPECT_EQ(empty({0}, device()).numel(), 0);
+  set_memory_limit(device(), SIZE_MAX);
 }
 
 TEST_P(Factories, EmptyTensorsWithHugeOtherSizes) {

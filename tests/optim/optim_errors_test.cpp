@@ -1,6 +1,7 @@
 // Each optimizer error's wording once, and its type.
 #include "autograd/autograd_meta.h"
 #include "support/device_test.h"
+#include "tessera/memory.h"
 #include "tessera/nn/linear.h"
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"
@@ -109,6 +110,34 @@ TEST_P(OptimErrors, NonContiguousParameterSaysHowALayersIsFixed) {
   for (const Tensor& p : layer.parameters()) Tensor(p).set_grad(ones_like(p));
   expect_throw_with<Error>([&] { sgd.step(); },
                            {"is not contiguous", "layer.weight = w.t()", "w.t().contiguous()"});
+}
+
+// A first step refused for lack of memory leaves no state behind: SGD kept an uninitialized
+// momentum buffer and read it next step (w[0] became -89 for 0.9); Adam kept exp_avg without
+// exp_avg_sq and refused every later step.
+TEST_P(OptimErrors, AFirstStepOutOfMemoryLeavesNoState) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  const auto with_grad = [&](Dtype dtype) {
+    Tensor w = ones({1000}, {dtype, device()}).requires_grad_();
+    sum(w).backward();
+    return w;
+  };
+  const auto step_short_of_memory = [&](optim::Optimizer& opt, std::size_t room) {
+    set_memory_limit(device(), memory_stats(device()).in_use + room);
+    EXPECT_THROW(opt.step(), OutOfMemoryError);
+    set_memory_limit(device(), SIZE_MAX);
+  };
+  Tensor w = with_grad(kFloat16);
+  optim::SGD sgd({w}, {.lr = 0.1, .momentum = 0.9});
+  step_short_of_memory(sgd, 2100);  // the half buffer fits, its float32 copy does not
+  EXPECT_TRUE(sgd.state_dict().empty());
+  sgd.step();
+  EXPECT_NEAR(w.to_vector<double>()[0], 0.9, 1e-3);
+  Tensor a = with_grad(kFloat32), b = with_grad(kFloat32);
+  optim::Adam adam({a, b});
+  step_short_of_memory(adam, 4100);  // exp_avg fits, exp_avg_sq does not
+  adam.step();
+  EXPECT_NEAR(a.to_vector<double>()[0], 1.0 - 1e-3, 1e-6);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(OptimErrors);
