@@ -284,12 +284,17 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // float32, where(c, bool, 2) int64.
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
   detail::check_defined(a, "where", "self");
+  detail::check_defined(cond, "where", "condition");
+  // Before the scalar becomes a tensor on self's device, which a mismatch would then blame.
+  detail::common_device("where", {{"condition", &cond}, {"self", &a}});
   detail::check_scalar_fits("where", b, scalar_dtype(a.dtype(), b));  // named where, not full
   return where(cond, a, full({}, b, {scalar_dtype(a.dtype(), b), a.device()}));
 }
 
 Tensor where(const Tensor& cond, double a, const Tensor& b) {
   detail::check_defined(b, "where", "other");
+  detail::check_defined(cond, "where", "condition");
+  detail::common_device("where", {{"condition", &cond}, {"other", &b}});
   detail::check_scalar_fits("where", a, scalar_dtype(b.dtype(), a));
   return where(cond, full({}, a, {scalar_dtype(b.dtype(), a), b.device()}), b);
 }

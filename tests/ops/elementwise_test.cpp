@@ -369,6 +369,18 @@ TEST_P(Elementwise, BoolBytesFromTheHostMustBeBools) {
   EXPECT_EQ(where(c, ones({3}, device()), 0.0).to_vector<float>(), (std::vector<float>{1, 0, 1}));
 }
 
+TEST_P(Elementwise, WhereWithAScalarNamesTheTensorOnAnotherDevice) {
+  // The scalar, made a tensor on x's device, was blamed ("'self' is a 0-dim tensor: pass it
+  // as a C++ scalar") although the user had passed one.
+  if (num_cpu_devices() < 2 || device() != cpu(1)) GTEST_SKIP() << "needs cpu:1";
+  const Tensor cond = tensor({true, false}, cpu(0));
+  const Tensor x = ones({2}, device());
+  expect_throw_with<DeviceMismatchError>([&] { where(cond, 1.0, x); },
+                                         {"[where]", "condition on cpu:0, other on cpu:1"});
+  expect_throw_with<DeviceMismatchError>([&] { where(cond, x, 1.0); },
+                                         {"[where]", "condition on cpu:0, self on cpu:1"});
+}
+
 TEST_P(Elementwise, BroadcastErrorNamesShapes) {
   const Tensor a = zeros({2, 3}, device()), b = zeros({4}, device());
   expect_throw_with<ShapeError>(
