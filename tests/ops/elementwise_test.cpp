@@ -217,6 +217,12 @@ TEST_P(Elementwise, InPlaceOps) {
       },
       {"[add_] the result is int64 but self is bool"});
   expect_throw_with<DtypeError>([&] { flags.add_(2.0); }, {"[add_]", "self is bool"});
+  // copy_ keeps self's shape: a source that broadcasts past it is refused by name.
+  expect_throw_with<ShapeError>(
+      [&] {
+        zeros({3}, device()).copy_(ones({2, 3}, device()));
+      },
+      {"[copy_] src's shape [2, 3] does not broadcast to self's shape [3]"});
   flags.add_(tensor({true, true}, device()));  // bool with bool stays allowed
   EXPECT_EQ(flags.to_vector<bool>(), (std::vector<bool>{true, true}));
 }
