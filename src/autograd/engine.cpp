@@ -8,6 +8,7 @@
 #include "autograd/autograd_meta.h"
 #include "autograd/record.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/tensor_impl.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
@@ -219,7 +220,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
                 gradient.shape().str(), root.shape().str());
   TESSERA_CHECK(gradient.device() == root.device(), DeviceMismatchError,
                 "[backward] gradient is on {} but the tensor is on {}; move it with .to({})",
-                gradient.device().str(), root.device().str(), root.device().str());
+                gradient.device().str(), root.device().str(), detail::device_code(root.device()));
   NoGradGuard no_grad;
   // In the tensor's dtype, as PyTorch casts it: every gradient below then has its tensor's
   // dtype (a float64 leaf never gets an int64 grad()).
@@ -327,7 +328,7 @@ void Tensor::set_grad(const Tensor& grad) {
     TESSERA_CHECK(grad.dtype() == dtype(), DtypeError,
                   "[set_grad] the gradient must have the tensor's dtype: got {}, expected {}; "
                   "convert it with .to({})",
-                  dtype_name(grad.dtype()), dtype_name(dtype()), dtype_name(dtype()));
+                  dtype_name(grad.dtype()), dtype_name(dtype()), detail::dtype_code(dtype()));
     // Its own storage as its gradient: clipping or zeroing the gradient would change it.
     TESSERA_CHECK(!grad.shares_storage(*this), Error,
                   "[set_grad] the gradient shares the tensor's own memory, so changing the "

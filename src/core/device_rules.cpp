@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_registry.h"
 
 namespace tessera::detail {
@@ -26,17 +27,18 @@ Device common_device(const char* op, std::initializer_list<Operand> operands) {
       hint = fmt::format(
           " '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
           "move it with .to({}).",
-          o.name, device.str());
+          o.name, device_code(device));
     } else if (first->tensor->dim() == 0) {
       hint = fmt::format(
           " '{}' is a 0-dim tensor: pass it as a C++ scalar with .item(), or "
           "move it with .to({}).",
-          first->name, other.str());
+          first->name, device_code(other));
     }
     throw DeviceMismatchError(fmt::format(
         "[{}] operands are on different devices: {} on {}, {} on {}. tessera never copies "
         "between devices implicitly; move one with .to({}) (or .to({})) first.{}",
-        op, first->name, device.str(), o.name, other.str(), other.str(), device.str(), hint));
+        op, first->name, device.str(), o.name, other.str(), device_code(other), device_code(device),
+        hint));
   }
   return device;
 }

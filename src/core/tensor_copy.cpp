@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/convert.h"
 #include "core/copy.h"
 #include "core/device_registry.h"
@@ -171,7 +172,7 @@ void* cpu_data(const Tensor& t, Dtype expected, const char* op, const std::sourc
                 op, t.device().str());
   TESSERA_CHECK(t.dtype() == expected, DtypeError,
                 "[{}] the tensor holds {}, not {}; convert it with .to({}) first", op,
-                dtype_name(t.dtype()), dtype_name(expected), dtype_name(expected));
+                dtype_name(t.dtype()), dtype_name(expected), detail::dtype_code(expected));
   check_not_capturing(t.device(), op, "handing its memory to the host");
   if (!is_host(t.device())) {
     // The host reads the device's memory as a GPU's would be copied out: a wait and a

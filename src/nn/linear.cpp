@@ -5,6 +5,7 @@
 
 #include "autograd/record.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_rules.h"
 #include "ops/fused_ops.h"
 #include "ops/layer_dtypes.h"
@@ -47,12 +48,13 @@ void check_input_dtype(const Module& m, const Tensor& x, Dtype params) {
   if (x.dtype() != params && !autocast) {
     // A model converts to floating dtypes only: for an integer input the input must move.
     const std::string model_too =
-        is_floating(x.dtype()) ? fmt::format(" or the model with .to({})", dtype_name(x.dtype()))
-                               : std::string();
+        is_floating(x.dtype())
+            ? fmt::format(" or the model with .to({})", detail::dtype_code(x.dtype()))
+            : std::string();
     throw DtypeError(fmt::format(
         "[{}] {} has {} parameters but the input is {}; convert the input with .to({}){}",
-        m.type_name(), m.path(), dtype_name(params), dtype_name(x.dtype()), dtype_name(params),
-        model_too));
+        m.type_name(), m.path(), dtype_name(params), dtype_name(x.dtype()),
+        detail::dtype_code(params), model_too));
   }
 }
 
@@ -164,7 +166,8 @@ Tensor LazyLinear::forward(const Tensor& x) {
     TESSERA_CHECK(device == x.device(), DeviceMismatchError,
                   "[LazyLinear] {} was moved to {}, input is on {}; tessera never copies "
                   "implicitly: move the input with x.to({}) or the model with model.to({})",
-                  path(), device.str(), x.device().str(), device.str(), x.device().str());
+                  path(), device.str(), x.device().str(), detail::device_code(device),
+                  detail::device_code(x.device()));
     check_input_dtype(*this, x, dtype);
     weight = register_parameter("weight", init_uniform({out_features, in}, in, {dtype, device}));
     if (has_bias_)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
 #include "tessera/autograd.h"
@@ -94,8 +95,8 @@ void Module::check_input_device(const Tensor& x) const {
     TESSERA_CHECK(d == x.device(), DeviceMismatchError,
                   "[{}] {}.{} is on {}, input is on {}; tessera never copies implicitly: move "
                   "the input with x.to({}) or the model with model.to({})",
-                  type_name_, path(), named.first, d.str(), x.device().str(), d.str(),
-                  x.device().str());
+                  type_name_, path(), named.first, d.str(), x.device().str(),
+                  detail::device_code(d), detail::device_code(x.device()));
   };
   std::for_each(params_.begin(), params_.end(), check);
   std::for_each(buffers_.begin(), buffers_.end(), check);

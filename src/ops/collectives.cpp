@@ -7,6 +7,7 @@
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
@@ -29,7 +30,7 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
   TESSERA_CHECK(!is_half(first.dtype()), DtypeError,
                 "[{}] {} tensors are not supported by collectives yet; convert them with "
                 ".to(kFloat32) first and back with .to({}) after",
-                op, dtype_name(first.dtype()), dtype_name(first.dtype()));
+                op, dtype_name(first.dtype()), detail::dtype_code(first.dtype()));
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const Device d = t.device();
@@ -46,7 +47,8 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
     }
     TESSERA_CHECK(t.dtype() == first.dtype(), DtypeError,
                   "[{}] tensors[{}] is {} but tensors[0] is {}; convert it with .to({}) first", op,
-                  i, dtype_name(t.dtype()), dtype_name(first.dtype()), dtype_name(first.dtype()));
+                  i, dtype_name(t.dtype()), dtype_name(first.dtype()),
+                  detail::dtype_code(first.dtype()));
     TESSERA_CHECK(t.shape() == first.shape(), ShapeError,
                   "[{}] tensors[{}] has shape {} but tensors[0] has shape {}; every device "
                   "must hold the same shape",

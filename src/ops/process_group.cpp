@@ -16,6 +16,7 @@
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
@@ -105,7 +106,7 @@ void check_tensor(const char* op, ProcessBackend backend, const Tensor& t) {
   TESSERA_CHECK(!is_half(t.dtype()), DtypeError,
                 "[{}] {} tensors are not supported by process groups yet; convert them with "
                 ".to(kFloat32) first and back with .to({}) after",
-                op, dtype_name(t.dtype()), dtype_name(t.dtype()));
+                op, dtype_name(t.dtype()), detail::dtype_code(t.dtype()));
 }
 
 // Every rank's call must match rank 0's: the kind, root, device (MPI pairs collectives by

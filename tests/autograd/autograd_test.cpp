@@ -121,7 +121,7 @@ TEST_P(Autograd, GradientsHaveTheirTensorsDtype) {
   }
   Tensor w = ones({2}, {device(), kFloat64}).requires_grad_();
   expect_throw_with<DtypeError>([&] { w.set_grad(ones({2}, device())); },
-                                {"[set_grad]", "float32", "float64", ".to(float64)"});
+                                {"[set_grad]", "float32", "float64", ".to(kFloat64)"});
 }
 
 TEST_P(Autograd, LinearRegressionRecoversItsWeightsWithoutTransfers) {

@@ -26,6 +26,12 @@ TEST_P(DeviceRules, ResultsLiveWhereTheOperandsLive) {
   EXPECT_EQ(x.t().contiguous().device(), device());
 }
 
+// How the fix in a message names a device: C++ a user can paste, not Device::str()'s "cpu:1".
+std::string code(Device d) {
+  if (d.is_cuda()) return "gpu(" + std::to_string(d.index()) + ")";
+  return d.index() == 0 ? "cpu()" : "cpu(" + std::to_string(d.index()) + ")";
+}
+
 TEST_P(DeviceRules, MismatchNamesOpDevicesAndFix) {
   TESSERA_REQUIRE_TWO_DEVICES();
   const Device other = other_device(device());
@@ -34,7 +40,7 @@ TEST_P(DeviceRules, MismatchNamesOpDevicesAndFix) {
   expect_throw_with<DeviceMismatchError>(
       [&] { (void)(x + y); },
       {"[add] operands are on different devices", "self on " + device().str(),
-       "other on " + other.str(), ".to(" + other.str() + ")", "never copies"});
+       "other on " + other.str(), ".to(" + code(other) + ")", "never copies"});
   expect_throw_with<DeviceMismatchError>([&] { (void)(x * y); }, {"[mul]"});
   expect_throw_with<DeviceMismatchError>([&] { (void)(x < y); }, {"[lt]"});
   expect_throw_with<DeviceMismatchError>([&] { (void)maximum(x, y); }, {"[maximum]"});

@@ -140,14 +140,14 @@ TEST_P(Modules, ToConvertsDtypeInPlace) {
       [&] {
         net(rand({1, 3}, device()));
       },
-      {"float64 parameters but the input is float32", "or the model with .to(float32)"});
+      {"float64 parameters but the input is float32", "or the model with .to(kFloat32)"});
   // An integer input must move: a model converts to floating dtypes only.
   try {
     net(tensor({{1, 2, 3}}, device()));
     ADD_FAILURE() << "an int64 input was accepted";
   } catch (const DtypeError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("convert the input with .to(float64)"), std::string::npos) << what;
+    EXPECT_NE(what.find("convert the input with .to(kFloat64)"), std::string::npos) << what;
     EXPECT_EQ(what.find("the model"), std::string::npos) << what;
   }
 }
