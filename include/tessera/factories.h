@@ -75,8 +75,8 @@ Tensor from_vector(const std::vector<T>& data, TensorOptions options = {}) {
   return from_vector(data, Shape{static_cast<std::int64_t>(data.size())}, options);
 }
 
-/// The n x m identity (ones on the main diagonal; m = n when negative), float32 unless told,
-/// made on the device (no copy from the host). Error for a negative n.
+/// The n x m identity (ones on the main diagonal; m = n when left out or -1), float32 unless
+/// told, made on the device (no copy from the host). Error for a negative n, or m below -1.
 TESSERA_API Tensor eye(std::int64_t n, std::int64_t m = -1, TensorOptions options = {});
 
 /// Uninitialized values.

@@ -33,6 +33,14 @@ class TESSERA_API GraphCaptureError : public Error {
 /// Tensors created during the capture live in memory the graph keeps, so they hold the
 /// results of the latest replay; tensors from before the capture that the recorded ops read
 /// must stay alive (and hold their new inputs) while the graph is replayed.
+///
+/// Training steps: a backward() recorded into a gradient that already exists adds to it in
+/// place, so every replay accumulates as an eager backward() would; a gradient the capture
+/// makes (after zero_grad()) is the recording's, set afresh by every replay. The state an
+/// optimizer or a GradScaler makes on its first step cannot be recorded (a replay would
+/// reset it: GraphCaptureError), and Adam must be capturable: take one step before
+/// capturing, as Trainer does. A capture that throws drops what it recorded, but not what
+/// `record` changed on the host (a GradScaler's progress through its step).
 class TESSERA_API Graph {
  public:
   /// Records the work that `record` queues on `device` without running it. While it

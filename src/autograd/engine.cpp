@@ -9,6 +9,7 @@
 #include "autograd/record.h"
 #include "core/check.h"
 #include "core/code_names.h"
+#include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
@@ -178,7 +179,14 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
   static std::mutex accumulating;
   const std::lock_guard lock(accumulating);
   if (meta.grad.defined()) {
-    meta.grad = meta.grad + g;
+    // Recorded in a graph, the sum goes into the grad itself: a new tensor would be the
+    // recording's, and every replay would write old grad + g there, never accumulating
+    // (Graph::capture in graph.h).
+    if (detail::is_capturing(leaf.device())) {
+      meta.grad.add_(g);
+    } else {
+      meta.grad = meta.grad + g;
+    }
     return;
   }
   // The first gradient is copied when anything else can see it: formulas may hand the same

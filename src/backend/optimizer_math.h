@@ -63,6 +63,9 @@ struct SgdUpdate {
 template <typename T>
 struct AdamUpdate {
   T beta1, beta2, eps, weight_decay, decay, step_size, bc2_sqrt;  // decay = 1 - lr * wd
+  // 1 - beta in double, then rounded: 1 - float(0.99999) is 0.14% off 1e-5, a bias in v
+  // that the corrections (from the double betas) do not share (as torch, and SgdUpdate).
+  T one_minus_beta1, one_minus_beta2;
   bool decay_weight, decay_grad;  // AdamW's decay of the weight, or Adam's of the gradient
 
   explicit AdamUpdate(const AdamParams& p)
@@ -73,6 +76,8 @@ struct AdamUpdate {
         decay(static_cast<T>(1 - p.lr * p.weight_decay)),
         step_size(static_cast<T>(p.step_size)),
         bc2_sqrt(static_cast<T>(p.bias_correction2_sqrt)),
+        one_minus_beta1(static_cast<T>(1 - p.beta1)),
+        one_minus_beta2(static_cast<T>(1 - p.beta2)),
         decay_weight(p.weight_decay != 0 && p.decoupled),
         decay_grad(p.weight_decay != 0 && !p.decoupled) {}
 
@@ -87,8 +92,8 @@ struct AdamUpdate {
   TESSERA_HOST_DEVICE void operator()(T& w, T g, T& m, T& v) const {
     const T wi = decay_weight ? w * decay : w;
     const T gi = decay_grad ? g + weight_decay * w : g;
-    const T mi = beta1 * m + (T(1) - beta1) * gi;
-    const T vi = beta2 * v + (T(1) - beta2) * gi * gi;
+    const T mi = beta1 * m + one_minus_beta1 * gi;
+    const T vi = beta2 * v + one_minus_beta2 * gi * gi;
     m = mi;
     v = vi;
     w = wi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);

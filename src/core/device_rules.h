@@ -48,6 +48,10 @@ void count_host_wait(Device device, const char* op, const std::source_location* 
 // wait", "a copy from the host", ...) cannot be recorded. One atomic load when no capture is
 // in progress anywhere.
 void check_not_capturing(Device device, const char* op, const char* what);
+// Whether `device` is capturing a graph (for work whose meaning changes when recorded: state
+// made lazily, a sum into memory that outlives the capture). One atomic load when no capture
+// is in progress anywhere.
+bool is_capturing(Device device);
 // Throws GraphCaptureError when some of `devices` (of one kind) are capturing a graph and
 // others are not: `what` (a collective, a replay over several devices) runs on all of them
 // together, so a recording of some would wait forever for the others' part.

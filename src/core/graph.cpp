@@ -121,6 +121,12 @@ std::size_t Graph::node_count() const { return work_ ? work_->node_count() : 0; 
 
 namespace tessera::detail {
 
+bool is_capturing(Device device) {
+  if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]]
+    return false;
+  return backend_of(device).capturing(device.index());
+}
+
 void check_not_capturing(Device device, const char* op, const char* what) {
   if (g_captures_in_progress.load(std::memory_order_relaxed) == 0) [[likely]]
     return;

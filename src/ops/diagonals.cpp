@@ -12,8 +12,12 @@
 namespace tessera {
 
 Tensor eye(std::int64_t n, std::int64_t m, TensorOptions options) {
-  if (m < 0) m = n;
   TESSERA_CHECK(n >= 0, Error, "[eye] the number of rows must not be negative, got {}", n);
+  TESSERA_CHECK(m >= -1, Error,
+                "[eye] the number of columns must not be negative, got {} (leave it out, or "
+                "pass -1, for a square matrix)",
+                m);
+  if (m == -1) m = n;
   const Device device = options.device.value_or(default_device());
   const Dtype dtype = options.dtype.value_or(kFloat32);
   const Tensor rows = arange(static_cast<double>(n), {kInt64, device}).unsqueeze(1);

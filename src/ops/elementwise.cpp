@@ -167,11 +167,14 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
                 "[{}] other's shape {} does not broadcast to self's shape {} (an in-place result "
                 "keeps self's shape)",
                 name, other.shape().str(), self.shape().str());
-  // An operand that overlaps self in another layout (a.add_(a.t())) is read from a copy,
-  // so no element is read after it was overwritten.
+  // An operand that overlaps self in another layout (a.add_(a.t())), or a part of it that
+  // broadcasts over it (a.sub_(a.narrow(0, 0, 1)): same strides and offset, but row 0 is read
+  // again after it was written), is read from a copy, so no element is read after it was
+  // overwritten. Only self itself, element for element, is read in place.
   Tensor src = other;
   if (other.shares_storage(self) &&
-      !(other.strides() == self.strides() && other.storage_offset() == self.storage_offset())) {
+      !(other.shape() == self.shape() && other.strides() == self.strides() &&
+        other.storage_offset() == self.storage_offset())) {
     src = other.clone();
   }
   if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]

@@ -23,6 +23,16 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
   std::vector<std::string> names;
   for (const auto& [what, t] : state)
     names.push_back(fmt::format("parameter {}'s {}", site.index, what));
+  // State left on the device of the first step by a model moved since: the user cannot move
+  // exp_avg itself, so common_device's fix (".to()") would not help.
+  for (const auto& [what, t] : state) {
+    TESSERA_CHECK(!param.defined() || !t->defined() || t->device() == param.device(),
+                  DeviceMismatchError,
+                  "[{}] parameter {} is on {} but its optimizer state ({}) is on {}, where its "
+                  "first step made it. Build the optimizer after moving the model, or move its "
+                  "state along with optimizer.load_state_dict(optimizer.state_dict())",
+                  site.op, site.index, param.device().str(), what, t->device().str());
+  }
   // The one device rule: parameter, grad and state on one device.
   switch (state.size()) {
     case 0:

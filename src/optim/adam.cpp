@@ -6,9 +6,11 @@
 
 #include "backend/optimizer_math.h"
 #include "core/check.h"
+#include "core/device_rules.h"
 #include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
+#include "tessera/graph.h"
 #include "tessera/ops.h"
 #include "tessera/sync_guard.h"
 
@@ -112,8 +114,11 @@ void Adam::load_state_dict(const OptimizerState& state) {
     if (!t[i].defined()) continue;
     AllowSync deliberate;  // loading is rare; the host needs the count when not capturable
     counts[i] = t[i].item<double>();
-    TESSERA_CHECK(counts[i] >= 0 && counts[i] == std::floor(counts[i]), Error,
-                  "[{}] '{}.step' is {}; a step count is a whole number >= 0", op, i, counts[i]);
+    // Past 2^53 a double no longer counts by ones (and inf would not convert to int64).
+    TESSERA_CHECK(
+        counts[i] >= 0 && counts[i] <= 9007199254740992.0 && counts[i] == std::floor(counts[i]),
+        Error, "[{}] '{}.step' is {}; a step count is a whole number from 0 to 2^53", op, i,
+        counts[i]);
   }
   // Explicit copies into fresh state on each parameter's device, never aliasing the caller's.
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -136,7 +141,17 @@ void Adam::step_unless(const Tensor& found_inf) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
+    const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
+                                : (skippable ? "Adam.step_unless" : "Adam.step");
+    // A host count recorded into a graph would be replayed: every replay would correct its
+    // bias as for this one step.
+    TESSERA_CHECK(capturable_ || !detail::is_capturing(param.device()), GraphCaptureError,
+                  "[{}] {} is capturing a graph, and this optimizer keeps its step counts on "
+                  "the host: every replay would repeat step {}. Call set_capturable(true) "
+                  "before capturing",
+                  op, param.device().str(), steps_[i] + 1);
     if (!exp_avg_[i].defined() || !exp_avg_sq_[i].defined()) {
+      check_state_outside_capture(op, i);
       // Both made before either is kept: out of memory between them left exp_avg alone,
       // and every later step refused the missing exp_avg_sq.
       Tensor m = zeros_like(param), v = zeros_like(param);
@@ -158,11 +173,23 @@ void Adam::step_unless(const Tensor& found_inf) {
     }
     detail::AdamParams p{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_};
     // A capturable step's kernel corrects with the count it reads on the device.
-    detail::set_adam_step(p, static_cast<double>(capturable_ ? 1 : ++steps_[i]));
-    const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
-                                : (skippable ? "Adam.step_unless" : "Adam.step");
-    detail::adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],
-                      {found_inf, device_step, Tensor()}, p);
+    detail::set_adam_step(p, static_cast<double>(capturable_ ? 1 : steps_[i] + 1));
+    try {
+      detail::adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],
+                        {found_inf, device_step, Tensor()}, p);
+    } catch (...) {
+      // A refused step is not counted (its bias correction would be off by one afterwards).
+      if (capturable_) {
+        NoGradGuard undo;
+        if (skippable) {
+          device_steps_[i].sub_(applied);
+        } else {
+          device_steps_[i].sub_(1.0);
+        }
+      }
+      throw;
+    }
+    if (!capturable_) ++steps_[i];
   }
 }
 

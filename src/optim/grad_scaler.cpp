@@ -3,13 +3,16 @@
 // reads one on the host and a step recorded in a graph replays with the current values.
 #include "tessera/optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/check.h"
+#include "core/device_rules.h"
 #include "ops/fused_ops.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
+#include "tessera/graph.h"
 #include "tessera/ops.h"
 #include "tessera/sync_guard.h"
 
@@ -51,6 +54,13 @@ Tensor GradScaler::scale(const Tensor& loss) {
                 "computes losses in float32)",
                 dtype_name(loss.dtype()));
   if (!scale_.defined()) {
+    // A replay would make the first scale again, resetting its growth and backoff.
+    TESSERA_CHECK(!detail::is_capturing(loss.device()), GraphCaptureError,
+                  "[GradScaler.scale] this scaler has not scaled a loss yet, and {} is "
+                  "capturing a graph: the scale its first use makes would be made again by "
+                  "every replay, resetting it. Take one step before Graph::capture (as Trainer "
+                  "does)",
+                  loss.device().str());
     NoGradGuard no_grad;
     const TensorOptions on_device{kFloat32, loss.device()};
     scale_ = full({}, start_scale_, on_device);
@@ -69,12 +79,24 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   if (!options_.enabled) return;
   check_started("unscale_");
   PerOptimizer& state = per_optimizer_[&optimizer];
-  TESSERA_CHECK(!state.unscaled, Error,
-                "[GradScaler.unscale_] this optimizer's gradients were already unscaled in this "
-                "step; call unscale_ once per optimizer between two update()s");
+  // Stepped first: step() unscales too, so after it `unscaled` is always set.
   TESSERA_CHECK(!state.stepped, Error,
                 "[GradScaler.unscale_] this optimizer already stepped in this step; call "
                 "unscale_ before step(), and update() before the next step");
+  TESSERA_CHECK(!state.unscaled, Error,
+                "[GradScaler.unscale_] this optimizer's gradients were already unscaled in this "
+                "step; call unscale_ once per optimizer between two update()s");
+  const std::vector<Tensor>& params = optimizer.params();
+  // Every grad is checked before any is unscaled: a refusal halfway left the first ones
+  // unscaled, and a second try divided them again.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor g = params[i].grad();
+    TESSERA_CHECK(!g.defined() || g.device() == scale_.device(), DeviceMismatchError,
+                  "[GradScaler.unscale_] parameter {}'s grad is on {} but this scaler's state is "
+                  "on {}. An optimizer's parameters and its scaler share one device: use one "
+                  "GradScaler per device",
+                  i, g.device().str(), scale_.device().str());
+  }
   NoGradGuard no_grad;
   if (state.found_inf.defined()) {
     state.found_inf.zero_();
@@ -82,15 +104,9 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     state.found_inf = zeros({}, {kFloat32, scale_.device()});
   }
   inv_scale_.copy_(div(1.0, scale_));
-  const std::vector<Tensor>& params = optimizer.params();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    TESSERA_CHECK(g.device() == scale_.device(), DeviceMismatchError,
-                  "[GradScaler.unscale_] parameter {}'s grad is on {} but this scaler's state is "
-                  "on {}. An optimizer's parameters and its scaler share one device: use one "
-                  "GradScaler per device",
-                  i, g.device().str(), scale_.device().str());
     detail::unscale_grad({"GradScaler.unscale_", i}, g, inv_scale_, state.found_inf);
   }
   state.unscaled = true;
@@ -105,6 +121,17 @@ void GradScaler::step(Optimizer& optimizer) {
                   "[GradScaler.step] this optimizer already stepped since the last update(); "
                   "call scaler.update() after each step");
   }
+  // With no gradient nothing is checked for inf/NaN, and update() would count a clean step
+  // (and grow the scale) for a step that did nothing; torch's scaler refuses it too.
+  const std::vector<Tensor>& params = optimizer.params();
+  TESSERA_CHECK(
+      std::any_of(params.begin(), params.end(), [](const Tensor& p) { return p.grad().defined(); }),
+      Error,
+      "[GradScaler.step] none of this optimizer's {} parameter(s) has a gradient, so "
+      "no inf/NaN check was made and update() would count a clean step; run "
+      "scaler.scale(loss).backward() before step() (zero_grad() belongs before the "
+      "backward pass)",
+      params.size());
   PerOptimizer& state = per_optimizer_[&optimizer];
   if (!state.unscaled) unscale_(optimizer);
   optimizer.step_unless(state.found_inf);
@@ -131,11 +158,15 @@ void GradScaler::update() {
   const Tensor overflow = gt(found, 0.0);
   const Tensor clean_steps = add(growth_tracker_, 1.0);
   const Tensor grow = ge(clean_steps, static_cast<double>(options_.growth_interval));
-  const Tensor grown = mul(scale_, options_.growth_factor);
+  // The factors multiply in float64 and the product is rounded once, as torch's: a float32
+  // product rounds the factor (1.1, 0.3) first and drifts by an ulp per update.
+  const Tensor scale64 = scale_.to(kFloat64);
+  const Tensor grown = mul(scale64, options_.growth_factor);
   const Tensor grown_if_finite =
-      where(le(grown, static_cast<double>(std::numeric_limits<float>::max())), grown, scale_);
-  const Tensor next_scale =
-      where(overflow, mul(scale_, options_.backoff_factor), where(grow, grown_if_finite, scale_));
+      where(le(grown, static_cast<double>(std::numeric_limits<float>::max())), grown.to(kFloat32),
+            scale_);
+  const Tensor next_scale = where(overflow, mul(scale64, options_.backoff_factor).to(kFloat32),
+                                  where(grow, grown_if_finite, scale_));
   const Tensor next_tracker = where(overflow, 0.0, where(grow, 0.0, clean_steps));
   scale_.copy_(next_scale);
   growth_tracker_.copy_(next_tracker);

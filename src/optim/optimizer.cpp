@@ -7,7 +7,9 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/device_rules.h"
 #include "core/tensor_impl.h"
+#include "tessera/graph.h"
 
 namespace tessera::optim {
 
@@ -26,8 +28,9 @@ Optimizer::Optimizer(std::vector<Tensor> params, const char* name)
                   "grad. Optimize the leaf tensors themselves (or x.detach().requires_grad_())",
                   name_, i);
     TESSERA_CHECK(is_floating(p.dtype()), DtypeError,
-                  "[{}] parameter {} is {}; only float32 and float64 tensors can be optimized. "
-                  "Convert it with .to(kFloat32) before requires_grad_()",
+                  "[{}] parameter {} is {}; only floating tensors (float32, float64, bfloat16, "
+                  "float16) can be optimized. Convert it with .to(kFloat32) before "
+                  "requires_grad_()",
                   name_, i, dtype_name(p.dtype()));
     const auto [at, inserted] = seen.emplace(p.impl(), i);
     TESSERA_CHECK(inserted, Error,
@@ -61,6 +64,15 @@ void Optimizer::check_found_inf(const char* op, const Tensor& found_inf) const {
                   "gradient scaler work on one device: use one GradScaler per device",
                   op, i, p.device().str(), found_inf.device().str());
   }
+}
+
+void Optimizer::check_state_outside_capture(const char* op, std::size_t index) const {
+  const Device d = params_[index].device();
+  TESSERA_CHECK(!detail::is_capturing(d), GraphCaptureError,
+                "[{}] parameter {} has no optimizer state yet, and {} is capturing a graph: "
+                "the state its first step makes would be made again by every replay, "
+                "resetting it. Take one step before Graph::capture (as Trainer does)",
+                op, index, d.str());
 }
 
 OptimizerState Optimizer::state_dict() const {

@@ -109,6 +109,7 @@ void SGD::step_unless(const Tensor& found_inf) {
     // one kept after a refused first step (out of memory) was read as a momentum next step.
     Tensor buffer = momentum_[i], unwritten = unwritten_[i];
     if (options_.momentum != 0 && !buffer.defined()) {
+      check_state_outside_capture(skippable ? "SGD.step_unless" : "SGD.step", i);
       if (skippable) {
         // Whether this step is the first to write the buffer is known on the device only.
         buffer = zeros_like(param);

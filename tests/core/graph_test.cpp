@@ -189,7 +189,7 @@ TEST_P(Graphs, RefusesWhatItCannotRecordAndStaysUsable) {
         [&] { Graph::capture(device(), [&] {
                 (void)tensor({1.0, 2.0}).to(device());
               }); },
-        {"[copy_]", "a copy from the host"});
+        {"[to]", "a copy from the host"});
   } else {
     expect_throw_with<GraphCaptureError>(
         [&] {
@@ -367,6 +367,71 @@ TEST_P(Graphs, ReplayOnASideStream) {
     graph.replay();
   }
   EXPECT_DOUBLE_EQ(max(x).item<double>(), 6.0);  // queued after the guard: sees the replay
+}
+
+// A recorded backward() into a gradient that exists adds to it at every replay, as eager
+// backward() calls do (the sum was once a new tensor, so each replay gave old + g again).
+TEST_P(Graphs, ReplayedBackwardAccumulatesIntoAnExistingGradient) {
+  const Tensor x = full({3}, 2.0, device());
+  Tensor w = ones({3}, device()).requires_grad_();
+  (w * x).sum().backward();  // grad = 2
+  Graph graph = Graph::capture(device(), [&] { (w * x).sum().backward(); });
+  for (int i = 0; i < 3; ++i) graph.replay();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{8, 8, 8}));
+  // A gradient the capture makes is the recording's: each replay sets it afresh.
+  Tensor v = ones({3}, device()).requires_grad_();
+  Graph fresh = Graph::capture(device(), [&] { (v * x).sum().backward(); });
+  for (int i = 0; i < 3; ++i) fresh.replay();
+  EXPECT_EQ(v.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+}
+
+// State an optimizer or a scaler makes on its first step would be made again by every
+// replay (Adam's moments back to zero, the scale back to its start): refused, and the refused
+// capture leaves them as they were, so the eager steps after it equal steps without it.
+TEST_P(Graphs, FirstStepStateAndHostStepCountsAreRefused) {
+  const Tensor x = full({4}, 0.5, device());
+  const auto run = [&](bool try_captures) {
+    Tensor w = ones({4}, device()).requires_grad_();
+    optim::Adam adam({w}, {.lr = 0.1});
+    const auto step = [&] {
+      adam.zero_grad();
+      (w * x).sum().backward();
+      adam.step();
+    };
+    if (try_captures) {
+      adam.set_capturable(true);
+      expect_throw_with<GraphCaptureError>([&] { Graph::capture(device(), step); },
+                                           {"[Adam.step] parameter 0 has no optimizer state yet",
+                                            "Take one step before Graph::capture"});
+      adam.set_capturable(false);
+    }
+    step();
+    if (try_captures) {
+      expect_throw_with<GraphCaptureError>([&] { Graph::capture(device(), step); },
+                                           {"[Adam.step]", "keeps its step counts on the host",
+                                            "repeat step 2", "set_capturable(true)"});
+      EXPECT_EQ(adam.step_count(0), 1);
+    }
+    step();
+    return w.to_vector<double>();
+  };
+  EXPECT_EQ(run(true), run(false));
+
+  Tensor u = ones({4}, device()).requires_grad_();
+  optim::SGD sgd({u}, {.lr = 0.1, .momentum = 0.9});
+  expect_throw_with<GraphCaptureError>(
+      [&] {
+        Graph::capture(device(), [&] {
+          (u * x).sum().backward();
+          sgd.step();
+        });
+      },
+      {"[SGD.step] parameter 0 has no optimizer state yet"});
+  optim::GradScaler scaler;
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (void)scaler.scale((u * x).sum()); }); },
+      {"[GradScaler.scale] this scaler has not scaled a loss yet", "Take one step"});
+  EXPECT_DOUBLE_EQ(scaler.get_scale(), 65536.0);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Graphs);

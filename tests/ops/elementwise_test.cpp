@@ -195,6 +195,16 @@ TEST_P(Elementwise, InPlaceOps) {
   Tensor sq = arange(0, 4, 1, {kFloat32, device()}).reshape({2, 2});
   sq.add_(sq.t());
   EXPECT_EQ(sq.to_vector<float>(), (std::vector<float>{0, 3, 3, 6}));
+  // A part of self that broadcasts over it, with self's strides and offset: its first row is
+  // read for every row, also after it was written. 40000 rows reach the parallel loops.
+  for (const std::int64_t rows : {2, 40000}) {
+    Tensor b = ones({rows, 2}, {kFloat64, device()});
+    b.sub_(b.narrow(0, 0, 1));
+    EXPECT_EQ(b.sum().item<double>(), 0.0) << rows << " rows";
+    Tensor c = arange(0.0, 6.0, 1.0, {kInt64, device()}).reshape({2, 3});
+    c.add_(c.narrow(0, 0, 1));
+    EXPECT_EQ(c.to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 2, 4, 3, 5, 7}));
+  }
   Tensor xi = tensor({1, 2}, device());
   expect_throw_with<DtypeError>([&] { xi.div_(2.0); }, {"[div_]", "int64", "out-of-place"});
   expect_throw_with<DtypeError>(

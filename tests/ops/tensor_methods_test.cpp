@@ -125,6 +125,8 @@ TEST_P(TensorMethods, WrongRanksAreRefused) {
   expect_throw_with<ShapeError>([&] { (void)zeros({3}, device()).trace(); },
                                 {"[trace] needs a 2-D tensor, got shape [3]"});
   expect_throw_with<Error>([&] { (void)eye(-2); }, {"[eye]", "must not be negative, got -2"});
+  expect_throw_with<Error>([&] { (void)eye(3, -2); },
+                           {"[eye]", "columns must not be negative, got -2", "pass -1"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(TensorMethods);

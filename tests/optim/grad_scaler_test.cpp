@@ -165,6 +165,48 @@ TEST_P(Scaler, GrowsAfterCleanStepsAndBacksOffAfterAnInf) {
 
 // Scale, backward, unscale, clip, step and update: no implicit host wait in any of them,
 
+// The factors multiply in float64 and round once, as torch's _amp_update_scale_ does (in
+// float32 the factor 1.1 was rounded first and each update drifted by an ulp).
+TEST_P(Scaler, GrowthAndBackoffRoundOnce) {
+  optim::GradScaler scaler(
+      {.init_scale = 3.7, .growth_factor = 1.1, .backoff_factor = 0.3, .growth_interval = 1});
+  Tensor p = param(2, 3);
+  optim::SGD sgd({p}, {.lr = 0});
+  start(scaler, device());
+  float expected = 3.7f;
+  for (int i = 0; i < 12; ++i) {
+    const bool overflow = i % 5 == 4;
+    p.set_grad(full({2}, overflow ? kInf : 1.0, device()));
+    scaler.step(sgd);
+    scaler.update();
+    expected = static_cast<float>(static_cast<double>(expected) * (overflow ? 0.3 : 1.1));
+    EXPECT_EQ(scaler.get_scale(), static_cast<double>(expected)) << "after step " << i;
+  }
+}
+
+// A grad on another device is found before any grad is unscaled: the first try unscaled
+// the grads before it, and a second try divided them again.
+TEST_P(Scaler, AGradOnAnotherDeviceUnscalesNothing) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  Device other = device();
+  for (const Device d : available_devices()) {
+    if (d != device()) other = d;
+  }
+  optim::GradScaler scaler({.init_scale = 4});
+  Tensor a = param(2, 1);
+  Tensor b = ones({2}, other).requires_grad_();
+  optim::SGD sgd({a, b}, {.lr = 0.1});
+  start(scaler, device());
+  a.set_grad(full({2}, 4.0, device()));
+  b.set_grad(ones({2}, other));
+  expect_throw_with<DeviceMismatchError>([&] { scaler.unscale_(sgd); },
+                                         {"[GradScaler.unscale_] parameter 1's grad is on"});
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{4, 4}));
+  b.set_grad(Tensor());
+  scaler.unscale_(sgd);
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{1, 1}));
+}
+
 // As PyTorch: a growth past float32's range keeps the scale. An infinite scale would make
 // every scaled loss inf and skip every later step, and backing off (inf * 0.5) never ends.
 TEST_P(Scaler, NeverGrowsTheScaleToInfinity) {
@@ -250,9 +292,18 @@ TEST_P(Scaler, MisuseIsRefusedWithTheFix) {
   expect_throw_with<Error>(
       [&] { scaler.step(sgd); },
       {"[GradScaler.step] this optimizer already stepped", "scaler.update() after each step"});
+  expect_throw_with<Error>([&] { scaler.unscale_(sgd); },
+                           {"[GradScaler.unscale_] this optimizer already stepped in this step",
+                            "call unscale_ before step()"});
   scaler.update();
   scaler.step(sgd);  // a fresh step after update() is fine
   scaler.update();
+  // No gradient: nothing checked for inf, so update() would grow the scale for nothing.
+  sgd.zero_grad();
+  expect_throw_with<Error>([&] { scaler.step(sgd); },
+                           {"[GradScaler.step] none of this optimizer's 1 parameter(s) has a "
+                            "gradient",
+                            "update() would count a clean step"});
 
   expect_throw_with<Error>([] { (void)optim::GradScaler({.init_scale = 0}); },
                            {"[GradScaler] invalid init_scale=0", "> 0"});

@@ -1,4 +1,6 @@
 // Each optimizer error's wording once, and its type.
+#include <limits>
+
 #include "autograd/autograd_meta.h"
 #include "support/device_test.h"
 #include "tessera/memory.h"
@@ -52,7 +54,7 @@ TEST_P(OptimErrors, NonFloatingParameter) {
       [&] {
         optim::Adam({tensor({1, 2}, device())});
       },
-      {"[Adam] parameter 0 is int64", "float32 and float64"});
+      {"[Adam] parameter 0 is int64", "float32, float64, bfloat16, float16"});
 }
 
 TEST_P(OptimErrors, EmptyOrRepeatedParameters) {
@@ -138,6 +140,45 @@ TEST_P(OptimErrors, AFirstStepOutOfMemoryLeavesNoState) {
   step_short_of_memory(adam, 4100);  // exp_avg fits, exp_avg_sq does not
   adam.step();
   EXPECT_NEAR(a.to_vector<double>()[0], 1.0 - 1e-3, 1e-6);
+}
+
+// A refused step is not counted: Adam's bias correction was one step ahead afterwards.
+TEST_P(OptimErrors, ARefusedAdamStepIsNotCounted) {
+  for (const bool capturable : {false, true}) {
+    Tensor w = zeros({3, 2}, device()).t();
+    w.requires_grad_();
+    optim::Adam adam({w}, {.lr = 0.1});
+    adam.set_capturable(capturable);
+    w.set_grad(ones({2, 3}, device()));
+    for (int i = 0; i < 3; ++i) EXPECT_THROW(adam.step(), Error);
+    EXPECT_EQ(adam.step_count(0), 0) << (capturable ? "capturable" : "host counts");
+  }
+}
+
+// A step count that is no whole number a double counts exactly (inf converted to int64 was
+// undefined) is refused.
+TEST_P(OptimErrors, AdamRefusesAStepCountPastTwoToThe53) {
+  Tensor w = ones({2}, device()).requires_grad_();
+  optim::Adam adam({w}, {.lr = 0.1});
+  w.set_grad(ones({2}, device()));
+  adam.step();
+  optim::OptimizerState state = adam.state_dict();
+  for (const double bad : {std::numeric_limits<double>::infinity(), 1e30}) {
+    state["0.step"] = full({}, bad, {kFloat64, device()});
+    expect_throw_with<Error>([&] { adam.load_state_dict(state); },
+                             {"[Adam.load_state_dict] '0.step' is", "from 0 to 2^53"});
+  }
+  EXPECT_EQ(adam.step_count(0), 1);
+}
+
+// The moments weigh a gradient by 1 - beta computed in float64: 1 - float(0.99999) is 0.14%
+// off, and the first step came out 0.9993 instead of 1 (torch: 1).
+TEST_P(OptimErrors, AdamWeighsTheMomentsByOneMinusBetaInFloat64) {
+  Tensor w = zeros({1}, device()).requires_grad_();
+  optim::Adam adam({w}, {.lr = 1.0, .beta2 = 0.99999});
+  w.set_grad(ones({1}, device()));
+  adam.step();
+  EXPECT_NEAR(w.item<double>(), -1.0, 2e-6);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(OptimErrors);

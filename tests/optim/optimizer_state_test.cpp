@@ -203,7 +203,7 @@ TEST_P(OptimState, RefusesMismatchesAndChangesNothing) {
                            {"parameter 1's state is incomplete", "'1.step'"});
   adam_state["1.step"] = full({}, 1.5, {kFloat64, device()});
   expect_throw_with<Error>([&] { adam_opt.load_state_dict(adam_state); },
-                           {"'1.step' is 1.5; a step count is a whole number >= 0"});
+                           {"'1.step' is 1.5; a step count is a whole number from 0 to 2^53"});
   EXPECT_EQ(adam_opt.step_count(1), 1);
 }
 

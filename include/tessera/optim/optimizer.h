@@ -81,6 +81,10 @@ class TESSERA_API Optimizer {
   Optimizer(std::vector<Tensor> params, const char* name);
   /// The checks step_unless promises on a defined found_inf; `op` ("SGD.step_unless").
   void check_found_inf(const char* op, const Tensor& found_inf) const;
+  /// Throws GraphCaptureError when parameter `index`'s device is capturing a graph: the state
+  /// a first step makes (zeros, a first buffer) would be made again at every replay,
+  /// resetting it. Call before making state lazily; `op` ("Adam.step").
+  void check_state_outside_capture(const char* op, std::size_t index) const;
   /// Splits a state_dict key "<index>.<name>" into its parameter index and name, checking
   /// that the index names a parameter and the name is one of `names` (Error, naming `op`).
   std::pair<std::size_t, std::string> parse_state_key(const char* op, const std::string& key,

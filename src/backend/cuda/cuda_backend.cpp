@@ -193,7 +193,7 @@ std::string CudaBackend::memory_report(int index) const {
   const PerDevice& d = devices_[index];
   return fmt::format(
       "reserved by tessera {}, largest free cached block {}, the driver reports {} "
-      "free of {}",
+      "available of {}",
       format_bytes(d.allocator ? d.allocator->reserved() : 0),
       format_bytes(d.allocator ? d.allocator->largest_cached_block() : 0), format_bytes(free),
       format_bytes(total));
