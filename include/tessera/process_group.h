@@ -17,6 +17,7 @@
 /// rank receives are counted in the transfer ledger (d2d, on the tensor's device). MPI is finalized
 /// when the process exits, after this process's queued collectives have run.
 #include <cstdint>
+#include <vector>
 
 #include "tessera/collectives.h"
 #include "tessera/export.h"
@@ -67,6 +68,11 @@ class TESSERA_API ProcessGroup {
   /// Every rank's tensor concatenated along dim 0, in rank order (size() times the rows), on
   /// the tensor's device. ShapeError for a 0-dim tensor; otherwise as all_reduce.
   Tensor all_gather(const Tensor& tensor) const;
+  /// Every rank's `mine`, rank after rank (size() * mine.size() values), exchanged on the
+  /// host: no tensor, no device, no wait for queued work (for small facts the ranks must
+  /// agree on, such as which parameters got a gradient this step). Every rank must pass as
+  /// many values: Error on every rank otherwise.
+  std::vector<std::int64_t> exchange(const std::vector<std::int64_t>& mine) const;
   /// Blocks the host until every rank has called barrier(). Does not wait for queued device
   /// work: synchronize() first when the barrier must also order it.
   void barrier() const;

@@ -177,7 +177,13 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   }
   order_ = std::move(order);
   ++epoch_;
-  if (prefetch_ == 0 || batches() == 0) {
+  // Pieces gathered into device memory are gathered in iteration, on the iterating thread:
+  // a prefetch thread's gather into a device that the Trainer is recording a graph on was
+  // refused (GraphCaptureError, at random). Queued on the device, that gather costs the host
+  // only an allocation, so nothing is lost.
+  const bool into_devices = std::any_of(devices.begin(), devices.end(),
+                                        [](Device d) { return detail::host_writes_memory_of(d); });
+  if (prefetch_ == 0 || batches() == 0 || into_devices) {
     return iterator(this, 0, order_, part, parts, std::move(devices));
   }
   // The thread gathers from its own copies of the handles and of this epoch's order (Note

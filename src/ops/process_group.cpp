@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -59,9 +60,11 @@ void finish() {
 
 // What a rank called, as the cross-rank check exchanges it: a CollectiveKind, or a barrier.
 constexpr std::int64_t kBarrier = -1;
+constexpr std::int64_t kExchange = -2;  // ProcessGroup::exchange; its `root` is the length
 
 const char* kind_name(std::int64_t kind) {
   if (kind == kBarrier) return "barrier";
+  if (kind == kExchange) return "exchange";
   switch (static_cast<CollectiveKind>(kind)) {
     case CollectiveKind::kAllReduce:
       return "all_reduce";
@@ -124,8 +127,8 @@ void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kin
   std::vector<std::int64_t> mine(kFields, 0);
   mine[0] = kind;
   mine[1] = refused ? 1 : 0;
+  if (!refused) mine[2] = root;
   if (!refused && t != nullptr) {
-    mine[2] = root;
     mine[3] = t->device().index();
     mine[4] = static_cast<std::int64_t>(t->dtype());
     mine[5] = t->dim();
@@ -148,6 +151,10 @@ void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kin
                   "[{}] rank {} called {} while rank 0 called {}; every rank must make the "
                   "same collectives in the same order",
                   op, r, kind_name(field(r, 0)), kind_name(field(0, 0)));
+    TESSERA_CHECK(kind != kExchange || field(r, 2) == field(0, 2), Error,
+                  "[{}] rank {} exchanges {} value(s) but rank 0 exchanges {}; every rank must "
+                  "pass as many",
+                  op, r, field(r, 2), field(0, 2));
     if (t == nullptr) continue;  // a barrier has nothing more to match
     TESSERA_CHECK(field(r, 2) == field(0, 2), Error,
                   "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
@@ -285,6 +292,16 @@ Tensor ProcessGroup::all_gather(const Tensor& tensor) const {
   detail::count_collective(tensor.device(), tensor.nbytes() * static_cast<std::size_t>(size_ - 1));
   run(*this, CollectiveKind::kAllGather, tensor, out, false, 0);
   return out;
+}
+
+std::vector<std::int64_t> ProcessGroup::exchange(const std::vector<std::int64_t>& mine) const {
+  if (size() == 1) return mine;
+  TESSERA_CHECK(mine.size() <= static_cast<std::size_t>(std::numeric_limits<int>::max()), Error,
+                "[ProcessGroup::exchange] {} values are more than MPI passes in one call",
+                mine.size());
+  agree_across_ranks("ProcessGroup::exchange", *this, kExchange, nullptr,
+                     static_cast<int>(mine.size()), nullptr);
+  return distributed::mpi_exchange(mine);
 }
 
 void ProcessGroup::barrier() const {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/code_names.h"
 #include "tessera/collectives.h"
 #include "tessera/nn/loss.h"
 #include "tessera/optim/clip.h"
@@ -106,6 +107,33 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     check_same_parameters(named, tasks[r]->model().named_parameters(), r);
     params.push_back(tasks[r]->model().parameters());
   }
+  // The collectives move float32 and float64 only; autocast gives the speed of half
+  // precision with float32 parameters, as on one device.
+  for (const auto& [name, t] : named) {
+    TESSERA_CHECK(!is_half(t.dtype()), DtypeError,
+                  "[Trainer] parameter '{}' is {}; training on several devices or ranks keeps "
+                  "parameters in float32 or float64 (their gradients are summed by collectives "
+                  "that do not take half precision yet). Keep the model float32 and set "
+                  "TrainerOptions::precision = {} (--precision), which computes in {} under "
+                  "autocast",
+                  name, dtype_name(t.dtype()), detail::dtype_code(t.dtype()),
+                  dtype_name(t.dtype()));
+  }
+  for (const Tensor& b : task.model().buffers()) {
+    TESSERA_CHECK(!is_half(b.dtype()), DtypeError,
+                  "[Trainer] the model has a {} buffer; training on several devices or ranks "
+                  "broadcasts buffers with collectives that do not take half precision yet. "
+                  "Keep the model float32 and set TrainerOptions::precision instead",
+                  dtype_name(b.dtype()));
+  }
+  // Only what trains is summed: a frozen parameter (requires_grad off) gets no gradient and
+  // no grad-ready hook, as on one device.
+  std::vector<std::vector<Tensor>> trainable(k);
+  for (std::size_t r = 0; r < k; ++r) {
+    for (const Tensor& p : params[r]) {
+      if (p.requires_grad()) trainable[r].push_back(p);
+    }
+  }
   if (group != nullptr) {
     // With NCCL each rank drives its own GPUs (rank r: gpu(local_rank)): their number must
     // agree, not their indices. MPI pairs CPU devices by index, so those must.
@@ -154,12 +182,23 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     start_from_first(same);
   }
   // Sums over this process's devices, then over the ranks, then back to every device.
-  GradientReducer reducer(params, [group, k](const std::vector<Tensor>& flat) {
-    if (k > 1) all_reduce(flat);
-    if (group == nullptr) return;
-    group->all_reduce(flat[0]);
-    if (k > 1) broadcast(flat);
-  });
+  // Which parameters some rank's backward reached: Note [Gradient buckets] (unused ones).
+  GradientReducer::AgreeUsed agree_used;
+  if (group != nullptr) {
+    agree_used = [host](std::vector<std::uint8_t>& used) {
+      const std::vector<std::int64_t> all = host->exchange({used.begin(), used.end()});
+      for (std::size_t i = 0; i < all.size(); ++i) used[i % used.size()] |= all[i] != 0;
+    };
+  }
+  GradientReducer reducer(
+      trainable,
+      [group, k](const std::vector<Tensor>& flat) {
+        if (k > 1) all_reduce(flat);
+        if (group == nullptr) return;
+        group->all_reduce(flat[0]);
+        if (k > 1) broadcast(flat);
+      },
+      std::size_t{25} << 20, std::move(agree_used));
 
   std::vector<loop::StepLog> logs;  // each replica's share of each step's loss
   for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
@@ -191,7 +230,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       optim::Optimizer& opt = tasks[r]->optimizer();
       if (options_.gradient_clip_val > 0) {
         scalers[r].unscale_(opt);
-        optim::clip_grad_norm_(params[r], options_.gradient_clip_val);
+        optim::clip_grad_norm_(trainable[r], options_.gradient_clip_val);
       }
       scalers[r].step(opt);
       scalers[r].update();

@@ -2,14 +2,18 @@
 #include "train/gradient_reducer.h"
 
 #include "core/check.h"
+#include "core/device_rules.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 
 namespace tessera::train {
 
 GradientReducer::GradientReducer(std::vector<std::vector<Tensor>> params,
-                                 AllReduceSum all_reduce_sum, std::size_t bucket_bytes)
-    : params_(std::move(params)), all_reduce_sum_(std::move(all_reduce_sum)) {
+                                 AllReduceSum all_reduce_sum, std::size_t bucket_bytes,
+                                 AgreeUsed agree_used)
+    : params_(std::move(params)),
+      all_reduce_sum_(std::move(all_reduce_sum)),
+      agree_used_(std::move(agree_used)) {
   TESSERA_INTERNAL_ASSERT(!params_.empty(), "a reducer needs replicas");
   const std::vector<Tensor>& first = params_.front();
   std::size_t bytes = 0;
@@ -61,6 +65,7 @@ void GradientReducer::reset() {
     b.launched = false;
   }
   launched_in_backward_ = 0;
+  used_.assign(params_.front().size(), 0);
 }
 
 void GradientReducer::mark_ready(std::size_t replica, std::size_t param) {
@@ -86,6 +91,7 @@ void GradientReducer::fill(Bucket& b, std::size_t replica) {
   if (b.in_place) {
     const Tensor& param = params_[replica][b.slots.front().param];
     const Tensor g = param.grad();
+    if (g.defined()) used_[b.slots.front().param] = 1;
     if (g.defined() && g.is_contiguous() && g.dtype() == param.dtype()) {
       b.flat[replica] = g.view({b.slots.front().numel});  // summed where it lies
       b.waiting[replica] = 0;
@@ -97,6 +103,7 @@ void GradientReducer::fill(Bucket& b, std::size_t replica) {
     Tensor slice = b.flat[replica].narrow(0, s.offset, s.numel);
     const Tensor g = params_[replica][s.param].grad();
     if (g.defined()) {
+      used_[s.param] = 1;
       slice.copy_(g.reshape({s.numel}));
     } else {
       slice.zero_();
@@ -109,12 +116,6 @@ void GradientReducer::fill(Bucket& b, std::size_t replica) {
 void GradientReducer::launch(Bucket& b) {
   NoGradGuard no_grad;
   all_reduce_sum_(b.flat);
-  for (std::size_t r = 0; r < params_.size(); ++r) {
-    for (const Slot& s : b.slots) {
-      Tensor param = params_[r][s.param];
-      param.set_grad(b.flat[r].narrow(0, s.offset, s.numel).view(param.shape()));
-    }
-  }
   b.launched = true;
 }
 
@@ -125,6 +126,22 @@ void GradientReducer::reduce() {
       if (b.waiting[r] > 0) fill(b, r);
     }
     launch(b);
+  }
+  // The grads are set once every parameter's use is known (Note [Gradient buckets]). A
+  // recorded step keeps the uses of the step it recorded (every rank records the same step).
+  if (agree_used_ && !used_.empty() && !detail::is_capturing(params_.front().front().device())) {
+    agree_used_(used_);
+  }
+  NoGradGuard no_grad;
+  for (Bucket& b : buckets_) {
+    for (std::size_t r = 0; r < params_.size(); ++r) {
+      for (const Slot& s : b.slots) {
+        Tensor param = params_[r][s.param];
+        param.set_grad(used_[s.param] != 0
+                           ? b.flat[r].narrow(0, s.offset, s.numel).view(param.shape())
+                           : Tensor());
+      }
+    }
   }
   overlapped_ = launched_in_backward_;
   reset();

@@ -1,6 +1,7 @@
 #pragma once
 // Sums the gradients of data-parallel replicas in buckets. See Note [Gradient buckets].
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -23,9 +24,14 @@ namespace tessera::train {
 // queued at once, in the middle of that replica's backward; when every replica has filled a
 // bucket, its all-reduce is queued, while backward goes on with the earlier layers. reduce(),
 // called after the replicas' backward passes, finishes the buckets that were not (a
-// parameter no loss depends on gets no hook call; it contributes zeros, so every replica
-// still steps identically) and starts the next step afresh. One backward per replica per
-// step: a second pass before reduce() adds nothing to buckets already filled.
+// parameter no loss depends on gets no hook call and contributes zeros to its bucket),
+// gives every parameter its summed grad, and starts the next step afresh.
+//
+// Unused parameters: a parameter that no replica's loss reached (of any rank: `agree_used`
+// ORs the flags across processes) keeps no grad on any replica, as on one device, so that
+// the optimizers skip it: a zero grad would still decay it (weight_decay, AdamW) and count
+// an Adam step. Otherwise it gets the sum, zeros included, on every replica. One backward per
+// replica per step: a second pass before reduce() adds nothing to buckets already filled.
 //
 // Note [Gradients reduced in place]
 // Copying a gradient into its bucket costs a pass over its bytes on every replica every
@@ -38,11 +44,13 @@ namespace tessera::train {
 class GradientReducer {
  public:
   using AllReduceSum = std::function<void(const std::vector<Tensor>& one_per_replica)>;
+  // ORs, across processes, the flags of which parameters got a gradient (1) this step.
+  using AgreeUsed = std::function<void(std::vector<std::uint8_t>& used)>;
 
   // params[r] are replica r's parameters, in the same order and shapes on every replica.
   // Sets a grad-ready hook on each; the destructor removes them.
   GradientReducer(std::vector<std::vector<Tensor>> params, AllReduceSum all_reduce_sum,
-                  std::size_t bucket_bytes = std::size_t{25} << 20);
+                  std::size_t bucket_bytes = std::size_t{25} << 20, AgreeUsed agree_used = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -81,6 +89,8 @@ class GradientReducer {
 
   std::vector<std::vector<Tensor>> params_;
   AllReduceSum all_reduce_sum_;
+  AgreeUsed agree_used_;
+  std::vector<std::uint8_t> used_;  // per parameter: some replica's backward reached it
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // per parameter index
   std::size_t overlapped_ = 0, launched_in_backward_ = 0;

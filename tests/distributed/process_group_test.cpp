@@ -145,6 +145,22 @@ TEST_P(ProcessGroupTest, BarrierHoldsEveryRankUntilTheLastArrives) {
   pg().barrier();  // again, with nobody late
 }
 
+// Host values, rank after rank; a rank passing another length is refused on every rank.
+TEST_P(ProcessGroupTest, ExchangeGivesEveryRanksValues) {
+  const std::int64_t r = pg().rank();
+  const std::vector<std::int64_t> all = pg().exchange({r, 10 * r});
+  ASSERT_EQ(all.size(), 2 * static_cast<std::size_t>(pg().size()));
+  for (int i = 0; i < pg().size(); ++i) {
+    EXPECT_EQ(all[2 * static_cast<std::size_t>(i)], i);
+    EXPECT_EQ(all[2 * static_cast<std::size_t>(i) + 1], 10 * i);
+  }
+  if (pg().size() < 2) return;
+  std::vector<std::int64_t> uneven(static_cast<std::size_t>(r) + 1, 0);
+  expect_throw_with<Error>([&] { (void)pg().exchange(uneven); },
+                           {"[ProcessGroup::exchange] rank 1 exchanges 2 value(s) but rank 0 "
+                            "exchanges 1"});
+}
+
 TEST_P(ProcessGroupTest, RefusesWhatItCannotMoveWithTheFix) {
   expect_throw_with<DtypeError>(
       [&] {

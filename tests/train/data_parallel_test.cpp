@@ -294,6 +294,120 @@ TEST_P(DataParallel, AStepThatDrawsRandomNumbersIsNotRecorded) {
   EXPECT_EQ(eager.fit(task, loader).size(), 1u);
 }
 
+// A prefetching loader's thread gathered pieces into devices the Trainer was recording the
+// step on, and was refused at random (a third of the fits of this deep model). Pieces for
+// devices are now gathered in iteration; recorded steps end where eager ones do.
+TEST_P(DataParallel, RecordedStepsWithAPrefetchingLoader) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  manual_seed(42);
+  const Tensor x = randn({320, 12});
+  const Tensor y = argmax(matmul(x, randn({12, 3})), 1);
+  const auto run = [&](bool graph, std::int64_t prefetch) {
+    data::DataLoader loader({x, y}, {.batch_size = 32, .seed = 3, .prefetch = prefetch});
+    train::Classifier task(
+        [] {
+          manual_seed(7);
+          auto net = std::make_shared<nn::Sequential>();
+          for (int i = 0; i < 30; ++i) {
+            net->push_back(nn::Linear(12, 12));
+            net->push_back(nn::ReLU());
+          }
+          net->push_back(nn::Linear(12, 3));
+          return net;
+        },
+        make_opt(false));
+    train::TrainerOptions o{.max_epochs = 1, .progress = false, .devices = g};
+    o.graph = graph;
+    train::Trainer trainer(o);
+    trainer.fit(task, loader);
+    return trainer.step_losses().to_vector<double>();
+  };
+  const std::vector<double> eager = run(false, 0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(run(true, 2), eager) << "fit " << i;
+}
+
+// A linear model with a parameter the loss never reaches (an unused head).
+struct WithSpare : nn::Module {
+  nn::Parameter w, spare;
+  WithSpare() : nn::Module("WithSpare") {
+    w = register_parameter("w", randn({64, 4}) * 0.1);
+    spare = register_parameter("spare", ones({3}));
+  }
+  Tensor forward(const Tensor& x) override { return matmul(x.reshape({x.size(0), 64}), w); }
+};
+
+// Parameters that get no gradient on one device, because the loss never reaches them or
+// they are frozen, get none on several either: weight decay shrank an unused one (a zero
+// grad), and a frozen one made fit() throw about set_grad_ready_hook.
+TEST_P(DataParallel, UnusedAndFrozenParametersAreLeftAsOnOneDevice) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(23);
+  for (const bool adamw : {false, true}) {
+    const auto opt = [adamw](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+      if (adamw) return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 0.01});
+      return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.5, .weight_decay = 0.1});
+    };
+    for (const bool frozen : {false, true}) {
+      const auto train = [&](const std::vector<Device>& devices) {
+        data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 5});
+        manual_seed(0);
+        train::Classifier task(
+            [frozen]() -> std::shared_ptr<nn::Module> {
+              if (!frozen) return std::make_shared<WithSpare>();
+              auto net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16),
+                                                          nn::ReLU(), nn::Linear(16, 4));
+              net->at<nn::Linear>(1).weight.requires_grad_(false);
+              return net;
+            },
+            opt);
+        train::TrainerOptions o{.max_epochs = 1, .progress = false};
+        if (devices.size() == 1) {
+          o.device = devices[0];
+        } else {
+          o.devices = devices;
+        }
+        train::Trainer(o).fit(task, loader);
+        AllowSync deliberate;  // the test's own read
+        std::vector<std::vector<double>> out;
+        for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+        return out;
+      };
+      const std::string what = fmt::format("adamw={} frozen={}", adamw, frozen);
+      const auto one = train({device()});
+      const auto many = train(g);
+      ASSERT_EQ(one.size(), many.size()) << what;
+      for (std::size_t i = 0; i < one.size(); ++i) {
+        testing::expect_close(many[i], one[i], 1e-4, 1e-5,
+                              what + " parameter " + std::to_string(i));
+      }
+      if (!frozen) EXPECT_EQ(many[1], (std::vector<double>{1, 1, 1})) << what << ": the spare";
+    }
+  }
+}
+
+// A half-precision model is refused by the Trainer, with the fix (autocast), not by a
+// collective the user never called.
+TEST_P(DataParallel, HalfParametersAreRefusedWithTheFix) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(8);
+  data::DataLoader loader(images, labels, {.batch_size = 4});
+  train::Classifier task(
+      [] {
+        auto net = std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4));
+        net->to(kBFloat16);
+        return net;
+      },
+      make_opt(false));
+  train::TrainerOptions o{.max_epochs = 1, .progress = false, .devices = g};
+  o.precision = kBFloat16;
+  expect_throw_with<DtypeError>(
+      [&] { train::Trainer(o).fit(task, loader); },
+      {"[Trainer] parameter '1.weight' is bfloat16", "TrainerOptions::precision = kBFloat16"});
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(DataParallel);
 
 }  // namespace

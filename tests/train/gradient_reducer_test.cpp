@@ -67,7 +67,9 @@ TEST_P(GradientReducerTest, SumsEveryReplicasGradientsBucketByBucketDuringBackwa
               << "step " << step << " replica " << r << " param " << p;
         }
       }
-      EXPECT_EQ(params[3].grad().to_vector<float>(), std::vector<float>(5, 0.0F));
+      // No replica's loss reached `unused`: it keeps no grad, as on one device, so that an
+      // optimizer skips it (a zero grad would still decay it).
+      EXPECT_FALSE(params[3].grad().defined()) << "step " << step << " replica " << r;
     }
   }
 }

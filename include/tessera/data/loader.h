@@ -183,6 +183,10 @@ class TESSERA_API DataLoader {
   /// after), so that moving it there (to_device, Trainer::prepare_batch) copies nothing;
   /// into host memory otherwise (a GPU's piece, pinned). A piece can be empty when the part has
   /// fewer rows than devices. Error unless 0 <= part < parts and `devices` is not empty.
+  /// Pieces gathered into device memory are gathered when the iterator reaches their batch,
+  /// never ahead by the prefetch thread: a device may be recording a graph then, which
+  /// another thread's work must not enter (and a queued gather costs the host nothing to
+  /// overlap).
   ///
   ///   for (const std::vector<data::Batch>& pieces : train.split(rank, world_size, devices))
   Split split(std::int64_t part, std::int64_t parts, std::vector<Device> devices);

@@ -44,7 +44,11 @@ struct TESSERA_API TrainerOptions {
   /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
   /// model is replicated on each (Task::replicate, values broadcast from the first), each
   /// batch is split across them, the gradients are summed with collectives, and every
-  /// replica's optimizer takes the same step. Empty: num_gpus or device decides.
+  /// replica's optimizer takes the same step. Frozen parameters (requires_grad off) and
+  /// parameters no replica's loss reached keep no gradient, as on one device. Parameters stay
+  /// float32 or float64 (half precision through `precision`). The reduction takes over the
+  /// parameters' grad-ready hooks (autograd.h) for the fit and removes them after it. Also
+  /// with a process_group of several ranks. Empty: num_gpus or device decides.
   std::vector<Device> devices;
   /// Record the training step once as a graph (graph.h) and replay it for every batch of
   /// batch_size examples: forward, loss, backward, the gradient all-reduce, clipping, the
