@@ -46,7 +46,9 @@ void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor&
       fn = [finish, a, b](const Tensor& g) { return finish(g * b, g * a); };
       break;
     case BinaryOp::kDiv:
-      fn = [finish, a, b](const Tensor& g) { return finish(g / b, -g * a / (b * b)); };
+      // -g * (a / b) / b, as PyTorch: b * b overflows (float16 past 256) or underflows long
+      // before the quotient does, giving a slope of 0 or inf.
+      fn = [finish, a, b](const Tensor& g) { return finish(g / b, -g * ((a / b) / b)); };
       break;
     case BinaryOp::kPow:
       reads_out = true;
@@ -90,7 +92,7 @@ void record_binary_scalar(BinaryOp op, const char* name, const Tensor& a, double
       break;
     case BinaryOp::kDiv:
       fn = [s, scalar_first, a](const Tensor& g) {
-        return std::vector<Tensor>{scalar_first ? -g * s / (a * a) : g / s};
+        return std::vector<Tensor>{scalar_first ? -g * ((s / a) / a) : g / s};  // as above
       };
       break;
     case BinaryOp::kPow:              // a ** s

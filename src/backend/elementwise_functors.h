@@ -8,6 +8,49 @@
 
 namespace tessera::detail {
 
+// int32 and int64 arithmetic wraps as PyTorch's does, through unsigned math: signed overflow
+// (INT_MAX + 1, -INT_MIN) is undefined in C++. Narrower integers and bool promote to int and
+// wrap in the conversion back; floating types compute as written.
+template <typename T>
+inline constexpr bool kWrapsSigned =
+    std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) >= sizeof(int);
+template <typename T>
+TESSERA_HOST_DEVICE T add_wrapping(T a, T b) {
+  if constexpr (kWrapsSigned<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return static_cast<T>(a + b);
+  }
+}
+template <typename T>
+TESSERA_HOST_DEVICE T sub_wrapping(T a, T b) {
+  if constexpr (kWrapsSigned<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+  } else {
+    return static_cast<T>(a - b);
+  }
+}
+template <typename T>
+TESSERA_HOST_DEVICE T mul_wrapping(T a, T b) {
+  if constexpr (kWrapsSigned<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return static_cast<T>(a * b);
+  }
+}
+template <typename T>
+TESSERA_HOST_DEVICE T neg_wrapping(T x) {  // -x, not 0 - x: -(+0.0) is -0.0
+  if constexpr (kWrapsSigned<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(U(0) - static_cast<U>(x));
+  } else {
+    return static_cast<T>(-x);
+  }
+}
+
 #define TESSERA_UNARY_FN(Name, expr)              \
   struct Name {                                   \
     template <typename T>                         \
@@ -16,12 +59,12 @@ namespace tessera::detail {
     }                                             \
   };
 
-TESSERA_UNARY_FN(NegFn, static_cast<T>(-x))
+TESSERA_UNARY_FN(NegFn, neg_wrapping(x))
 TESSERA_UNARY_FN(ExpFn, static_cast<T>(std::exp(x)))
 TESSERA_UNARY_FN(LogFn, static_cast<T>(std::log(x)))
 TESSERA_UNARY_FN(SqrtFn, static_cast<T>(std::sqrt(x)))
 // + 0 makes -0.0 (not below 0) +0.0, as fabs does; integers and NaN pass unchanged.
-TESSERA_UNARY_FN(AbsFn, static_cast<T>(x < T(0) ? -x : x + T(0)))
+TESSERA_UNARY_FN(AbsFn, static_cast<T>(x < T(0) ? neg_wrapping(x) : x + T(0)))
 // NaN stays NaN (x != x), as in PyTorch and IEEE max(x, 0): a diverging net must show it.
 TESSERA_UNARY_FN(ReluFn, static_cast<T>((x != x || x > T(0)) ? x : T(0)))
 TESSERA_UNARY_FN(SigmoidFn, static_cast<T>(T(1) / (T(1) + std::exp(-x))))
@@ -36,9 +79,9 @@ TESSERA_UNARY_FN(TanhFn, static_cast<T>(std::tanh(x)))
     }                                                     \
   };
 
-TESSERA_BINARY_FN(AddFn, static_cast<T>(a + b))
-TESSERA_BINARY_FN(SubFn, static_cast<T>(a - b))
-TESSERA_BINARY_FN(MulFn, static_cast<T>(a* b))
+TESSERA_BINARY_FN(AddFn, add_wrapping(a, b))
+TESSERA_BINARY_FN(SubFn, sub_wrapping(a, b))
+TESSERA_BINARY_FN(MulFn, mul_wrapping(a, b))
 TESSERA_BINARY_FN(DivFn, static_cast<T>(a / b))
 // Integers by squaring, wrapping on overflow as integer multiplication does: std::pow goes
 // through double, which rounds results past 2^53 (and on CUDA may be an ulp low, which the

@@ -5,6 +5,7 @@
 // host and device so the CUDA backend produces the same numbers.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #if defined(__CUDACC__)
 #define TESSERA_HOST_DEVICE __host__ __device__
@@ -47,6 +48,21 @@ TESSERA_HOST_DEVICE inline float uniform_float(const Philox4& r) {
 TESSERA_HOST_DEVICE inline double uniform_double(const Philox4& r) {
   const std::uint64_t bits = (static_cast<std::uint64_t>(r.x[0]) << 21) ^ (r.x[1] >> 11);
   return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
+}
+
+// Uniform draws land in [low, high): low + (high - low) * u rounds up to high for u near 1
+// (3% of uniform(1e6, 1e6 + 1) in float32), so a draw past the largest T below `high`
+// (computed on the host: largest_below_bound) becomes that value, as PyTorch's do.
+template <typename T>
+TESSERA_HOST_DEVICE inline T below_bound(T v, T largest_below) {
+  return v > largest_below ? largest_below : v;
+}
+// The largest T strictly below `high` (host side).
+template <typename T>
+inline T largest_below_bound(double high) {
+  T f = static_cast<T>(high);
+  if (static_cast<double>(f) >= high) f = std::nextafter(f, -std::numeric_limits<T>::infinity());
+  return f;
 }
 
 // Standard normal by Box-Muller from two uniforms in (0, 1], computed in double so both

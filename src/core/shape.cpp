@@ -8,7 +8,9 @@ namespace tessera {
 
 void Shape::push_back(std::int64_t d) {
   TESSERA_CHECK(size_ < kMaxDims, ShapeError,
-                "[Shape] a tensor has at most {} dimensions; got more", kMaxDims);
+                "[Shape] a tensor has at most {} dimensions; a shape of more was built (a "
+                "list of {} or more sizes)",
+                kMaxDims, kMaxDims + 1);
   dims_[size_++] = d;
 }
 

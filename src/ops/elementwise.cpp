@@ -320,23 +320,31 @@ Tensor& Tensor::sub_(double v) { return inplace_scalar(BinaryOp::kSub, "sub_", *
 Tensor& Tensor::mul_(double v) { return inplace_scalar(BinaryOp::kMul, "mul_", *this, v); }
 Tensor& Tensor::div_(double v) { return inplace_scalar(BinaryOp::kDiv, "div_", *this, v); }
 
-Tensor& Tensor::fill_(double value) {
-  detail::check_defined(*this, "fill_");
-  detail::check_scalar_fits("fill_", value, dtype());
-  detail::check_inplace("fill_", {this});
-  detail::check_writable(*this, "fill_");
-  if (is_half(dtype())) [[unlikely]] {  // Note [Half precision]
-    Tensor value32 = detail::make_output({}, kFloat32, device(), "fill_");
-    detail::backend_of(device()).fill(value32, detail::stored_value(value, dtype()));
-    detail::store_converted(value32.expand(shape()), *this);
+namespace {
+
+// fill_ and zero_, each naming itself.
+Tensor& fill_named(Tensor& self, double value, const char* op) {
+  detail::check_defined(self, op);
+  detail::check_scalar_fits(op, value, self.dtype());
+  detail::check_inplace(op, {&self});
+  detail::check_writable(self, op);
+  const Device device = self.device();
+  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+    Tensor value32 = detail::make_output({}, kFloat32, device, op);
+    detail::backend_of(device).fill(value32, detail::stored_value(value, self.dtype()));
+    detail::store_converted(value32.expand(self.shape()), self);
   } else {
-    detail::backend_of(device()).fill(*this, value);
+    detail::backend_of(device).fill(self, value);
   }
-  detail::mark_written(*this);  // once nothing can refuse the write (record.h)
-  return *this;
+  detail::mark_written(self);  // once nothing can refuse the write (record.h)
+  return self;
 }
 
-Tensor& Tensor::zero_() { return fill_(0); }
+}  // namespace
+
+Tensor& Tensor::fill_(double value) { return fill_named(*this, value, "fill_"); }
+
+Tensor& Tensor::zero_() { return fill_named(*this, 0, "zero_"); }
 
 }  // namespace tessera
 

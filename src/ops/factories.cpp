@@ -3,6 +3,7 @@
 #include "tessera/factories.h"
 
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -176,6 +177,12 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
                 start, end, step, count);
   const auto n = static_cast<std::int64_t>(count);
   const Dtype dtype = dtype_of_options(options, integral ? kInt64 : kFloat32);
+  // The first and last values must fit the dtype: an int32 arange past 2^31 converted out
+  // of range (undefined; it gave INT_MIN).
+  if (n > 0 && !is_floating(dtype)) {
+    detail::check_scalar_fits("arange", start, dtype);
+    detail::check_scalar_fits("arange", start + static_cast<double>(n - 1) * step, dtype);
+  }
   Tensor t = make_output({n}, kernel_dtype(dtype), device_of(options), "arange");
   detail::backend_of(t.device()).arange(t, start, step);
   return t.to(dtype);
@@ -235,6 +242,14 @@ Tensor randn(const Shape& shape, TensorOptions options) {
 }
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions options) {
   TESSERA_CHECK(low < high, Error, "[uniform] needs low < high; got low={}, high={}", low, high);
+  // low + (high - low) * u: a span past the dtype's range fills inf (or NaN).
+  const Dtype d = options.dtype.value_or(kFloat32);
+  const double most = d == kFloat64 ? std::numeric_limits<double>::max()
+                                    : static_cast<double>(std::numeric_limits<float>::max());
+  TESSERA_CHECK(std::isfinite(low) && std::isfinite(high) && high - low <= most, Error,
+                "[uniform] the range [{}, {}) spans more than {} holds (high - low = {}); "
+                "choose a narrower range",
+                low, high, is_floating(d) ? dtype_name(d) : "the dtype", high - low);
   return random_tensor(shape, detail::RandomKind::kUniform, low, high, options, "uniform");
 }
 Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options) {

@@ -49,6 +49,7 @@ Shape resolve_shape(const Shape& shape, const Shape& new_shape, const char* op) 
   Shape target = new_shape;
   int infer = -1;
   std::int64_t known = 1;
+  bool empty = false;  // a 0 makes the count 0, whatever the other sizes multiply to
   for (int d = 0; d < target.size(); ++d) {
     if (target[d] == -1) {
       TESSERA_CHECK(infer < 0, ShapeError, "[{}] shape {} has more than one -1", op,
@@ -57,9 +58,17 @@ Shape resolve_shape(const Shape& shape, const Shape& new_shape, const char* op) 
     } else {
       TESSERA_CHECK(target[d] >= 0, ShapeError, "[{}] shape {} has a negative size", op,
                     new_shape.str());
-      known *= target[d];
+      empty = empty || target[d] == 0;
     }
   }
+  for (int d = 0; d < target.size() && !empty; ++d) {
+    if (d == infer) continue;
+    // A product that wraps past 2^63 could equal the element count (9 x 6148914691236517206
+    // wraps to 6), and the view read far outside its storage.
+    TESSERA_CHECK(!__builtin_mul_overflow(known, target[d], &known), ShapeError,
+                  "[{}] shape {} has more elements than a tensor can hold", op, new_shape.str());
+  }
+  if (empty) known = 0;
   const std::int64_t n = shape.numel();
   if (infer >= 0) {
     TESSERA_CHECK(known != 0 && n % known == 0, ShapeError,
@@ -145,6 +154,7 @@ Tensor Tensor::transpose(int dim0, int dim1) const {
 }
 
 Tensor Tensor::t() const {
+  check_defined(*this, "t");
   TESSERA_CHECK(dim() <= 2, ShapeError,
                 "[t] expects a tensor with at most 2 dims, got shape {}; use transpose(d0, d1)",
                 shape().str());
@@ -175,10 +185,17 @@ Tensor Tensor::narrow(int d, std::int64_t start, std::int64_t length) const {
   TESSERA_CHECK(dim() > 0, ShapeError, "[narrow] cannot narrow a 0-dim tensor");
   d = wrap_dim(d, dim(), "narrow");
   const std::int64_t n = impl_->shape[d];
-  if (start < 0) start += n;
-  TESSERA_CHECK(start >= 0 && length >= 0 && start + length <= n, ShapeError,
-                "[narrow] range [{}, {}) is outside dim {} of size {} (shape {})", start,
-                start + length, d, n, shape().str());
+  TESSERA_CHECK(length >= 0, ShapeError, "[narrow] length must not be negative, got {}", length);
+  TESSERA_CHECK(start >= -n && start <= n, ShapeError,
+                "[narrow] start {} is out of range for dim {} of size {} (expected {} to {}; "
+                "shape {})",
+                start, d, n, -n, n, shape().str());
+  const std::int64_t from = start < 0 ? start + n : start;
+  // length <= n - from, not from + length <= n: a huge length wrapped the sum negative.
+  TESSERA_CHECK(length <= n - from, ShapeError,
+                "[narrow] start {} + length {} exceeds dim {} of size {} (shape {})", start, length,
+                d, n, shape().str());
+  start = from;
   Shape s = impl_->shape;
   s[d] = length;
   return with_subview_grad(
@@ -199,7 +216,8 @@ Tensor Tensor::slice(int d, std::int64_t start, std::int64_t end, std::int64_t s
   };
   start = clamp(start);
   end = clamp(end);
-  const std::int64_t length = end > start ? (end - start + step - 1) / step : 0;
+  // Not (end - start + step - 1) / step, which wraps for a step near 2^63.
+  const std::int64_t length = end > start ? (end - start - 1) / step + 1 : 0;
   Shape s = impl_->shape;
   Strides st = impl_->strides;
   s[d] = length;
@@ -233,6 +251,9 @@ Tensor Tensor::unsqueeze(int d) const {
   TESSERA_CHECK(d >= -(r + 1) && d <= r, ShapeError,
                 "[unsqueeze] dim {} is out of range for a tensor with {} dims (expected {} to {})",
                 d, r, -(r + 1), r);
+  TESSERA_CHECK(r < kMaxDims, ShapeError,
+                "[unsqueeze] a tensor has at most {} dims, and shape {} has {} already", kMaxDims,
+                shape().str(), r);
   if (d < 0) d += r + 1;
   Shape s = impl_->shape;
   Strides st = impl_->strides;
@@ -256,8 +277,8 @@ Tensor Tensor::squeeze() const {
 
 Tensor Tensor::squeeze(int d) const {
   check_defined(*this, "squeeze");
+  d = wrap_dim(d, dim(), "squeeze");  // a 0-dim tensor takes dim 0 or -1, as in PyTorch
   if (dim() == 0) return *this;
-  d = wrap_dim(d, dim(), "squeeze");
   if (impl_->shape[d] != 1) return *this;
   Shape s = impl_->shape;
   Strides st = impl_->strides;
@@ -281,6 +302,10 @@ Tensor Tensor::expand(const Shape& target) const {
     const std::int64_t want = target[i] == -1 ? have : target[i];
     TESSERA_CHECK(j >= 0 || target[i] != -1, ShapeError,
                   "[expand] -1 is not allowed for the new leading dim {} in {}", i, target.str());
+    TESSERA_CHECK(want >= 0, ShapeError,
+                  "[expand] cannot expand shape {} to {}: dim {} has the negative size {} (-1 "
+                  "keeps a dim's size)",
+                  shape().str(), target.str(), i, want);
     TESSERA_CHECK(have == want || have == 1, ShapeError,
                   "[expand] cannot expand shape {} to {}: dim {} has size {}, expected 1 or {}",
                   shape().str(), target.str(), i, have, want);
@@ -292,8 +317,8 @@ Tensor Tensor::expand(const Shape& target) const {
 
 Tensor Tensor::flatten(int start_dim, int end_dim) const {
   check_defined(*this, "flatten");
-  if (dim() == 0) return reshape({1});
   const int a = wrap_dim(start_dim, dim(), "flatten"), b = wrap_dim(end_dim, dim(), "flatten");
+  if (dim() == 0) return reshape({1});
   TESSERA_CHECK(a <= b, ShapeError, "[flatten] start_dim {} comes after end_dim {}", start_dim,
                 end_dim);
   Shape s;

@@ -275,6 +275,28 @@ TEST_P(Autograd, SavedTensorWrittenInPlaceIsRefusedAtBackward) {
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{5, 4, 5}));
 }
 
+// d(a/b)/db = -g (a / b) / b, as PyTorch: -g a / (b b) overflowed b * b (float16 past 256:
+// a slope of 0) or underflowed it (float32 1e-25: -inf).
+TEST_P(Autograd, DivisionsSlopeInTheDivisorDoesNotSquareIt) {
+  struct Case {
+    Dtype dtype;
+    double a, b;
+  };
+  for (const Case& c :
+       {Case{kFloat16, 600, 300}, Case{kFloat32, 1e30, 1e20}, Case{kFloat32, 1e-20, 1e-25}}) {
+    Tensor a = full({1}, c.a, {c.dtype, device()}).requires_grad_();
+    Tensor b = full({1}, c.b, {c.dtype, device()}).requires_grad_();
+    div(a, b).sum().backward();
+    const double expected = -c.a / (c.b * c.b);
+    EXPECT_NEAR(b.grad().to_vector<double>()[0], expected, std::abs(expected) * 1e-2)
+        << dtype_name(c.dtype) << " " << c.a << " / " << c.b;
+    Tensor d = full({1}, c.b, {c.dtype, device()}).requires_grad_();
+    div(c.a, d).sum().backward();  // a scalar over a tensor
+    EXPECT_NEAR(d.grad().to_vector<double>()[0], expected, std::abs(expected) * 1e-2)
+        << dtype_name(c.dtype) << " scalar " << c.a << " / " << c.b;
+  }
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Autograd);
 
 }  // namespace

@@ -220,6 +220,34 @@ TEST_P(Factories, RandomIsSeededAndDeviceIndependent) {
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Factories);
 
+// uniform() draws in [low, high): low + (high - low) * u rounded up to high for u near 1 (3%
+// of the draws here in float32); ranges past the dtype fill inf. Integer aranges count in
+// int64 (past 2^53 in double they repeated values) and refuse values the dtype cannot hold.
+TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
+  manual_seed(1);
+  for (const Dtype dtype : {kFloat32, kFloat64}) {
+    const double low = dtype == kFloat32 ? 1e6 : 1e15;
+    const Tensor u = uniform({100000}, low, low + 1, {dtype, device()});
+    EXPECT_EQ((u >= low + 1).to(kInt64).sum().item<std::int64_t>(), 0) << dtype_name(dtype);
+    EXPECT_EQ((u < low).to(kInt64).sum().item<std::int64_t>(), 0) << dtype_name(dtype);
+  }
+  expect_throw_with<Error>([&] { (void)uniform({4}, -1e38, 3e38, device()); },
+                           {"[uniform] the range [-1e+38, 3e+38) spans more than float32 holds"});
+  expect_throw_with<Error>(
+      [&] { (void)uniform({4}, 0, std::numeric_limits<double>::infinity(), device()); },
+      {"[uniform]", "choose a narrower range"});
+  EXPECT_EQ(arange(9007199254740992.0, 9007199254740996.0, 1, device()).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{9007199254740992, 9007199254740993, 9007199254740994,
+                                       9007199254740995}));
+  expect_throw_with<Error>(
+      [&] {
+        (void)arange(0, 6e9, 1e9, {kInt32, device()});
+      },
+      {"[arange] the value 5000000000 does not fit int32"});
+  EXPECT_EQ(arange(0.5, 3, 1, {kInt64, device()}).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{0, 1, 2}));
+}
+
 TEST(Print, LooksLikePyTorch) {
   const Tensor x = ones({2, 3});
   if (!has_logical_cpu_devices()) {

@@ -1,4 +1,6 @@
 // Views share storage and never copy; their values match a host reference.
+#include <limits>
+
 #include "support/device_test.h"
 
 namespace tessera {
@@ -90,7 +92,12 @@ TEST_P(TensorView, ReshapeOfNonContiguousCopiesOnlyWhenItMust) {
 TEST_P(TensorView, ViewErrorsNameOpAndValues) {
   const Tensor t = zeros({2, 3}, device());
   expect_throw_with<ShapeError>([&] { t.select(1, 3); }, {"[select]", "index 3", "size 3"});
-  expect_throw_with<ShapeError>([&] { t.narrow(0, 1, 2); }, {"[narrow]", "[1, 3)", "size 2"});
+  expect_throw_with<ShapeError>([&] { t.narrow(0, 1, 2); },
+                                {"[narrow] start 1 + length 2 exceeds dim 0 of size 2"});
+  expect_throw_with<ShapeError>([&] { t.narrow(1, -5, 1); },
+                                {"[narrow] start -5 is out of range", "expected -3 to 3"});
+  expect_throw_with<ShapeError>([&] { t.narrow(1, 0, -1); },
+                                {"[narrow] length must not be negative, got -1"});
   expect_throw_with<ShapeError>([&] { t.transpose(0, 2); }, {"[transpose]", "dim 2"});
   expect_throw_with<ShapeError>([&] { t.permute({0, 0}); }, {"[permute]", "repeat dim 0"});
   expect_throw_with<ShapeError>([&] { t.permute({0}); }, {"[permute]", "2 dims"});
@@ -124,6 +131,47 @@ TEST_P(TensorView, ZeroSizeDims) {
   EXPECT_EQ(t.reshape({3, 0}).shape(), (Shape{3, 0}));
   EXPECT_EQ(t.t().contiguous().shape(), (Shape{3, 0}));
   EXPECT_EQ((t + 1.0).numel(), 0);
+}
+
+// Sizes whose arithmetic wraps past 2^63 made views that read far outside their storage
+// (a segfault on read); negative sizes made tensors of negative numel.
+TEST_P(TensorView, SizesThatWrapOrAreNegativeAreRefused) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const Tensor six = arange(6.0, {kFloat32, device()});
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)six.view({9, 6148914691236517206LL});
+      },
+      {"[view] shape [9, 6148914691236517206] has more elements than"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)six.reshape({9, 6148914691236517206LL});
+      },
+      {"[reshape]", "more elements than a tensor can hold"});
+  EXPECT_EQ(zeros({0}, device()).view({kMax, 2, 0}).numel(), 0) << "a 0 among the sizes";
+  expect_throw_with<ShapeError>([&] { (void)six.narrow(0, 1, kMax); },
+                                {"[narrow] start 1 + length 9223372036854775807 exceeds"});
+  expect_throw_with<ShapeError>([&] { (void)ones({1}, device()).expand({-2}); },
+                                {"[expand]", "negative size -2"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)ones({2, 1}, device()).expand({2, -5});
+      },
+      {"[expand]", "negative size -5"});
+  EXPECT_EQ(six.slice(0, 0, 6, kMax).shape(), Shape({1}));
+  EXPECT_EQ(six.view({2, 3}).slice(1, 0, 3, kMax).shape(), Shape({2, 1}));
+  EXPECT_EQ(six.slice(0, 1, 6, 2).to_vector<double>(), (std::vector<double>{1, 3, 5}));
+  const Tensor eight = zeros({1, 1, 1, 1, 1, 1, 1, 1}, device());
+  expect_throw_with<ShapeError>([&] { (void)eight.unsqueeze(0); },
+                                {"[unsqueeze] a tensor has at most 8 dims"});
+  // A 0-dim tensor has dims 0 and -1 only, as in PyTorch.
+  const Tensor scalar = full({}, 1.0, device());
+  expect_throw_with<ShapeError>([&] { (void)scalar.squeeze(5); }, {"[squeeze] dim 5"});
+  expect_throw_with<ShapeError>([&] { (void)scalar.flatten(3, 7); }, {"[flatten] dim 3"});
+  EXPECT_EQ(scalar.squeeze(0).dim(), 0);
+  EXPECT_EQ(scalar.flatten().shape(), Shape({1}));
+  expect_throw_with<Error>([] { (void)Tensor().t(); }, {"[t]", "undefined tensor"});
+  expect_throw_with<Error>([&] { six.expand({2, 6}).zero_(); }, {"[zero_]"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(TensorView);

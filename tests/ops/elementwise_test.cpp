@@ -372,6 +372,34 @@ TEST_P(Elementwise, AbsOfNegativeZeroIsPositiveZero) {
   }
 }
 
+// int32 and int64 wrap as in PyTorch, without signed overflow (undefined; UBSan flags it).
+TEST_P(Elementwise, SignedIntegersWrap) {
+  constexpr std::int64_t kMax32 = 2147483647, kMin32 = -kMax32 - 1;
+  const Tensor top = full({20}, static_cast<double>(kMax32), {kInt32, device()});
+  const Tensor bottom = full({20}, static_cast<double>(kMin32), {kInt32, device()});
+  EXPECT_EQ((top + 1).to_vector<std::int64_t>(), std::vector<std::int64_t>(20, kMin32));
+  EXPECT_EQ((bottom - 1).to_vector<std::int64_t>(), std::vector<std::int64_t>(20, kMax32));
+  EXPECT_EQ((top * 2).to_vector<std::int64_t>(), std::vector<std::int64_t>(20, -2));
+  EXPECT_EQ((-bottom).to_vector<std::int64_t>(), std::vector<std::int64_t>(20, kMin32));
+  EXPECT_EQ(abs(bottom).to_vector<std::int64_t>(), std::vector<std::int64_t>(20, kMin32));
+  const Tensor big = full({20}, 9.2e18, {kInt64, device()});
+  EXPECT_LT((big + big).to_vector<std::int64_t>()[0], 0);
+}
+
+// The float32 sigmoid of one value is the same at every position of a buffer (the vector
+// body and its tail differed in the last bit), and e^x does not overflow before ln(FLT_MAX)
+// (2^128 was made from the bits where e^88.5 is finite, and a sigmoid there was 0).
+TEST_P(Elementwise, Float32SigmoidIsPositionIndependentAndExactNearItsEnds) {
+  for (const std::int64_t n : {17, 33, 70, 2049}) {
+    const std::vector<double> y = sigmoid(full({n}, -3.7, device())).to_vector<double>();
+    for (std::int64_t i = 1; i < n; ++i) ASSERT_EQ(y[i], y[0]) << "n " << n << " element " << i;
+  }
+  for (const double x : {-88.0, -88.5, -88.7}) {
+    const double y = sigmoid(full({32}, x, device())).to_vector<double>()[7];
+    EXPECT_NEAR(y, 1.0 / (1.0 + std::exp(-x)), 1e-3 / (1.0 + std::exp(-x))) << x;
+  }
+}
+
 TEST_P(Elementwise, BoolBytesFromTheHostMustBeBools) {
   // Any byte but 0 or 1 is refused, so where() never selects with an undefined bool.
   const unsigned char bytes[3] = {1, 0, 2};

@@ -67,6 +67,15 @@ void CpuBackend::arange(const Tensor& out, double start, double step) {
         dispatch_dtype(out.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* o = reinterpret_cast<T*>(impl_of(out).data());
+          // Whole numbers into an integer dtype count in int64: in double, values past 2^53
+          // repeated and skipped (the front end checked that they fit T).
+          if (std::is_integral_v<T> && start == std::floor(start) && step == std::floor(step)) {
+            const auto first = static_cast<std::int64_t>(start);
+            const auto by = static_cast<std::int64_t>(step);
+            parallel_index_loop(out.numel(),
+                                [&](std::int64_t i) { o[i] = static_cast<T>(first + i * by); });
+            return;
+          }
           parallel_index_loop(out.numel(), [&](std::int64_t i) {
             o[i] = convert_value<T>(start + static_cast<double>(i) * step);
           });
@@ -83,14 +92,16 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, 
         dispatch_floating(out.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* o = reinterpret_cast<T*>(impl_of(out).data());
+          const T below = largest_below_bound<T>(b);  // uniform draws stay below b
           parallel_index_loop(out.numel(), [&](std::int64_t i) {
             const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
             if (kind == RandomKind::kNormal) {
               o[i] = static_cast<T>(a + b * normal_double(r));
             } else if constexpr (std::is_same_v<T, float>) {
-              o[i] = static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r);
+              o[i] = below_bound(
+                  static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r), below);
             } else {
-              o[i] = a + (b - a) * uniform_double(r);
+              o[i] = below_bound(a + (b - a) * uniform_double(r), below);
             }
           });
         });

@@ -30,9 +30,14 @@ inline float exp_vectorizable(float x) {
   const float e = p * r * r + r + 1.0f;
   // 2^n from n's bits: t's low mantissa bits hold n + 2^22 offset from kMagic.
   const std::int32_t n_int = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(kMagic);
-  const float scale = std::bit_cast<float>((n_int + 127) << 23);
-  const float result = e * scale;
-  return x != x ? x : result;
+  // n reaches 128 from x = 88.38 on, where e^x is still finite (up to 88.72): 2^128 has no
+  // float, so it is applied as 2^127 * 2 (the made 2^128 was inf, and e.g. a sigmoid there 0).
+  const bool top = n_int > 127;
+  const float scale = std::bit_cast<float>(((top ? 127 : n_int) + 127) << 23);
+  const float result = e * scale * (top ? 2.0f : 1.0f);
+  // Past ln(FLT_MAX) the clamped input would give FLT_MAX-ish: inf, as std::exp.
+  const float overflowed = x > 88.7228394f ? std::numeric_limits<float>::infinity() : result;
+  return x != x ? x : overflowed;
 }
 
 inline float sigmoid_vectorizable(float x) { return 1.0f / (1.0f + exp_vectorizable(-x)); }
@@ -53,6 +58,17 @@ inline void reciprocal_of_at_least_one(float* v, std::int64_t n) {
     // would make inf * 0 = NaN.
     const __mmask16 finite = _mm512_cmp_ps_mask(d, inf, _CMP_NEQ_UQ);
     _mm512_storeu_ps(v + i, _mm512_mask_blend_ps(finite, r, refined));
+  }
+  // The tail the same way, masked: a value's reciprocal must not depend on its position
+  // (the division, a tail's, and the estimate differ in the last bit).
+  if (i < n) {
+    const auto tail = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 d = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), tail, v + i);
+    const __m512 r = _mm512_rcp14_ps(d);
+    const __m512 refined = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, two));
+    const __mmask16 finite = _mm512_cmp_ps_mask(d, inf, _CMP_NEQ_UQ);
+    _mm512_mask_storeu_ps(v + i, tail, _mm512_mask_blend_ps(finite, r, refined));
+    i = n;
   }
 #endif
   for (; i < n; ++i) v[i] = 1.0f / v[i];

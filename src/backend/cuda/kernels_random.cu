@@ -1,5 +1,7 @@
 // CUDA arange and random: element i is a function of i alone, so the values are the CPU
 // backend's. Note [Same numbers on every device] explains the rounding.
+#include <type_traits>
+
 #include "backend/cuda/map_kernel.cuh"
 #include "backend/philox.h"
 #include "core/dispatch.h"
@@ -20,7 +22,14 @@ template <typename T>
 struct ArangeFn {
   using Indexed = void;
   double start, step;
+  bool whole;  // an integer T and whole start and step: count in int64, as on the CPU
   __device__ T operator()(std::int64_t i) const {
+    if constexpr (std::is_integral_v<T>) {
+      if (whole) {
+        return static_cast<T>(static_cast<std::int64_t>(start) +
+                              i * static_cast<std::int64_t>(step));
+      }
+    }
     return convert_to<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
   }
 };
@@ -28,20 +37,20 @@ struct ArangeFn {
 struct UniformFloatFn {
   using Indexed = void;
   std::uint64_t seed, offset;
-  float low, span;  // float(a) and float(b - a), as on the CPU
+  float low, span, below;  // float(a) and float(b - a), as on the CPU; the largest < b
   __device__ float operator()(std::int64_t i) const {
     const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
-    return __fadd_rn(low, __fmul_rn(span, uniform_float(r)));
+    return below_bound(__fadd_rn(low, __fmul_rn(span, uniform_float(r))), below);
   }
 };
 
 struct UniformDoubleFn {
   using Indexed = void;
   std::uint64_t seed, offset;
-  double low, span;
+  double low, span, below;
   __device__ double operator()(std::int64_t i) const {
     const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
-    return __dadd_rn(low, __dmul_rn(span, uniform_double(r)));
+    return below_bound(__dadd_rn(low, __dmul_rn(span, uniform_double(r))), below);
   }
 };
 
@@ -61,7 +70,9 @@ struct NormalFn {
 void launch_arange(StreamHandle s, const KernelArg& out, double start, double step) {
   dispatch_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_map<T, T, T, 0>(static_cast<cudaStream_t>(s), "arange", ArangeFn<T>{start, step}, out);
+    const bool whole = start == std::floor(start) && step == std::floor(step);
+    launch_map<T, T, T, 0>(static_cast<cudaStream_t>(s), "arange", ArangeFn<T>{start, step, whole},
+                           out);
   });
 }
 
@@ -78,11 +89,12 @@ void launch_random(StreamHandle s, const KernelArg& out, RandomKind kind, double
                                             out);
     }
   } else if (out.dtype == kFloat32) {
-    const UniformFloatFn fn{seed, offset, static_cast<float>(a), static_cast<float>(b - a)};
+    const UniformFloatFn fn{seed, offset, static_cast<float>(a), static_cast<float>(b - a),
+                            largest_below_bound<float>(b)};
     launch_map<float, float, float, 0>(stream, "rand", fn, out);
   } else {
-    launch_map<double, double, double, 0>(stream, "rand", UniformDoubleFn{seed, offset, a, b - a},
-                                          out);
+    const UniformDoubleFn fn{seed, offset, a, b - a, largest_below_bound<double>(b)};
+    launch_map<double, double, double, 0>(stream, "rand", fn, out);
   }
 }
 
