@@ -25,7 +25,9 @@ struct TESSERA_API Pool2dOptions {
   std::array<int, 2> padding{0, 0};  ///< at most half the kernel
 };
 
-/// Maximum over each window; padding never wins (it counts as -inf). NaN propagates.
+/// Maximum over each window; padding never wins (it counts as -inf). NaN propagates; the
+/// gradient goes to the first of equal maxima, or to the window's first NaN (PyTorch's to
+/// its last NaN). ShapeError for an input with a 0-row or 0-column plane.
 TESSERA_API Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});
 /// Mean over each window, padding counted as zeros in the divisor (count_include_pad).
 TESSERA_API Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});

@@ -151,7 +151,7 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
       };
       break;
     case UnaryOp::kRelu:
-      fn = [a](const Tensor& g) { return std::vector<Tensor>{where(gt(a, 0.0), g, 0.0)}; };
+      fn = [a](const Tensor& g) { return std::vector<Tensor>{where(le(a, 0.0), 0.0, g)}; };
       break;
     case UnaryOp::kSigmoid:
       fn = [out](const Tensor& g) { return std::vector<Tensor>{g * out * (1.0 - out)}; };

@@ -122,7 +122,9 @@ TESSERA_BINARY_FN(GtFn, a > b)
 TESSERA_BINARY_FN(GeFn, a >= b)
 // Gradients of the activations, fused: fn(grad, saved) with saved the op's input (ReLU) or
 // output (sigmoid, tanh). See Backend::unary_backward.
-TESSERA_BINARY_FN(ReluGradFn, static_cast<T>(b > T(0) ? a : T(0)))
+// ReLU passes the gradient where its input is not <= 0: at a NaN input too, as PyTorch's
+// threshold_backward (the forward keeps the NaN, so its slope is not 0).
+TESSERA_BINARY_FN(ReluGradFn, static_cast<T>(b <= T(0) ? T(0) : a))
 TESSERA_BINARY_FN(SigmoidGradFn, static_cast<T>(a * b * (T(1) - b)))
 TESSERA_BINARY_FN(TanhGradFn, static_cast<T>(a * (T(1) - b * b)))
 #undef TESSERA_BINARY_FN

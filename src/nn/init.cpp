@@ -67,6 +67,7 @@ Tensor& ones_(Tensor& t) { return constant_(t, 1); }
 Tensor& xavier_uniform_(Tensor& t, double gain) {
   check_floating(t, "xavier_uniform_");
   const auto [fan_in, fan_out] = fans(t, "xavier_uniform_");
+  if (t.numel() == 0) return t;  // nothing to fill (as PyTorch; its fans may be 0)
   const double bound = gain * std::sqrt(6.0 / (fan_in + fan_out));
   return uniform_(t, -bound, bound);
 }
@@ -74,17 +75,22 @@ Tensor& xavier_uniform_(Tensor& t, double gain) {
 Tensor& xavier_normal_(Tensor& t, double gain) {
   check_floating(t, "xavier_normal_");
   const auto [fan_in, fan_out] = fans(t, "xavier_normal_");
+  if (t.numel() == 0) return t;
   return normal_(t, 0, gain * std::sqrt(2.0 / (fan_in + fan_out)));
 }
 
 Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode) {
   check_floating(t, "kaiming_uniform_");
+  (void)fans(t, "kaiming_uniform_");  // the dims check, also for an empty tensor
+  if (t.numel() == 0) return t;       // nothing to fill, fan 0 or not (as PyTorch)
   const double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, "kaiming_uniform_");
   return uniform_(t, -bound, bound);
 }
 
 Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode) {
   check_floating(t, "kaiming_normal_");
+  (void)fans(t, "kaiming_normal_");
+  if (t.numel() == 0) return t;
   return normal_(t, 0, kaiming_std(t, a, mode, "kaiming_normal_"));
 }
 

@@ -35,6 +35,10 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                 "[mse_loss] input {} and target {} must have the same shape (no broadcasting "
                 "here: it usually hides a bug); reshape one of them",
                 input.shape().str(), target.shape().str());
+  TESSERA_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), DtypeError,
+                "[mse_loss] needs floating input and target, got {} and {}; convert them with "
+                ".to(kFloat32)",
+                dtype_name(input.dtype()), dtype_name(target.dtype()));
   // Under autocast a loss runs in float32 (as PyTorch's autocast casts mse_loss's inputs):
   // half differences and squares rounded each lost the loss's digits.
   const bool widen =

@@ -2,6 +2,8 @@
 // kernels on contiguous operands, and their backward formulas.
 #include "tessera/conv.h"
 
+#include <limits>
+
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
@@ -36,11 +38,13 @@ std::int64_t out_extent(const char* op, const char* dim, std::int64_t size, int 
                 "[{}] stride must be positive and padding non-negative, got stride {} and "
                 "padding {} along {}",
                 op, stride, pad, dim);
-  TESSERA_CHECK(size + 2 * pad >= kernel, ShapeError,
+  // In int64: 2 * pad overflowed int for a padding of 2^30, and the message then said the
+  // padded input was smaller than the kernel.
+  TESSERA_CHECK(size + 2 * std::int64_t{pad} >= kernel, ShapeError,
                 "[{}] the kernel ({} along {}) is larger than the padded input ({} + 2 x {}); "
                 "use a smaller kernel or more padding",
                 op, kernel, dim, size, pad);
-  return (size + 2 * pad - kernel) / stride + 1;
+  return (size + 2 * std::int64_t{pad} - kernel) / stride + 1;
 }
 
 }  // namespace
@@ -64,6 +68,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                 "[conv2d] input has {} channels but weight {} expects {}", x.size(1),
                 weight.shape().str(), weight.size(1));
   detail::check_layer_dtypes("conv2d", x, weight, bias);
+  // An empty kernel gave an output of the bias alone, one larger than the input.
+  TESSERA_CHECK(weight.size(2) > 0 && weight.size(3) > 0 &&
+                    weight.size(2) <= std::numeric_limits<int>::max() &&
+                    weight.size(3) <= std::numeric_limits<int>::max(),
+                ShapeError, "[conv2d] kernel sizes must be positive, got {}x{} (weight {})",
+                weight.size(2), weight.size(3), weight.shape().str());
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({weight.size(0)}), ShapeError,
                 "[conv2d] bias must be [{}] for weight {}, got shape {}", weight.size(0),
                 weight.shape().str(), bias.shape().str());
@@ -131,9 +141,15 @@ Tensor pool2d(PoolKind kind, const char* op, const Tensor& x, const Pool2dOption
                    options.padding[1]};
   TESSERA_CHECK(w.kernel_h > 0 && w.kernel_w > 0, ShapeError,
                 "[{}] kernel sizes must be positive, got {}x{}", op, w.kernel_h, w.kernel_w);
-  TESSERA_CHECK(2 * w.pad_h <= w.kernel_h && 2 * w.pad_w <= w.kernel_w, ShapeError,
-                "[{}] padding ({}, {}) must be at most half the kernel ({}x{})", op, w.pad_h,
-                w.pad_w, w.kernel_h, w.kernel_w);
+  TESSERA_CHECK(2 * std::int64_t{w.pad_h} <= w.kernel_h && 2 * std::int64_t{w.pad_w} <= w.kernel_w,
+                ShapeError, "[{}] padding ({}, {}) must be at most half the kernel ({}x{})", op,
+                w.pad_h, w.pad_w, w.kernel_h, w.kernel_w);
+  // A plane of no rows or columns has no window that holds an input: its windows were all
+  // padding, max took -inf with index 0 into the empty plane, and backward wrote there.
+  TESSERA_CHECK(x.numel() > 0 || x.size(0) == 0 || x.size(1) == 0, ShapeError,
+                "[{}] input of shape {} has an empty plane ({} x {}); pooling needs at least one "
+                "row and one column (only the batch or the channels may be 0)",
+                op, x.shape().str(), x.size(2), x.size(3));
   const std::int64_t oh = out_extent(op, "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
   const std::int64_t ow = out_extent(op, "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   const Device device = x.device();

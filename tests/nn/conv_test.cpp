@@ -291,6 +291,29 @@ TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
         max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 2}});
       },
       {"[max_pool2d]", "at most half the kernel"});
+  // An empty kernel gave the bias alone, a plane of no rows crashed max pooling's backward,
+  // and a padding of 2^30 overflowed int (the message then blamed the kernel's size).
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(x, zeros({4, 3, 0, 0}, d));
+      },
+      {"[conv2d] kernel sizes must be positive, got 0x0"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        max_pool2d(zeros({1, 1, 0, 4}, d), {{2, 2}, {2, 2}, {1, 0}});
+      },
+      {"[max_pool2d] input of shape [1, 1, 0, 4] has an empty plane (0 x 4)"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        avg_pool2d(zeros({1, 1, 0, 4}, d), {{2, 2}, {2, 2}, {1, 0}});
+      },
+      {"[avg_pool2d]"});
+  EXPECT_EQ(max_pool2d(zeros({0, 1, 4, 4}, d)).shape(), Shape({0, 1, 2, 2})) << "an empty batch";
+  expect_throw_with<ShapeError>(
+      [&] {
+        max_pool2d(ones({1, 1, 4, 4}, d), {{3, 3}, {1, 1}, {1 << 30, 0}});
+      },
+      {"[max_pool2d] padding (1073741824, 0) must be at most half the kernel"});
   expect_throw_with<ShapeError>([&] { nn::Conv2d(4, 2, 3, {}, true, d)(x); },
                                 {"Conv2d expects inputs [N, 4, H, W]", "[2, 3, 8, 8]"});
   if (available_devices().size() > 1) {

@@ -87,6 +87,18 @@ TEST_P(Losses, CrossEntropyOutOfRangeClassIsNaNWithoutAHostWait) {
   const auto v = losses.to_vector<double>();
   EXPECT_NEAR(v[0], std::log(3.0), 1e-6);
   EXPECT_TRUE(std::isnan(v[1]));
+  // Its gradient row is NaN as well (it was the finite softmax, which a step would take).
+  Tensor l = zeros({2, 3}, d).requires_grad_();
+  nn::cross_entropy(l, targets, nn::Reduction::kSum).backward();
+  const auto g = l.grad().to_vector<double>();
+  EXPECT_NEAR(g[1], -2.0 / 3.0, 1e-6) << "the valid row's target: 1/3 - 1";
+  for (std::size_t i = 3; i < 6; ++i) EXPECT_TRUE(std::isnan(g[i])) << i;
+}
+
+TEST_P(Losses, MseRefusesIntegersByItsName) {
+  const Tensor i = tensor({1, 2}, device());
+  expect_throw_with<DtypeError>([&] { (void)nn::mse_loss(i, i); },
+                                {"[mse_loss] needs floating input and target, got int64"});
 }
 
 TEST_P(Losses, CrossEntropyErrors) {

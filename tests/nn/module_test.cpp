@@ -336,6 +336,15 @@ TEST_P(Modules, InitializersHaveTheirStatisticsAndStayOnTheDevice) {
   for (double x : w.to_vector<double>()) ASSERT_LE(std::abs(x), bound);
   Tensor bias = empty({4}, d);
   expect_throw_with<ShapeError>([&] { nn::init::xavier_normal_(bias); }, {"at least 2 dims"});
+  // A tensor with no elements is left as it is by every initializer (kaiming threw "fan is
+  // 0", and xavier's bound became inf), as PyTorch.
+  for (const Shape& shape : {Shape{5, 0}, Shape{0, 0}, Shape{3, 4, 0, 2}}) {
+    Tensor empty_w = empty(shape, d);
+    EXPECT_NO_THROW(nn::init::kaiming_uniform_(empty_w)) << shape.str();
+    EXPECT_NO_THROW(nn::init::kaiming_normal_(empty_w)) << shape.str();
+    EXPECT_NO_THROW(nn::init::xavier_uniform_(empty_w)) << shape.str();
+    EXPECT_NO_THROW(nn::init::xavier_normal_(empty_w)) << shape.str();
+  }
   manual_seed(11);
   Tensor a = empty({3, 3}, d), b = empty({3, 3}, d);
   nn::init::normal_(a);

@@ -400,6 +400,15 @@ TEST_P(Elementwise, Float32SigmoidIsPositionIndependentAndExactNearItsEnds) {
   }
 }
 
+// ReLU's slope at a NaN input passes the gradient, as PyTorch's threshold_backward (the
+// output keeps the NaN); it was 0. Fused (float) and through where() alike.
+TEST_P(Elementwise, ReluPassesTheGradientAtNan) {
+  Tensor x =
+      from_vector(std::vector<double>{NAN, -1, 2}, {3}, {kFloat32, device()}).requires_grad_();
+  relu(x).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{1, 0, 1}));
+}
+
 TEST_P(Elementwise, BoolBytesFromTheHostMustBeBools) {
   // Any byte but 0 or 1 is refused, so where() never selects with an undefined bool.
   const unsigned char bytes[3] = {1, 0, 2};

@@ -13,7 +13,8 @@ enum class Reduction { kMean, kSum, kNone };
 /// indices [N] (any integer
 /// dtype) on the same device, fused with a numerically stable log-softmax: one kernel
 /// forward, one backward. A class index outside [0, C) is not checked on the host (that
-/// would wait for the device): its example's loss is NaN, and so is the mean.
+/// would wait for the device): its example's loss is NaN, and so is the mean, and its
+/// gradient row is NaN (a step on it fails loudly, not with a meaningless finite slope).
 TESSERA_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets,
                                  Reduction reduction = Reduction::kMean);
 

@@ -60,8 +60,12 @@ void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets, const T
   const bool serial = rows * classes < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 r = 0; r < rows; ++r) {
+    // A target outside [0, classes) made the row's loss NaN; its gradient is NaN too, not
+    // the finite softmax * g an optimizer would step on.
+    const bool valid = t[r] >= 0 && t[r] < classes;
     for (i64 c = 0; c < classes; ++c) {
-      out[r * classes + c] = (p[r * classes + c] - (t[r] == c ? T(1) : T(0))) * g[r];
+      out[r * classes + c] = valid ? (p[r * classes + c] - (t[r] == c ? T(1) : T(0))) * g[r]
+                                   : std::numeric_limits<T>::quiet_NaN();
     }
   }
 }

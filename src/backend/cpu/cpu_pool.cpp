@@ -171,7 +171,8 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
         if (kind == PoolKind::kMax) {
           T best = -std::numeric_limits<T>::infinity();
           i64 arg = s.y0 * wd + s.x0;
-          bool nan = false;  // a NaN wins and stays, as in PyTorch
+          bool nan = false;  // the first NaN wins and stays (PyTorch: the last NaN, so with
+                             // two NaNs in a window their gradients land apart)
           for (i64 y = s.y0; y < s.y1 && !nan; ++y) {
             for (i64 xx = s.x0; xx < s.x1 && !nan; ++xx) {
               const T v = xp[y * wd + xx];

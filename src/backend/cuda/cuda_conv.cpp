@@ -100,13 +100,14 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const T
   const int index = x.device().index();
   const cudaStream_t stream = activate(index);
   const Dtype dtype = x.dtype();
-  const i64 ck = g.ck(), p = g.positions(), nb_max = chunk_images(g);
+  const i64 ck = g.ck(), p = g.positions();
   if (g.n == 0 || p == 0 || ck == 0) {  // empty sums: every gradient is zero
     for (const Tensor* t : {&grad_x, &grad_weight, &grad_bias}) {
       if (t->defined()) TESSERA_CUDA_CHECK(cudaMemsetAsync(ptr(*t), 0, t->nbytes(), stream));
     }
     return;
   }
+  const i64 nb_max = chunk_images(g);  // after the empty case: it clamps to [1, n]
   const Tensor col = make_tensor({ck, nb_max * p}, dtype, x.device(), "conv2d_backward");
   const Tensor gt = make_tensor({g.o, nb_max * p}, dtype, x.device(), "conv2d_backward");
   for (i64 n0 = 0; n0 < g.n; n0 += nb_max) {

@@ -59,8 +59,11 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ probs,
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     const i64 row = i / classes, c = i % classes;
-    const T hot = targets[row] == c ? T(1) : T(0);
-    grad_logits[i] = (probs[i] - hot) * grad_losses[row];
+    const i64 target = targets[row];
+    const T hot = target == c ? T(1) : T(0);
+    // As on the CPU: a target outside [0, classes) gives NaN, as its loss does.
+    grad_logits[i] = target >= 0 && target < classes ? (probs[i] - hot) * grad_losses[row]
+                                                     : ::cuda::std::numeric_limits<T>::quiet_NaN();
   }
 }
 

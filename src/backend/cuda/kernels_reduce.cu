@@ -420,9 +420,15 @@ void run_reduce(cudaStream_t stream, const KernelArg& in, std::uint32_t mask, co
   }
   // Stream-ordered scratch: freed in queue order after the second pass, so no wait.
   Acc* partial = nullptr;
-  TESSERA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                     static_cast<std::size_t>(g.splits * g.outputs) * sizeof(Acc),
-                                     stream));
+  const std::size_t scratch = static_cast<std::size_t>(g.splits * g.outputs) * sizeof(Acc);
+  const cudaError_t made = cudaMallocAsync(reinterpret_cast<void**>(&partial), scratch, stream);
+  if (made == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky
+    throw OutOfMemoryError("[reduce] the GPU has no room for the " + std::to_string(scratch) +
+                           " bytes of a split reduction's partial sums; free tensors (or "
+                           "call empty_cache(device)) and try again");
+  }
+  TESSERA_CUDA_CHECK(made);
   reduce_kernel<R, T><<<grid, block, 0, stream>>>(src, dst, partial, g, f);
   TESSERA_CUDA_CHECK_LAUNCH(stream, "reduce (partials)");
   const int cx = std::min(32, pow2_ceil(g.outputs));
