@@ -39,7 +39,11 @@ cudaStream_t CudaBackend::select(int index) {
 cudaStream_t CudaBackend::activate(int index) {
   const cudaStream_t stream = select(index);
   PerDevice& d = devices_[index];
-  if (t_stream[index] == 0 && d.has_pending_joins.load(std::memory_order_acquire)) [[unlikely]] {
+  // Not while the default stream records a graph: another thread's join (it left a
+  // StreamGuard meanwhile) would be recorded into the graph instead of run, and the eager
+  // stream would never wait for it. It stays pending for the first activate after the capture.
+  if (t_stream[index] == 0 && d.has_pending_joins.load(std::memory_order_acquire) &&
+      !d.capturing.load(std::memory_order_acquire)) [[unlikely]] {
     apply_joins(d);
   }
   return stream;
