@@ -86,6 +86,13 @@ void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
            // rounded once in half precision (a batch of products summed after was rounded per
            // product: up to 0.24 relative error in bfloat16) and is one call, not a batch and a
            // sum.
+           // The folded sizes are counted, not inferred (-1): with M, K or N of 0 there is
+           // nothing to infer -1 from, and backward threw where PyTorch gives zeros.
+           const auto others = [](const Tensor& t, int dim) {
+             Shape s = t.shape();
+             s.erase(dim < 0 ? dim + t.dim() : dim);
+             return s.numel();
+           };
            Tensor da, db;
            if (need_a && a2.dim() == 2 && b2.dim() > 2) {
              // [M, (batch, N)] @ [(batch, N), K]
@@ -94,15 +101,16 @@ void record_matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
              for (int d = 0; d < r; ++d) {
                if (d != r - 2) m_first.push_back(d);
              }
-             da = matmul(g2.permute(Shape(m_first)).reshape({g2.size(-2), -1}),
-                         b2.transpose(-1, -2).reshape({-1, b2.size(-2)}))
+             da = matmul(g2.permute(Shape(m_first)).reshape({g2.size(-2), others(g2, -2)}),
+                         b2.transpose(-1, -2).reshape({others(b2, -2), b2.size(-2)}))
                       .reshape(a.shape());
            } else if (need_a) {
              da = sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(a.shape());
            }
            if (need_b && b2.dim() == 2 && a2.dim() > 2) {
              // [K, (batch, M)] @ [(batch, M), N]
-             db = matmul(a2.reshape({-1, a2.size(-1)}).t(), g2.reshape({-1, g2.size(-1)}))
+             db = matmul(a2.reshape({others(a2, -1), a2.size(-1)}).t(),
+                         g2.reshape({others(g2, -1), g2.size(-1)}))
                       .reshape(b.shape());
            } else if (need_b) {
              db = sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(b.shape());

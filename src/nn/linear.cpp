@@ -17,6 +17,13 @@
 namespace tessera::nn {
 namespace {
 
+// The rows a [..., features] tensor folds into: every dim but the last. Counted, not
+// inferred (reshape's -1): with 0 features there is nothing to infer it from.
+std::int64_t rows_of(Shape shape) {
+  shape.erase(shape.size() - 1);
+  return shape.numel();
+}
+
 void check_features(const char* layer, std::int64_t in, std::int64_t out) {
   TESSERA_CHECK(in > 0 && out > 0, ShapeError,
                 "[{}] in_features and out_features must be positive, got {} and {}", layer, in,
@@ -101,7 +108,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor x2, y;
   {
     NoGradGuard internal;  // one node for the whole layer, recorded below
-    x2 = x.dim() == 2 ? x : x.reshape({-1, in});
+    // Rows counted, not inferred: -1 has nothing to go by when `in` is 0.
+    x2 = x.dim() == 2 ? x : x.reshape({rows_of(x.shape()), in});
     Tensor y2;
     if (is_half(x.dtype()) && weight.dtype() == x.dtype()) {
       // The product and the bias in float32, rounded once, as a GEMM's epilogue would; the
@@ -122,7 +130,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     detail::record("linear", y, {&x, &weight, &bias},
                    [x2 = x2.detach(), w = weight.detach(), x_shape = x.shape(), out, need_x, need_w,
                     need_b](const Tensor& g) {
-                     const Tensor g2 = g.reshape({-1, out});
+                     const Tensor g2 = g.reshape({rows_of(g.shape()), out});
                      Tensor dx, dw, db;
                      if (need_x) dx = matmul(g2, w).reshape(x_shape);
                      if (need_w) dw = matmul(g2.t(), x2);  // [out, in], the weight's layout

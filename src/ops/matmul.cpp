@@ -1,5 +1,7 @@
 // Front end of matmul: numpy.matmul shapes lowered to the backend's batched [B, M, K] x
 // [B, K, N] form without copying when the operands' layouts allow. See Note [Matmul operands].
+#include <algorithm>
+
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
@@ -102,6 +104,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 b.dim() == 1 ? "only" : "second-to-last");
   const Shape a_batch(a2.shape().begin(), a2.shape().end() - 2);
   const Shape b_batch(b2.shape().begin(), b2.shape().end() - 2);
+  // Named with the operands' whole shapes: broadcast_shapes would show the batch parts only,
+  // with dims counted from their end ([2] and [3], "dim -1", for [2, 3, 4] @ [3, 4, 5]).
+  for (int i = 1; i <= std::min(a_batch.size(), b_batch.size()); ++i) {
+    const std::int64_t x = a_batch[a_batch.size() - i], y = b_batch[b_batch.size() - i];
+    TESSERA_CHECK(x == y || x == 1 || y == 1, ShapeError,
+                  "[matmul] the batch dims (all but the last two) of self {} and other {} do not "
+                  "broadcast: dim {} of self is {} and dim {} of other is {}; they must be equal "
+                  "or 1",
+                  a.shape().str(), b.shape().str(), a2.dim() - 2 - i, x, b2.dim() - 2 - i, y);
+  }
   const Shape batch =
       a_batch == b_batch ? a_batch : detail::broadcast_shapes("matmul", a_batch, b_batch);
   Tensor out = detail::make_output({batch.numel(), m, n}, a2.dtype(), device, "matmul");

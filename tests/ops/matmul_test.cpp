@@ -186,7 +186,13 @@ TEST_P(Matmul, ErrorMessages) {
       [&] {
         matmul(ones({2, 2, 3}, {device()}), ones({3, 3, 1}, {device()}));
       },
-      {"matmul", "[2]", "[3]"});
+      {"[matmul] the batch dims (all but the last two) of self [2, 2, 3] and other [3, 3, 1]",
+       "dim 0 of self is 2 and dim 0 of other is 3"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        matmul(ones({2, 3, 5, 4}, {device()}), ones({4, 5, 4, 6}, {device()}));
+      },
+      {"dim 1 of self is 3 and dim 1 of other is 5"});
   expect_throw_with<ShapeError>([&] { matmul(full({}, 1.0, {device()}), f); },
                                 {"[matmul]", "at least 1 dim", "[]", "[2, 3]"});
   expect_throw_with<DtypeError>(
@@ -216,6 +222,31 @@ TEST_P(Matmul, OperandsOnDifferentDevicesThrow) {
   const Tensor b = ones({3, 2}, {other_device});
   expect_throw_with<DeviceMismatchError>([&] { matmul(a, b); },
                                          {"[matmul]", device().str(), other_device.str()});
+}
+
+// With M, K or N of 0, a 2-D operand against a batched one: the gradients are zeros of the
+// operands' shapes (backward threw: reshape had no size to infer -1 from). The functional
+// linear alike, with 0 output or input features.
+TEST_P(Matmul, EmptyDimsGiveEmptyOrZeroGradients) {
+  const std::vector<std::pair<Shape, Shape>> cases = {{{0, 4}, {2, 4, 5}}, {{3, 0}, {2, 0, 5}},
+                                                      {{2, 3, 0}, {0, 5}}, {{2, 3, 4}, {4, 0}},
+                                                      {{0}, {2, 0, 5}},    {{2, 3, 0}, {0}}};
+  for (const auto& [sa, sb] : cases) {
+    Tensor a = ones(sa, device()).requires_grad_();
+    Tensor b = ones(sb, device()).requires_grad_();
+    matmul(a, b).sum().backward();
+    EXPECT_EQ(a.grad().shape(), sa) << sa.str() << " @ " << sb.str();
+    EXPECT_EQ(b.grad().shape(), sb) << sa.str() << " @ " << sb.str();
+    EXPECT_EQ(abs(a.grad()).sum().item<double>() + abs(b.grad()).sum().item<double>(), 0.0);
+  }
+  Tensor x = ones({4, 5}, device()).requires_grad_();
+  Tensor w = ones({0, 5}, device()).requires_grad_();
+  nn::linear(x, w).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), std::vector<double>(20, 0.0));
+  EXPECT_EQ(w.grad().shape(), Shape({0, 5}));
+  const Tensor y = nn::linear(ones({2, 3, 0}, device()), ones({4, 0}, device()));
+  EXPECT_EQ(y.shape(), Shape({2, 3, 4}));
+  EXPECT_EQ(y.sum().item<double>(), 0.0);
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Matmul);
