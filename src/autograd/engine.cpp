@@ -13,6 +13,7 @@
 #include "core/tensor_impl.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
+#include "tessera/graph.h"
 #include "tessera/operators.h"
 
 // Note [Backward pass]
@@ -183,6 +184,15 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
     // recording's, and every replay would write old grad + g there, never accumulating
     // (Graph::capture in graph.h).
     if (detail::is_capturing(leaf.device())) {
+      // An expanded grad (set_grad of an expand) has no memory of its own to add into.
+      for (int d = 0; d < meta.grad.dim(); ++d) {
+        TESSERA_CHECK(meta.grad.strides()[d] != 0 || meta.grad.size(d) <= 1, GraphCaptureError,
+                      "[backward] {} is capturing a graph and the gradient it adds to is an "
+                      "expanded tensor (shape {}), which cannot be summed into in place; give "
+                      "the parameter a gradient of its own (set_grad(g.contiguous())) or none "
+                      "(zero_grad()) before capturing",
+                      leaf.device().str(), meta.grad.shape().str());
+      }
       meta.grad.add_(g);
     } else {
       meta.grad = meta.grad + g;

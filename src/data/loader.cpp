@@ -179,8 +179,9 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   ++epoch_;
   // Pieces gathered into device memory are gathered in iteration, on the iterating thread:
   // a prefetch thread's gather into a device that the Trainer is recording a graph on was
-  // refused (GraphCaptureError, at random). Queued on the device, that gather costs the host
-  // only an allocation, so nothing is lost.
+  // refused (GraphCaptureError, at random). Queued on a logical device, that gather costs the
+  // host only an allocation; without queues (the plain CPU, TESSERA_CPU_ASYNC=0) it runs on
+  // the iterating thread, as with prefetch 0.
   const bool into_devices = std::any_of(devices.begin(), devices.end(),
                                         [](Device d) { return detail::host_writes_memory_of(d); });
   if (prefetch_ == 0 || batches() == 0 || into_devices) {

@@ -181,7 +181,23 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   // of range (undefined; it gave INT_MIN).
   if (n > 0 && !is_floating(dtype)) {
     detail::check_scalar_fits("arange", start, dtype);
-    detail::check_scalar_fits("arange", start + static_cast<double>(n - 1) * step, dtype);
+    double last = start + static_cast<double>(n - 1) * step;
+    if (integral && n > 1) {
+      // In int64, as the kernels count: in double 2^63 - 1 rounds up to 2^63, past int64.
+      std::int64_t exact = 0;
+      TESSERA_CHECK(std::abs(step) < 9.2e18 &&
+                        !__builtin_mul_overflow(n - 1, static_cast<std::int64_t>(step), &exact) &&
+                        !__builtin_add_overflow(exact, static_cast<std::int64_t>(start), &exact),
+                    Error,
+                    "[arange] start={}, end={}, step={} run past int64's range; use a shorter "
+                    "range",
+                    start, end, step);
+      if (dtype == kInt64)
+        last = start;  // every value between two int64s fits
+      else
+        last = static_cast<double>(exact);  // exact below 2^53, and narrower types fit there
+    }
+    detail::check_scalar_fits("arange", last, dtype);
   }
   Tensor t = make_output({n}, kernel_dtype(dtype), device_of(options), "arange");
   detail::backend_of(t.device()).arange(t, start, step);

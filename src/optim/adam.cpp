@@ -2,6 +2,7 @@
 // (ops/fused_ops.h) per parameter with a grad.
 #include "tessera/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/optimizer_math.h"
@@ -53,6 +54,14 @@ void Adam::set_lr(double lr) {
 
 void Adam::set_capturable(bool on) {
   if (on == capturable_) return;
+  // Moving the counts between the host and the device inside a recording would be replayed:
+  // the counts made again at every replay (full(count)), or read on the host (a wait).
+  for (const Tensor& p : params_) {
+    TESSERA_CHECK(!detail::is_capturing(p.device()), GraphCaptureError,
+                  "[{}.set_capturable] {} is capturing a graph; call set_capturable before "
+                  "Graph::capture",
+                  name_, p.device().str());
+  }
   NoGradGuard no_grad;
   if (on) {
     device_steps_.clear();
@@ -134,7 +143,12 @@ void Adam::step_unless(const Tensor& found_inf) {
   const AdamOptions& o = options_;
   const bool skippable = found_inf.defined();
   if (skippable) check_found_inf(decoupled_ ? "AdamW.step_unless" : "Adam.step_unless", found_inf);
-  if (skippable && !capturable_) set_capturable(true);  // a skip must not count
+  // Host counts in a recording: refused below, before the counts move to the device.
+  if (skippable && !capturable_ &&
+      !std::any_of(params_.begin(), params_.end(),
+                   [](const Tensor& p) { return detail::is_capturing(p.device()); })) {
+    set_capturable(true);  // a skip must not count
+  }
   // What each step count grows by: 1, or 0 when found_inf skips this step.
   const Tensor applied = skippable ? sub(1.0, found_inf) : Tensor();
   for (std::size_t i = 0; i < params_.size(); ++i) {

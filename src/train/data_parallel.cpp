@@ -127,11 +127,16 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                   dtype_name(b.dtype()));
   }
   // Only what trains is summed: a frozen parameter (requires_grad off) gets no gradient and
-  // no grad-ready hook, as on one device.
+  // no grad-ready hook, as on one device. Which ones are frozen is the task's model's say:
+  // the replicas, fresh from the factory, are frozen alike (a mask per replica laid the
+  // buckets out for one and hooked another's: a crash).
   std::vector<std::vector<Tensor>> trainable(k);
-  for (std::size_t r = 0; r < k; ++r) {
-    for (const Tensor& p : params[r]) {
-      if (p.requires_grad()) trainable[r].push_back(p);
+  for (std::size_t i = 0; i < params[0].size(); ++i) {
+    const bool trains = params[0][i].requires_grad();
+    for (std::size_t r = 0; r < k; ++r) {
+      Tensor p = params[r][i];
+      if (p.requires_grad() != trains) p.requires_grad_(trains);
+      if (trains) trainable[r].push_back(p);
     }
   }
   if (group != nullptr) {

@@ -2,7 +2,6 @@
 #include "train/gradient_reducer.h"
 
 #include "core/check.h"
-#include "core/device_rules.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 
@@ -127,11 +126,9 @@ void GradientReducer::reduce() {
     }
     launch(b);
   }
-  // The grads are set once every parameter's use is known (Note [Gradient buckets]). A
-  // recorded step keeps the uses of the step it recorded (every rank records the same step).
-  if (agree_used_ && !used_.empty() && !detail::is_capturing(params_.front().front().device())) {
-    agree_used_(used_);
-  }
+  // The grads are set once every parameter's use is known (Note [Gradient buckets]); a
+  // recorded step keeps the uses agreed while it was recorded (the exchange is host work).
+  if (agree_used_ && !used_.empty()) agree_used_(used_);
   NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
     for (std::size_t r = 0; r < params_.size(); ++r) {

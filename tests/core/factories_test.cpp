@@ -244,6 +244,10 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
         (void)arange(0, 6e9, 1e9, {kInt32, device()});
       },
       {"[arange] the value 5000000000 does not fit int32"});
+  const Tensor top = arange(9223372036854774784.0, 9223372036854775807.0, 512, {kInt64, device()});
+  EXPECT_EQ(top.to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{9223372036854774784, 9223372036854775296}))
+      << "values near 2^63 fit int64";
   EXPECT_EQ(arange(0.5, 3, 1, {kInt64, device()}).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{0, 1, 2}));
 }

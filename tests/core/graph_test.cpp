@@ -427,6 +427,27 @@ TEST_P(Graphs, FirstStepStateAndHostStepCountsAreRefused) {
         });
       },
       {"[SGD.step] parameter 0 has no optimizer state yet"});
+  // A skippable step would move host counts to the device inside the recording (full(count),
+  // made again by every replay): refused like a host-counted step, and so is set_capturable.
+  Tensor v = ones({4}, device()).requires_grad_();
+  optim::Adam counted({v}, {.lr = 0.1});
+  (v * x).sum().backward();
+  counted.step();
+  const Tensor found = zeros({}, device());
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { counted.step_unless(found); }); },
+      {"[Adam.step_unless]", "keeps its step counts on the host"});
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { counted.set_capturable(true); }); },
+      {"[Adam.set_capturable]", "call set_capturable before Graph::capture"});
+  EXPECT_EQ(counted.step_count(0), 1);
+  EXPECT_FALSE(counted.capturable());
+  // A gradient set to an expanded tensor has no memory of its own to add into.
+  Tensor e = ones({3}, device()).requires_grad_();
+  e.set_grad(zeros({1}, device()).expand({3}));
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(device(), [&] { (e * 2.0).sum().backward(); }); },
+      {"[backward]", "expanded tensor", "set_grad(g.contiguous())"});
   optim::GradScaler scaler;
   expect_throw_with<GraphCaptureError>(
       [&] { Graph::capture(device(), [&] { (void)scaler.scale((u * x).sum()); }); },

@@ -387,6 +387,40 @@ TEST_P(DataParallel, UnusedAndFrozenParametersAreLeftAsOnOneDevice) {
   }
 }
 
+// A parameter frozen on the task's model after the factory made it: the replicas, fresh from
+// the factory, are frozen alike (each replica's own mask made the reducer index past its
+// buckets: a segfault).
+TEST_P(DataParallel, AParameterFrozenOnTheTasksModelIsFrozenOnEveryReplica) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(16);
+  const auto train = [&](const std::vector<Device>& devices) {
+    data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 5});
+    manual_seed(0);
+    train::Classifier task([] { return make_net(false); }, make_opt(false));
+    task.model().parameters()[0].requires_grad_(false);
+    train::TrainerOptions o{.max_epochs = 1, .progress = false};
+    if (devices.size() == 1) {
+      o.device = devices[0];
+    } else {
+      o.devices = devices;
+    }
+    train::Trainer(o).fit(task, loader);
+    AllowSync deliberate;
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+    return out;
+  };
+  manual_seed(0);
+  const std::vector<double> before = make_net(false)->parameters()[0].to_vector<double>();
+  const auto one = train({device()});
+  const auto many = train(g);
+  EXPECT_EQ(many[0], before) << "the frozen weight";
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    testing::expect_close(many[i], one[i], 1e-4, 1e-5, "parameter " + std::to_string(i));
+  }
+}
+
 // A half-precision model is refused by the Trainer, with the fix (autocast), not by a
 // collective the user never called.
 TEST_P(DataParallel, HalfParametersAreRefusedWithTheFix) {

@@ -185,8 +185,9 @@ class TESSERA_API DataLoader {
   /// fewer rows than devices. Error unless 0 <= part < parts and `devices` is not empty.
   /// Pieces gathered into device memory are gathered when the iterator reaches their batch,
   /// never ahead by the prefetch thread: a device may be recording a graph then, which
-  /// another thread's work must not enter (and a queued gather costs the host nothing to
-  /// overlap).
+  /// another thread's work must not enter. (A gather queued on a logical device costs the
+  /// host only an allocation; without queues it runs on the iterating thread, as with
+  /// prefetch 0.)
   ///
   ///   for (const std::vector<data::Batch>& pieces : train.split(rank, world_size, devices))
   Split split(std::int64_t part, std::int64_t parts, std::vector<Device> devices);
