@@ -106,12 +106,10 @@ void print_gpus() {
 
 int run_info(const InfoOptions& options) {
   if (options.cpu_devices >= 0) {
-    CpuDeviceOptions cpu_options;
-    cpu_options.count = options.cpu_devices;
-    if (const char* a = std::getenv("TESSERA_CPU_ASYNC"); a != nullptr && *a != '\0') {
-      cpu_options.async_queues = std::string(a) != "0";
-    }
-    configure_cpu_devices(cpu_options);
+    // Exactly as TESSERA_CPU_DEVICES=N: the library then reads TESSERA_CPU_THREADS and
+    // TESSERA_CPU_ASYNC with its own checks (options of our own ignored the first and took
+    // any value but "0" of the second as on).
+    setenv("TESSERA_CPU_DEVICES", std::to_string(options.cpu_devices).c_str(), 1);
   }
   fmt::print("tessera {}\n\n", kVersion);
   print_cpu();

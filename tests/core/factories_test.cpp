@@ -1,6 +1,7 @@
 // Factories: shapes, dtypes, devices, seeded random numbers, and their errors.
 #include <cmath>
 
+#include "core/device_registry.h"
 #include "support/device_test.h"
 #include "tessera/memory.h"
 
@@ -271,6 +272,37 @@ TEST(Print, LooksLikePyTorch) {
     EXPECT_EQ(ones({2}, cpu(0)).str(), "tensor([1., 1.], device=cpu:0)");
   }
   EXPECT_EQ(Tensor().str(), "tensor(undefined)");
+}
+
+// PyTorch's notation rule: values spanning more than 1000x print in scientific notation
+// (0.00012 and 0.00014 beside 1000.5 both showed as 0.0001), and the rule sees only the
+// values shown. A summarized tensor reads only those (it was copied whole to the host), and
+// an empty one reads nothing.
+TEST_P(Factories, PrintingShowsDistinctValuesAndReadsOnlyWhatItShows) {
+  const auto body = [](const Tensor& t) {
+    const std::string s = t.str();
+    return s.substr(0, s.find(']') + 1);
+  };
+  EXPECT_EQ(body(tensor({0.00012, 0.00014, 1000.5}, {kFloat64, device()})),
+            "tensor([1.2000e-04, 1.4000e-04, 1.0005e+03]");
+  EXPECT_EQ(body(tensor({1.0, 10000.0}, device())), "tensor([1.0000e+00, 1.0000e+04]");
+  EXPECT_EQ(body(full({1}, 1e8, device())), "tensor([100000000.]");
+  std::vector<double> v(2001, 1.5);
+  v[1000] = 1e9;  // hidden by the summary: does not decide the notation
+  const Tensor wide = from_vector(v, {2001}, {kFloat64, device()});
+  EXPECT_EQ(body(wide), "tensor([1.5000, 1.5000, 1.5000, ..., 1.5000, 1.5000, 1.5000]");
+  const Tensor m = arange(0.0, 3000.0, 1.0, {kInt64, device()}).reshape({1000, 3});
+  reset_transfer_stats();
+  const std::string s = m.str();
+  EXPECT_NE(s.find("[2997, 2998, 2999]]"), std::string::npos) << s;
+  EXPECT_NE(s.find("[   0,    1,    2],"), std::string::npos) << s;
+  if (!detail::is_host(device())) {
+    EXPECT_EQ(transfer_stats(device()).d2h_bytes, 6u * 3u * sizeof(std::int64_t));
+    reset_transfer_stats();
+    EXPECT_EQ(zeros({0, 3}, {kInt64, device()}).str().find("dtype=int64") != std::string::npos,
+              true);
+    EXPECT_EQ(transfer_stats(device()).host_waits, 0u) << "an empty tensor reads nothing";
+  }
 }
 
 TEST(Print, IntegersPrintEveryDigit) {
