@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -24,7 +25,9 @@ const std::vector<std::string> kExercises{"matmul", "checkpoint", "norm_log", "p
 struct BenchOptions {
   std::vector<std::string> exercises;
   std::string out_dir = "bench-results";
-  std::string temp_dir = std::filesystem::temp_directory_path().string();
+  // Empty: the system's temporary directory, looked up when the checkpoint exercise needs it
+  // (looked up here, a TMPDIR naming no directory aborted every command of the tool).
+  std::string temp_dir;
   std::string chart_format = "svg";
   bool quick = false;
   int max_n_cpu = 4096;
@@ -45,6 +48,15 @@ int run(const BenchOptions& o) {
   ctx.max_n_cpu = o.max_n_cpu;
   ctx.out_dir = o.out_dir;
   ctx.temp_dir = o.temp_dir;
+  if (ctx.temp_dir.empty()) {
+    std::error_code missing;
+    ctx.temp_dir = std::filesystem::temp_directory_path(missing);
+    // A TMPDIR that is no directory: kept, so that the checkpoint exercise fails naming it.
+    if (missing) {
+      const char* tmp = std::getenv("TMPDIR");
+      ctx.temp_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    }
+  }
   ctx.chart_ext = "." + o.chart_format;
   std::error_code ec;
   std::filesystem::create_directories(ctx.out_dir, ec);
@@ -110,8 +122,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember(kExercises));
   cmd->add_option("--out-dir", o->out_dir, "where the JSON, CSV and charts go")
       ->capture_default_str();
-  cmd->add_option("--temp-dir", o->temp_dir, "where the checkpoint exercise writes its file")
-      ->capture_default_str();
+  cmd->add_option("--temp-dir", o->temp_dir,
+                  "where the checkpoint exercise writes its file (default: $TMPDIR, else /tmp)");
   cmd->add_option("--chart-format", o->chart_format, "svg or png")
       ->check(CLI::IsMember({"svg", "png"}))
       ->capture_default_str();

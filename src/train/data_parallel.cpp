@@ -2,6 +2,7 @@
 // across them, gradients summed by the GradientReducer. See Note [Data-parallel steps].
 #include <fmt/format.h>
 
+#include <bit>
 #include <fstream>
 
 #include "core/check.h"
@@ -9,6 +10,7 @@
 #include "tessera/collectives.h"
 #include "tessera/nn/loss.h"
 #include "tessera/optim/clip.h"
+#include "tessera/random.h"
 #include "train/gradient_reducer.h"
 #include "train/loop_parts.h"
 #include "train/rank_checks.h"
@@ -186,6 +188,23 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (std::size_t r = 0; r < k; ++r) same.push_back(tasks[r]->model().buffers()[i]);
     start_from_first(same);
   }
+  // The replicas' optimizers start from the task's state too: a second fit() (or a task
+  // whose optimizer stepped before) gave the replicas empty momentum and Adam moments, so
+  // replica 1 took another step than replica 0 and every later gradient was off. (An
+  // optimizer that cannot save its state has none to copy; it throws, and so would resume.)
+  if (k > 1) {
+    optim::OptimizerState state;
+    bool saved = true;
+    try {
+      state = task.optimizer().state_dict();
+    } catch (const Error&) {
+      saved = false;  // state_dict's default: this optimizer keeps no state it can save
+    }
+    if (saved && !state.empty()) {
+      AllowSync deliberate;  // a one-time copy, as the model's move above
+      for (std::size_t r = 1; r < k; ++r) tasks[r]->optimizer().load_state_dict(state);
+    }
+  }
   // Sums over this process's devices, then over the ranks, then back to every device.
   // Which parameters some rank's backward reached: Note [Gradient buckets] (unused ones).
   GradientReducer::AgreeUsed agree_used;
@@ -246,7 +265,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
   // A rank that resumed alone would train other values (rank 0's were broadcast before).
-  if (group != nullptr) check_ranks_resumed_alike(*host, done_before);
+  if (group != nullptr) check_ranks_resumed_alike(*host, done_before, params[0]);
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {
     capturable.push_back(
@@ -317,6 +336,15 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
                        metrics_file);
+    // Every rank goes on from rank 0's generator, as a run resumed from rank 0's file would:
+    // shards of different sizes drew different counts of dropout numbers, so a resumed rank
+    // 1 drew other masks than the run it continued. Host work, once per epoch.
+    if (group != nullptr) {
+      const RngState mine = rng_state();
+      const std::vector<std::int64_t> all = host->exchange(
+          {std::bit_cast<std::int64_t>(mine.seed), std::bit_cast<std::int64_t>(mine.offset)});
+      set_rng_state({std::bit_cast<std::uint64_t>(all[0]), std::bit_cast<std::uint64_t>(all[1])});
+    }
     loop::save_state(options_, task, scalers[0], train, epoch, lead);
   }
   Tensor total = logs[0].to_host();

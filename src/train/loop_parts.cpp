@@ -73,6 +73,14 @@ constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
 // What the run was trained with that a resumed run must repeat to continue it exactly.
 constexpr const char* kBatchSizeKey = "batch_size";
 constexpr const char* kOptimizerKey = "optimizer";
+constexpr const char* kDataOrderKey = "data_order";
+
+// The loader's order as a resumed run must repeat it (its seed decides every later epoch's
+// shuffle; a resume without --seed went on with another order, silently).
+std::string data_order(const data::DataLoader& train) {
+  const data::LoaderOptions& o = train.options();
+  return fmt::format("shuffle={}, seed={}, drop_last={}", o.shuffle, o.seed, o.drop_last);
+}
 
 }  // namespace
 
@@ -102,6 +110,14 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "it would not continue that run. Resume with the same optimizer options (--lr, "
                   "--momentum), or start afresh",
                   options.resume_from.string(), *optimizer, now);
+  }
+  if (const auto order = saved(kDataOrderKey)) {
+    const std::string now = data_order(train);
+    TESSERA_CHECK(*order == now, Error,
+                  "[Trainer] {} was trained with the data order {} and this run's is {}: "
+                  "resumed so, it would not continue that run. Resume with the same order "
+                  "(--seed), or start afresh",
+                  options.resume_from.string(), *order, now);
   }
   if (header.metadata.contains(kEpochKey)) {
     const auto held = static_cast<int>(
@@ -147,7 +163,8 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                        {kRngOffsetKey, std::to_string(rng.offset)},
                        {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
                        {kBatchSizeKey, std::to_string(train.options().batch_size)},
-                       {kOptimizerKey, task.optimizer().str()}});
+                       {kOptimizerKey, task.optimizer().str()},
+                       {kDataOrderKey, data_order(train)}});
 }
 
 }  // namespace tessera::train::loop

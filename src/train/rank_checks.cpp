@@ -87,17 +87,39 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
   }
 }
 
-void check_ranks_resumed_alike(const ProcessGroup& group, int done) {
-  const std::vector<std::int64_t> all = gather(group, {done});
-  for (std::size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
+void check_ranks_resumed_alike(const ProcessGroup& group, int done,
+                               const std::vector<Tensor>& params) {
+  // The values loaded too, not only the epochs: ranks resuming from different files of the
+  // same epoch (a stale copy on one host) trained on, each with its own parameters. One
+  // read of the parameters at the start.
+  std::uint64_t values = 1469598103934665603ULL;  // FNV-1a over the values' bits
+  if (done > 0) {
+    AllowSync deliberate;
+    for (const Tensor& p : params) {
+      for (const double v : p.to_vector<double>()) {
+        values = (values ^ std::bit_cast<std::uint64_t>(v)) * 1099511628211ULL;
+      }
+    }
+  }
+  const std::vector<std::int64_t> all = gather(group, {done, std::bit_cast<std::int64_t>(values)});
+  const std::size_t ranks = all.size() / 2;
+  for (std::size_t r = 1; r < ranks; ++r) {
+    const std::int64_t theirs = all[2 * r], first = all[0];
+    if (theirs == first) continue;
     const auto said = [](std::int64_t d) {
       return d == 0 ? std::string("starts afresh") : fmt::format("resumes after epoch {}", d);
     };
     throw Error(fmt::format(
         "[Trainer] rank {} {} but rank 0 {}; give every rank the same training state to "
         "resume from (--resume), or none",
-        r, said(all[r]), said(all[0])));
+        r, said(theirs), said(first)));
+  }
+  for (std::size_t r = 1; r < ranks; ++r) {
+    TESSERA_CHECK(all[2 * r + 1] == all[1], Error,
+                  "[Trainer] rank {} resumed after epoch {} as rank 0 did, but with other "
+                  "parameter values (from another training state file); give every rank the "
+                  "same file to resume from (--resume)",
+                  r, all[0]);
   }
 }
 

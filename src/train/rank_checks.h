@@ -29,7 +29,9 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
                        const std::vector<std::pair<std::string, Tensor>>& params);
 
 // Throws Error on every rank unless every rank resumed after the same number of epochs
-// (`done`: 0 for a rank that did not resume). Host work only.
-void check_ranks_resumed_alike(const ProcessGroup& group, int done);
+// (`done`: 0 for a rank that did not resume) with the same values of `params` (this rank's
+// replica 0's, read once when it resumed). Host work only, but for that read.
+void check_ranks_resumed_alike(const ProcessGroup& group, int done,
+                               const std::vector<Tensor>& params);
 
 }  // namespace tessera::train

@@ -29,7 +29,8 @@ struct TrainRun {
   bool graph = false;  // TrainerOptions::graph
   double lr = 0.2;     // SGD's
   std::uint64_t seed = 5;
-  bool relu = true;  // else Sigmoid: the same parameters, another model
+  bool relu = true;      // else Sigmoid: the same parameters, another model
+  bool dropout = false;  // Dropout(0.3) after the activation: draws random numbers
   int epochs = 3;
   std::filesystem::path state, resume;
 };
@@ -52,6 +53,7 @@ std::vector<std::vector<double>> train(const TrainRun& run) {
         } else {
           mlp->push_back(nn::Sigmoid());
         }
+        if (run.dropout) mlp->push_back(nn::Dropout(0.3));
         mlp->push_back(nn::Linear(run.hidden, 4));
         return mlp;
       },
@@ -228,6 +230,41 @@ TEST_F(TrainerRanks, OneRankResumingAloneIsRefusedOnEveryRank) {
        "the same training state"});
   // Every rank resuming from it trains on.
   train({.group = &group(), .resume = state});
+  group().barrier();
+  // A rank resuming from another file of the same epoch (a stale copy on one host) trained
+  // on with its own parameters; its values now differ from rank 0's and it is refused.
+  const auto other = dir / "other.safetensors";
+  if (group().rank() == 0) {
+    train({.relu = false, .epochs = 1, .state = other});  // alone: other values, same shapes
+  }
+  group().barrier();
+  expect_throw_with<Error>(
+      [&] { train({.group = &group(), .resume = group().rank() == 1 ? other : state}); },
+      {"[Trainer] rank 1 resumed after epoch 1 as rank 0 did, but with other parameter values"});
+  group().barrier();
+  if (group().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// Shards of 4 and 3 rows draw different counts of dropout numbers; a run resumed from rank
+// 0's file (its generator) continued rank 1 with other masks than the run it resumed. Every
+// rank now goes on from rank 0's generator after each epoch, so the two runs agree.
+TEST_F(TrainerRanks, AResumedRunWithDropoutEqualsTheRunItContinues) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("tessera_ranks_dropout_{}", getppid());  // mpirun's pid: shared
+  if (group().rank() == 0) std::filesystem::create_directories(dir);
+  group().barrier();
+  const auto state = dir / "state.safetensors";
+  const TrainRun base{.group = &group(), .relu = true, .dropout = true};
+  TrainRun first = base;
+  first.epochs = 1;
+  first.state = state;
+  (void)train(first);
+  group().barrier();
+  TrainRun resumed = base;
+  resumed.resume = state;
+  const auto straight = train(base);
+  expect_same(train(resumed), straight);
   group().barrier();
   if (group().rank() == 0) std::filesystem::remove_all(dir);
 }

@@ -327,6 +327,34 @@ TEST_P(DataParallel, RecordedStepsWithAPrefetchingLoader) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(run(true, 2), eager) << "fit " << i;
 }
 
+// A second fit() on several devices goes on from the task's optimizer state on every
+// replica: the replicas' optimizers started empty (no momentum, no Adam moments), replica 1
+// stepped otherwise, and the result differed from one fit of as many epochs.
+TEST_P(DataParallel, ASecondFitGoesOnFromTheOptimizersState) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(32);
+  for (const bool adam : {false, true}) {
+    const auto run = [&](int fits, int epochs) {
+      data::DataLoader loader(images, labels, {.batch_size = 8, .shuffle = false});
+      manual_seed(0);
+      train::Classifier task([] { return make_net(false); }, make_opt(adam));
+      train::TrainerOptions o{.max_epochs = epochs, .progress = false, .devices = g};
+      for (int i = 0; i < fits; ++i) train::Trainer(o).fit(task, loader);
+      AllowSync deliberate;
+      std::vector<std::vector<double>> out;
+      for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+      return out;
+    };
+    const auto once = run(1, 2);
+    const auto twice = run(2, 1);
+    for (std::size_t i = 0; i < once.size(); ++i) {
+      testing::expect_close(twice[i], once[i], 1e-5, 1e-6,
+                            fmt::format("adam={} parameter {}", adam, i));
+    }
+  }
+}
+
 // A linear model with a parameter the loss never reaches (an unused head).
 struct WithSpare : nn::Module {
   nn::Parameter w, spare;

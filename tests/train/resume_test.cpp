@@ -199,6 +199,13 @@ TEST_P(Resume, NothingLeftToTrainIsRefusedBeforeAnythingChanges) {
   expect_throw_with<Error>(
       [&] { train::Trainer(again).fit(*task, other_batches); },
       {"was trained with batches of 32 and this run's are 16", "batch size of 32 (--batch-size)"});
+  // Nor would another data order (a resume without --seed shuffled otherwise, silently).
+  data::DataLoader other_seed(images, labels, {.batch_size = 32, .seed = 2});
+  expect_throw_with<Error>(
+      [&] { train::Trainer(again).fit(*task, other_seed); },
+      {"was trained with the data order shuffle=true, seed=1, drop_last=false and this run's "
+       "is shuffle=true, seed=2, drop_last=false",
+       "(--seed)"});
   auto other_lr = make_task(device(), false, 0.3);
   expect_throw_with<Error>(
       [&] { train::Trainer(again).fit(*other_lr, train_data); },
