@@ -67,6 +67,9 @@ def main():
     p.add_argument("--models", nargs="+", default=["mlp", "lenet"])
     p.add_argument("--only", nargs="+", help="run these configurations alone (one two ...)")
     args = p.parse_args()
+    # The first epoch of each run is dropped as warm-up: a median needs one more.
+    if args.epochs < 2 or args.reps < 1:
+        p.error("--epochs must be at least 2 (the first is warm-up) and --reps at least 1")
     have_peer = os.path.exists(PEER_PY)
     configs = {
         "one": lambda m: tessera_epochs(m, args.epochs, {"TESSERA_CPU_DEVICES": "1",

@@ -8,8 +8,9 @@
 
 namespace tessera::tools::bench {
 
-// 1. float32 matmul for n = 16 ... 8192 on the CPU and every GPU; on GPUs also with the
-//    operands copied in and the result copied out; where the GPU starts to win.
+// 1. float32 matmul for n = 16 ... 8192 on every GPU and up to --max-n-cpu (4096) on the CPU;
+//    on GPUs also with the operands copied in and the result copied out; where the GPU
+//    starts to win.
 void run_matmul(Context& ctx);
 // 2. A model of ~100 MB of parameters saved from and loaded onto try_gpu() as a checkpoint,
 //    against the pinned-copy bandwidth.
