@@ -249,6 +249,11 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
   EXPECT_EQ(top.to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{9223372036854774784, 9223372036854775296}))
       << "values near 2^63 fit int64";
+  expect_throw_with<Error>(
+      [&] {
+        (void)arange(-9.2e18, 9.2e18, 4e18, {kInt64, device()});
+      },
+      {"[arange] start=-9.2e+18, end=9.2e+18, step=4e+18 run past int64's range"});
   EXPECT_EQ(arange(0.5, 3, 1, {kInt64, device()}).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{0, 1, 2}));
 }

@@ -355,6 +355,23 @@ TEST_P(DataParallel, ASecondFitGoesOnFromTheOptimizersState) {
   }
 }
 
+// One epoch of `task` on `devices` (one: plain training; several: data-parallel), and the
+// parameters it ends with.
+std::vector<std::vector<double>> fit_one_epoch(train::Task& task, data::DataLoader& loader,
+                                               const std::vector<Device>& devices) {
+  train::TrainerOptions o{.max_epochs = 1, .progress = false};
+  if (devices.size() == 1) {
+    o.device = devices[0];
+  } else {
+    o.devices = devices;
+  }
+  train::Trainer(o).fit(task, loader);
+  AllowSync deliberate;  // the test's own read
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+  return out;
+}
+
 // A linear model with a parameter the loss never reaches (an unused head).
 struct WithSpare : nn::Module {
   nn::Parameter w, spare;
@@ -390,17 +407,7 @@ TEST_P(DataParallel, UnusedAndFrozenParametersAreLeftAsOnOneDevice) {
               return net;
             },
             opt);
-        train::TrainerOptions o{.max_epochs = 1, .progress = false};
-        if (devices.size() == 1) {
-          o.device = devices[0];
-        } else {
-          o.devices = devices;
-        }
-        train::Trainer(o).fit(task, loader);
-        AllowSync deliberate;  // the test's own read
-        std::vector<std::vector<double>> out;
-        for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
-        return out;
+        return fit_one_epoch(task, loader, devices);
       };
       const std::string what = fmt::format("adamw={} frozen={}", adamw, frozen);
       const auto one = train({device()});
@@ -427,17 +434,7 @@ TEST_P(DataParallel, AParameterFrozenOnTheTasksModelIsFrozenOnEveryReplica) {
     manual_seed(0);
     train::Classifier task([] { return make_net(false); }, make_opt(false));
     task.model().parameters()[0].requires_grad_(false);
-    train::TrainerOptions o{.max_epochs = 1, .progress = false};
-    if (devices.size() == 1) {
-      o.device = devices[0];
-    } else {
-      o.devices = devices;
-    }
-    train::Trainer(o).fit(task, loader);
-    AllowSync deliberate;
-    std::vector<std::vector<double>> out;
-    for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
-    return out;
+    return fit_one_epoch(task, loader, devices);
   };
   manual_seed(0);
   const std::vector<double> before = make_net(false)->parameters()[0].to_vector<double>();
