@@ -164,8 +164,16 @@ class Backend {
   // Extra facts for an out-of-memory message (cache, driver free/total); "" when none.
   virtual std::string memory_report(int /*index*/) const { return ""; }
   // Page-locked host memory for pinned CPU tensors; nullptr when the backend has none.
+  // deallocate_pinned hands the block out again only once `still_read` (when set) says no
+  // queued work reads it any more (queued_readers, of the tensor's CPU device).
+  using StillRead = std::function<bool()>;
   virtual void* allocate_pinned(std::size_t /*bytes*/) { return nullptr; }
-  virtual void deallocate_pinned(void* /*ptr*/, std::size_t /*bytes*/) {}
+  virtual void deallocate_pinned(void* /*ptr*/, std::size_t /*bytes*/, StillRead /*still_read*/) {}
+  // True until the work queued on device `index` so far has run: that work reads memory
+  // through handles that do not keep it (Note [Memory freed in queue order]), so memory
+  // freed outside the device's allocator (a pinned block) waits for it. Empty where no queued
+  // work can read memory freed now (no work queues, or all of them done).
+  virtual StillRead queued_readers(int /*index*/) { return {}; }
 
   // Host <-> device bytes for contiguous tensors. copy_from_host finishes reading `src`
   // before it returns; copy_to_host waits for the device.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -90,12 +91,15 @@ class BasicPinnedPool {
   // Pinned memory for a CPU tensor; nullptr when there is none left. Freed blocks are kept
   // by size and handed out again: pinning costs a system call and freeing waits for the
   // device, and a DataLoader asks for two blocks every step. A tensor's block is reused as
-  // soon as the tensor is gone: the copies that read it keep the tensor alive until they
-  // have run (cuda_copy.cpp), and copies into it wait.
+  // soon as the tensor is gone and nothing queued reads it: the GPU copies that read it keep
+  // the tensor alive until they have run (cuda_copy.cpp), and copies into it wait; the
+  // kernels of a logical CPU device's queue read it through handles that do not keep it, so
+  // its deallocate says how long they may (`still_read`).
   void* allocate(std::size_t bytes) {
     const std::size_t size = pinned_size(bytes);
     {
       std::lock_guard lock(mutex_);
+      reclaim_read_blocks();
       if (void* p = free_blocks_.take(size)) return p;
     }
     if (void* p = runtime_.try_host_alloc(size)) return p;
@@ -104,10 +108,16 @@ class BasicPinnedPool {
     free_blocks_.drain([&](void* b, std::size_t) { runtime_.host_free(b); });
     return runtime_.try_host_alloc(size);
   }
-  void deallocate(void* ptr, std::size_t bytes) {
+  // `still_read`, when set, is true while queued work may still read the block: the block
+  // is neither handed out nor freed until it turns false.
+  void deallocate(void* ptr, std::size_t bytes, std::function<bool()> still_read = {}) {
     const std::size_t size = pinned_size(bytes);
     {
       std::lock_guard lock(mutex_);
+      if (still_read && still_read()) {
+        being_read_.push_back({ptr, size, std::move(still_read)});
+        return;
+      }
       if (free_blocks_.put(ptr, size, kMaxCached)) return;
     }
     runtime_.host_free(ptr);
@@ -118,9 +128,30 @@ class BasicPinnedPool {
     std::lock_guard lock(mutex_);
     return free_blocks_.cached_bytes();
   }
+  // Freed tensor blocks that queued work may still read.
+  std::size_t blocks_being_read() const {
+    std::lock_guard lock(mutex_);
+    return being_read_.size();
+  }
   Runtime& runtime() { return runtime_; }
 
  private:
+  struct ReadBlock {
+    void* ptr;
+    std::size_t size;
+    std::function<bool()> still_read;
+  };
+  // Moves the freed blocks that nothing reads any more to the kept ones (or frees them past
+  // kMaxCached). Under mutex_.
+  void reclaim_read_blocks() {
+    if (being_read_.empty()) return;
+    std::erase_if(being_read_, [&](ReadBlock& b) {
+      if (b.still_read()) return false;
+      if (!free_blocks_.put(b.ptr, b.size, kMaxCached)) runtime_.host_free(b.ptr);
+      return true;
+    });
+  }
+
   struct Block {
     void* ptr = nullptr;
     std::size_t size = 0;
@@ -131,7 +162,8 @@ class BasicPinnedPool {
   Runtime runtime_;
   mutable std::mutex mutex_;
   std::vector<Block> staging_;
-  BlockCache free_blocks_;  // tensors' blocks, by rounded size
+  BlockCache free_blocks_;             // tensors' blocks, by rounded size
+  std::vector<ReadBlock> being_read_;  // freed, but queued work may still read them
 };
 
 }  // namespace tessera::detail

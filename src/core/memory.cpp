@@ -93,7 +93,17 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
 Storage::~Storage() {
   if (borrowed) return;
   if (data != nullptr && pinned) {
-    cuda_backend()->deallocate_pinned(data, bytes);
+    // Kernels queued on a logical CPU device read the block without keeping it (Note
+    // [Memory freed in queue order]): it is handed out again only after them.
+    Backend::StillRead still_read;
+    try {
+      still_read = backend_of(device).queued_readers(device.index());
+    } catch (...) {
+      // No memory for the check: keeping the block forever is safe, handing it out is not.
+      counters(device).in_use.fetch_sub(bytes);
+      return;
+    }
+    cuda_backend()->deallocate_pinned(data, bytes, std::move(still_read));
   } else if (data != nullptr) {
     backend_of(device).deallocate(device.index(), data, bytes);
   }

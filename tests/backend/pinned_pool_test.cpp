@@ -142,6 +142,31 @@ TEST(PinnedPool, FreedTensorBlocksAreReusedBySizeClass) {
   EXPECT_EQ(pool.cached_bytes(), 8192u + 12288u);
 }
 
+// A block freed while a logical CPU device's queued kernels may still read it (they hold no
+// handle that keeps it) is handed out again, or freed, only once they have run: a DataLoader
+// batch pinned on cpu:0 was refilled with the next batch under the step still reading it.
+TEST(PinnedPool, ABlockStillReadByQueuedWorkWaitsForIt) {
+  Pool pool;
+  FakeState& s = *pool.runtime().s;
+  void* p = pool.allocate(5000);
+  auto read = std::make_shared<bool>(true);
+  pool.deallocate(p, 5000, [read] { return *read; });
+  EXPECT_EQ(pool.blocks_being_read(), 1u);
+  EXPECT_EQ(pool.cached_bytes(), 0u);
+  void* q = pool.allocate(5000);  // same class: a new block, not the one being read
+  EXPECT_NE(q, p);
+  EXPECT_EQ(s.allocs, 2);
+  EXPECT_EQ(s.frees, 0);
+  *read = false;  // the queued work has run
+  EXPECT_EQ(pool.allocate(5000), p);
+  EXPECT_EQ(pool.blocks_being_read(), 0u);
+  // A check that is already false on deallocate keeps the block as plain deallocate does.
+  pool.deallocate(q, 5000, [] { return false; });
+  EXPECT_EQ(pool.blocks_being_read(), 0u);
+  EXPECT_EQ(pool.cached_bytes(), 8192u);
+  EXPECT_EQ(pool.allocate(5000), q);
+}
+
 TEST(PinnedPool, KeepsAtMostTheCapAndFreesTheRest) {
   Pool pool;
   FakeState& s = *pool.runtime().s;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/queued_task.h"
+#include "support/helper_program.h"
 
 namespace tessera::detail {
 namespace {
@@ -198,7 +199,7 @@ namespace {
 // exit waits for the queues before the BLAS library they call is torn down.
 TEST(WorkQueueAtExit, AProgramEndingWithQueuedWorkExitsCleanly) {
   const std::string command =
-      std::string("TESSERA_CPU_DEVICES=2 ") + TESSERA_TEST_EXIT_WITH_QUEUED_WORK;
+      "TESSERA_CPU_DEVICES=2 " + testing::helper_program(TESSERA_TEST_EXIT_WITH_QUEUED_WORK);
   for (int run = 0; run < 12; ++run) {
     EXPECT_EQ(std::system(command.c_str()), 0) << "run " << run;  // NOLINT(cert-env33-c)
   }

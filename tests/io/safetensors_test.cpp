@@ -16,6 +16,7 @@
 #include "io/interop_tensors.h"
 #include "support/device_test.h"
 #include "support/fifo.h"
+#include "support/helper_program.h"
 #include "support/temp_dir.h"
 
 namespace tessera {
@@ -134,6 +135,7 @@ TEST(SafetensorsFiles, AKilledSaveLeavesNothingBehind) {
   const fs::path path = dir / "model.safetensors";
   save_safetensors(path, {{"w", ones({3})}});
   const std::string good = read_bytes(path);
+  const std::string helper = testing::helper_program(TESSERA_TEST_SAVE_UNTIL_KILLED);
   for (const int delay_ms : {150, 400}) {
     int out[2];
     ASSERT_EQ(::pipe(out), 0);
@@ -142,8 +144,7 @@ TEST(SafetensorsFiles, AKilledSaveLeavesNothingBehind) {
     if (pid == 0) {  // only async-signal-safe calls before exec
       ::dup2(out[1], STDOUT_FILENO);
       ::close(out[0]);
-      ::execl(TESSERA_TEST_SAVE_UNTIL_KILLED, TESSERA_TEST_SAVE_UNTIL_KILLED, path.c_str(),
-              nullptr);
+      ::execl(helper.c_str(), helper.c_str(), path.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(out[1]);

@@ -52,16 +52,29 @@ inline Tensor make_input(const std::vector<double>& values, const Shape& shape, 
 // Rounds values through `dtype` (what the tensor actually holds).
 inline std::vector<double> rounded(const Tensor& t) { return t.to_vector<double>(); }
 
-// Expects |actual - expected| <= atol + rtol * |expected| elementwise; NaNs must match.
+// Expects |actual - expected| <= atol + rtol * |expected| elementwise; NaNs must match. The
+// first few elements that differ are reported one by one, then how many differ in all: a
+// layer that went wrong reported each of its 65,536 elements, 16 MB of log.
 inline void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
                          double rtol, double atol, const std::string& what = "") {
   ASSERT_EQ(actual.size(), expected.size()) << what;
+  constexpr int kReported = 5;
+  int wrong = 0;
   for (std::size_t i = 0; i < actual.size(); ++i) {
+    const bool close = std::isnan(expected[i]) ? std::isnan(actual[i])
+                                               : std::abs(actual[i] - expected[i]) <=
+                                                     atol + rtol * std::abs(expected[i]);
+    if (close || ++wrong > kReported) continue;
     if (std::isnan(expected[i])) {
       EXPECT_TRUE(std::isnan(actual[i])) << what << " at " << i;
-      continue;
+    } else {
+      EXPECT_NEAR(actual[i], expected[i], atol + rtol * std::abs(expected[i]))
+          << what << " at " << i;
     }
-    EXPECT_NEAR(actual[i], expected[i], atol + rtol * std::abs(expected[i])) << what << " at " << i;
+  }
+  if (wrong > kReported) {
+    ADD_FAILURE() << what << ": " << wrong << " of " << actual.size()
+                  << " elements differ; the first " << kReported << " are reported above";
   }
 }
 

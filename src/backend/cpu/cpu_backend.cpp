@@ -242,21 +242,31 @@ void* CpuBackendBase::allocate(int index, std::size_t bytes, FirstWriter first) 
   return allocators_[index]->allocate(bytes, next);
 }
 
-void CpuBackendBase::deallocate(int index, void* ptr, std::size_t bytes) {
-  // Every queue of the device may hold borrowed handles to the block
+QueueUses CpuBackendBase::queue_uses(int index) const {
+  // Every queue of the device may hold borrowed handles to a block
   // (Note [Memory freed in queue order]).
   static_assert(kSideStreams + 1 <= QueueUses::kMax);
   QueueUses uses;
   if (queues_made_.load(std::memory_order_acquire) && queues_[index] != nullptr) {
     uses.add(queues_[index].get());
   }
-  SideStreams& side = side_[index];
+  const SideStreams& side = side_[index];
   if (side.any.load(std::memory_order_acquire)) {
     for (int id = 1; id <= kSideStreams; ++id) {
       if (WorkQueue* q = side.made[id].load(std::memory_order_acquire)) uses.add(q);
     }
   }
-  allocators_[index]->deallocate(ptr, bytes, uses);
+  return uses;
+}
+
+void CpuBackendBase::deallocate(int index, void* ptr, std::size_t bytes) {
+  allocators_[index]->deallocate(ptr, bytes, queue_uses(index));
+}
+
+Backend::StillRead CpuBackendBase::queued_readers(int index) {
+  const QueueUses uses = queue_uses(index);
+  if (uses.count == 0) return {};
+  return [uses] { return !uses.over_for(nullptr); };
 }
 
 std::size_t CpuBackendBase::reserved(int index) const { return allocators_[index]->reserved(); }

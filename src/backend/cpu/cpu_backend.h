@@ -44,6 +44,7 @@ class CpuBackendBase : public Backend {
 
   void* allocate(int index, std::size_t bytes, FirstWriter first) override;
   void deallocate(int index, void* ptr, std::size_t bytes) override;
+  StillRead queued_readers(int index) override;
   std::size_t reserved(int index) const override;
   void empty_cache(int index) override;
   std::string memory_report(int index) const override;
@@ -164,6 +165,8 @@ class CpuBackendBase : public Backend {
   // WorkQueue::kMaxPending while it also feeds other devices (data-parallel replicas), else
   // WorkQueue::kMaxPendingAlone.
   std::uint64_t run_ahead(int index);
+  // The last task queued so far on each of `index`'s queues that has not run yet.
+  QueueUses queue_uses(int index) const;
   // Keeps a kernel for the graph `index` is recording (cpu_graph.cpp).
   void record(int index, std::function<void()> kernel);
   // Makes the graph `index` is recording keep `t`'s memory alive, unless the capture made it

@@ -200,8 +200,8 @@ std::string CudaBackend::memory_report(int index) const {
 }
 
 void* CudaBackend::allocate_pinned(std::size_t bytes) { return pinned_.allocate(bytes); }
-void CudaBackend::deallocate_pinned(void* ptr, std::size_t bytes) {
-  pinned_.deallocate(ptr, bytes);
+void CudaBackend::deallocate_pinned(void* ptr, std::size_t bytes, StillRead still_read) {
+  pinned_.deallocate(ptr, bytes, std::move(still_read));
 }
 
 }  // namespace tessera::detail

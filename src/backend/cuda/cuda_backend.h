@@ -58,7 +58,7 @@ class CudaBackend final : public Backend {
   bool capturing(int index) const override;
 
   void* allocate_pinned(std::size_t bytes) override;
-  void deallocate_pinned(void* ptr, std::size_t bytes) override;
+  void deallocate_pinned(void* ptr, std::size_t bytes, StillRead still_read) override;
 
   void fill(const Tensor& out, double value) override;
   void arange(const Tensor& out, double start, double step) override;
