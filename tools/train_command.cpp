@@ -245,6 +245,9 @@ void run_train(const TrainArgs& a) {
                                a.epochs);
     }
   }
+  // The Trainer writes its epoch lines to stderr, unbuffered: these lines must come first
+  // also when both streams go to one file.
+  std::cout.flush();
   // Validated on the test set after each epoch, as the book does.
   const auto history = trainer.fit(task, train_data, &test_data);
   if (!lead) return;  // rank 0 reports and writes the files
@@ -295,16 +298,26 @@ void run_train(const TrainArgs& a) {
 namespace {
 
 // Validators that say what was wrong in words (CLI11's ranges print the largest double).
+// The whole text must be the number: "0.1abc" is refused here rather than by CLI11's
+// conversion, whose message does not say what is expected.
+std::optional<double> whole_number(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) return std::nullopt;
+  return v;
+}
 const CLI::Validator kPositiveFinite(
     [](std::string& text) -> std::string {
-      const double v = std::strtod(text.c_str(), nullptr);
-      return std::isfinite(v) && v > 0 ? "" : "must be a positive number, got " + text;
+      const auto v = whole_number(text);
+      return v && std::isfinite(*v) && *v > 0 ? "" : "must be a positive number, got " + text;
     },
     "POSITIVE");
 const CLI::Validator kFiniteNonNegative(
     [](std::string& text) -> std::string {
-      const double v = std::strtod(text.c_str(), nullptr);
-      return std::isfinite(v) && v >= 0 ? "" : "must be a finite number >= 0 (0: off), got " + text;
+      const auto v = whole_number(text);
+      return v && std::isfinite(*v) && *v >= 0
+                 ? ""
+                 : "must be a finite number >= 0 (0: off), got " + text;
     },
     "NONNEGATIVE");
 const CLI::Validator kNotEmpty(

@@ -167,7 +167,11 @@ Tensor LazyLinear::forward(const Tensor& x) {
     TESSERA_CHECK(x.dim() >= 1 && x.size(-1) > 0, ShapeError,
                   "[LazyLinear] {} cannot take in_features from an input of shape {}", path(),
                   x.shape().str());
-    const Dtype dtype = placed_dtype().value_or(is_floating(x.dtype()) ? x.dtype() : kFloat32);
+    // A half input under autocast is autocast's output, not the model's dtype: parameters stay
+    // float32 there (autocast.h), as PyTorch's LazyLinear builds them.
+    const bool autocast_output = is_half(x.dtype()) && autocast_dtype(x.device().kind());
+    const Dtype dtype =
+        placed_dtype().value_or(is_floating(x.dtype()) && !autocast_output ? x.dtype() : kFloat32);
     const Device device = placed_device().value_or(x.device());
     const std::int64_t in = x.size(-1);
     // Checked before anything is built, so a failed first call leaves the layer unbuilt.

@@ -41,9 +41,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
                 dtype_name(input.dtype()), dtype_name(target.dtype()));
   // Under autocast a loss runs in float32 (as PyTorch's autocast casts mse_loss's inputs):
   // half differences and squares rounded each lost the loss's digits.
-  const bool widen =
-      detail::autocast_keeps_float32(input) || detail::autocast_keeps_float32(target);
-  const Tensor d = widen ? input.to(kFloat32) - target.to(kFloat32) : input - target;
+  // Only the half operands widen: a float64 one stays float64, and promotion does the rest.
+  const auto widened = [](const Tensor& t) {
+    return detail::autocast_keeps_float32(t) ? t.to(kFloat32) : t;
+  };
+  const Tensor d = widened(input) - widened(target);
   return reduce(d * d, reduction);
 }
 

@@ -226,14 +226,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
 
   std::vector<loop::StepLog> logs;  // each replica's share of each step's loss
   for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
-  std::ofstream metrics_file;
-  if (!options_.metrics_path.empty() && lead) {
-    // A resumed run adds its epochs to the interrupted run's lines.
-    metrics_file.open(options_.metrics_path,
-                      options_.resume_from.empty() ? std::ios::out : std::ios::app);
-    TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
-                  options_.metrics_path.string());
-  }
+  std::ofstream metrics_file = loop::open_metrics(options_, lead);
   std::vector<optim::GradScaler> scalers;  // one per replica, on its device
   for (std::size_t r = 0; r < k; ++r) scalers.push_back(loop::scaler_for(options_.precision));
   // One step of every replica on its shard (already on its device) of a batch of `batch`.
@@ -264,6 +257,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   std::vector<optim::GradScaler*> scaler_of;
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
+  loop::drop_metrics_after(options_, metrics_file, done_before);
   // A rank that resumed alone would train other values (rank 0's were broadcast before).
   if (group != nullptr) check_ranks_resumed_alike(*host, done_before, params[0]);
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;

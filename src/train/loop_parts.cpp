@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "tessera/random.h"
@@ -16,6 +21,44 @@
 #include "train/state_metadata.h"
 
 namespace tessera::train::loop {
+
+std::ofstream open_metrics(const TrainerOptions& options, bool lead) {
+  std::ofstream file;
+  if (options.metrics_path.empty() || !lead) return file;
+  errno = 0;
+  file.open(options.metrics_path, options.resume_from.empty() ? std::ios::out : std::ios::app);
+  TESSERA_CHECK(file.good(), IOError,
+                "[Trainer] cannot write metrics to '{}': {}. Name a file in a directory that "
+                "exists and that you may write, or leave metrics_path empty",
+                options.metrics_path.string(),
+                errno != 0 ? std::strerror(errno) : "the file could not be opened");
+  return file;
+}
+
+void drop_metrics_after(const TrainerOptions& options, const std::ofstream& metrics_file,
+                        int done) {
+  if (!metrics_file.is_open() || options.resume_from.empty()) return;
+  std::ifstream in(options.metrics_path);
+  std::vector<std::string> kept;
+  bool dropped = false;
+  for (std::string line; std::getline(in, line);) {
+    int epoch = 0;
+    if (std::sscanf(line.c_str(), "{\"epoch\": %d", &epoch) == 1 && epoch > done) {
+      dropped = true;
+      continue;
+    }
+    kept.push_back(std::move(line));
+  }
+  if (!dropped) return;
+  // Rewritten in place: `metrics_file` appends (O_APPEND) to this same file afterwards.
+  std::ofstream out(options.metrics_path, std::ios::out | std::ios::trunc);
+  for (const std::string& line : kept) out << line << '\n';
+  out.flush();
+  TESSERA_CHECK(out.good(), IOError,
+                "[Trainer] cannot rewrite the metrics file '{}' without the lines of epochs after "
+                "{}, which this run trains again",
+                options.metrics_path.string(), done);
+}
 
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
                   std::ofstream& metrics_file) {
@@ -45,7 +88,7 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
 // several ranks the sum was reduced over all of them first, so every rank throws the same.
 void check_finite(const EpochMetrics& m, bool has_val) {
   const bool train_bad = !std::isfinite(m.train_loss);
-  TESSERA_CHECK(!train_bad && !(has_val && std::isnan(m.val_loss)), NonFiniteError,
+  TESSERA_CHECK(!train_bad && !(has_val && !std::isfinite(m.val_loss)), NonFiniteError,
                 "[Trainer] training diverged in epoch {}: the {} loss is {} (a step's loss became "
                 "NaN or infinite). Stopped; the model's parameters are probably not finite. Try a "
                 "lower learning rate (--lr), gradient clipping (--clip), or a smaller batch",

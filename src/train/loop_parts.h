@@ -181,6 +181,14 @@ class CapturableFor {
   bool before_;
 };
 
+// The metrics file (TrainerOptions::metrics_path), when set and `lead`: written afresh, or, when
+// resuming, opened to append to the interrupted run's lines. IOError naming the reason.
+std::ofstream open_metrics(const TrainerOptions& options, bool lead);
+// Resuming after `done` epochs: drops the lines of later epochs from the metrics file. A run
+// that diverged (its last line is written, its state is not) or was killed between the two
+// wrote them, and the resumed run trains those epochs again and writes their lines anew.
+void drop_metrics_after(const TrainerOptions& options, const std::ofstream& metrics_file, int done);
+
 // Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
 // file (when open), then throws NonFiniteError naming the epoch when its training loss (or
 // its validation loss, with validation) is NaN or infinite (check_finite).

@@ -61,11 +61,13 @@ void check_has_batches(const data::DataLoader& loader, const char* what) {
 StepResult Task::training_step(const data::Batch& batch) { return classify(model(), batch); }
 
 Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
-  TESSERA_CHECK(
-      options_.max_epochs >= 0 && options_.num_gpus >= 0 && options_.gradient_clip_val >= 0, Error,
-      "[Trainer] max_epochs ({}), num_gpus ({}) and gradient_clip_val ({}) must not be "
-      "negative",
-      options_.max_epochs, options_.num_gpus, options_.gradient_clip_val);
+  TESSERA_CHECK(options_.max_epochs >= 0 && options_.num_gpus >= 0, Error,
+                "[Trainer] max_epochs ({}) and num_gpus ({}) must not be negative",
+                options_.max_epochs, options_.num_gpus);
+  TESSERA_CHECK(std::isfinite(options_.gradient_clip_val) && options_.gradient_clip_val >= 0, Error,
+                "[Trainer] gradient_clip_val ({}) must be a finite norm >= 0 (0 turns clipping "
+                "off)",
+                options_.gradient_clip_val);
   TESSERA_CHECK(options_.precision == kFloat32 || is_half(options_.precision), DtypeError,
                 "[Trainer] precision must be float32, bfloat16 or float16, got {}",
                 dtype_name(options_.precision));
@@ -151,6 +153,19 @@ data::Batch Trainer::prepare_batch(const data::Batch& batch, Device device) cons
 EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
   check_has_batches(loader, "evaluation");
   nn::Module& model = task.model();
+  // The model goes back to the mode it had, also when a step throws: evaluate() between
+  // fits, or on a model the user put in eval mode, must not switch dropout back on.
+  struct RestoreMode {
+    nn::Module& model;
+    bool training;
+    ~RestoreMode() {
+      if (training) {
+        model.train();
+      } else {
+        model.eval();
+      }
+    }
+  } restore{model, model.is_training()};
   model.eval();
   DeviceSums sums(device());
   for (const data::Batch& b : loader) {
@@ -158,7 +173,6 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
     const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
     sums.add(task.validation_step(on_device), b.examples());
   }
-  model.train();
   EpochMetrics m;
   std::tie(m.val_loss, m.val_acc) = sums.read();
   return m;
@@ -174,14 +188,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   prepare_model(model);
   const std::vector<Tensor> params = model.parameters();
   loop::StepLog log(device());
-  std::ofstream metrics_file;
-  if (!options_.metrics_path.empty()) {
-    // A resumed run adds its epochs to the interrupted run's lines.
-    metrics_file.open(options_.metrics_path,
-                      options_.resume_from.empty() ? std::ios::out : std::ios::app);
-    TESSERA_CHECK(metrics_file.good(), IOError, "[Trainer] cannot write metrics to '{}'",
-                  options_.metrics_path.string());
-  }
+  std::ofstream metrics_file = loop::open_metrics(options_, true);
   optim::GradScaler scaler = loop::scaler_for(options_.precision);
   const auto one_step = [&](const data::Batch& batch) {
     opt.zero_grad();
@@ -200,6 +207,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     return r;
   };
   const int done_before = loop::resume(options_, {&task}, {&scaler}, train);
+  loop::drop_metrics_after(options_, metrics_file, done_before);
   const loop::CapturableFor capturable(opt, options_.graph);
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly

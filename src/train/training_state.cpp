@@ -86,14 +86,18 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
     }
   }
   const bool wants_scaler = scaler != nullptr && scaler->is_enabled();
-  TESSERA_CHECK(scaler_state.empty() || wants_scaler, Error,
-                "[{}] {} holds a GradScaler's state but no enabled scaler was given to load it "
-                "into. Resume with the precision it was saved with (float16)",
-                kOp, path.string());
-  TESSERA_CHECK(!scaler_state.empty() || !wants_scaler, Error,
-                "[{}] {} holds no GradScaler state but a scaler was given: the run was saved "
-                "without loss scaling. Resume with the precision it was saved with",
-                kOp, path.string());
+  TESSERA_CHECK(
+      scaler_state.empty() || wants_scaler, Error,
+      "[{}] {} holds a GradScaler's state but no enabled scaler was given to load it "
+      "into. Resume with the precision it was saved with: float16 (TrainerOptions::precision = "
+      "kFloat16, tessera train --precision fp16)",
+      kOp, path.string());
+  TESSERA_CHECK(
+      !scaler_state.empty() || !wants_scaler, Error,
+      "[{}] {} holds no GradScaler state but a scaler was given: the run was saved "
+      "without loss scaling (float32 or bfloat16). Resume with the precision it was saved "
+      "with (TrainerOptions::precision, tessera train --precision fp32 or bf16)",
+      kOp, path.string());
   // Each load checks everything before it changes anything; what loaded before a later one
   // throws is put back, so a refused file changes none of the three.
   nn::check_file_state(kOp, path, module, [&] {

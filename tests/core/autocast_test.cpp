@@ -167,6 +167,33 @@ TEST_P(Autocast, TrainsAnMlpToTheFloat32Loss) {
   EXPECT_NEAR(final_loss[1], final_loss[0], 0.05) << "bfloat16 autocast strayed from float32";
 }
 
+// A LazyLinear built by its first call under autocast takes the half input autocast made as
+// autocast's, not as the model's dtype: its parameters are float32, as PyTorch's are, and the
+// model still runs outside autocast.
+TEST_P(Autocast, ALazyLayerBuiltUnderAutocastKeepsFloat32Parameters) {
+  manual_seed(3);
+  nn::Sequential net(nn::LazyLinear(8), nn::ReLU(), nn::LazyLinear(3));
+  const Tensor x = randn({4, 5}, device());
+  {
+    AutocastGuard autocast(device().kind(), kBFloat16);
+    EXPECT_EQ(net(x).dtype(), kBFloat16);
+  }
+  for (const auto& [name, p] : net.named_parameters()) EXPECT_EQ(p.dtype(), kFloat32) << name;
+  EXPECT_EQ(net(x).dtype(), kFloat32);
+}
+
+// mse_loss under autocast widens its half operands only: a float64 operand keeps float64.
+TEST_P(Autocast, MseLossKeepsAFloat64Operand) {
+  const Tensor input =
+      from_vector(std::vector<double>{1.0 + 1e-9, 2.0, 3.0}, {3}, {kFloat64, device()});
+  const Tensor target = from_vector(std::vector<double>{1.0, 2.0, 3.0}, {3}, {kBFloat16, device()});
+  AutocastGuard autocast(device().kind(), kBFloat16);
+  const Tensor loss = nn::mse_loss(input, target);
+  EXPECT_EQ(loss.dtype(), kFloat64);
+  EXPECT_NEAR(loss.item<double>(), 1e-18 / 3.0, 1e-24);
+  EXPECT_EQ(nn::mse_loss(input.to(kBFloat16), target).dtype(), kFloat32);
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Autocast);
 
 }  // namespace

@@ -2,8 +2,11 @@
 // and no transfer per step besides the batch), and says when it gets fewer GPUs than asked.
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "support/device_test.h"
 
@@ -254,6 +257,105 @@ TEST(Trainer, WritesMetricsAsJsonLines) {
   }
   EXPECT_EQ(lines, 2);
   std::filesystem::remove(path);
+}
+
+// A task whose losses the test spoils: validation losses made infinite, or the training loss
+// made NaN from step `nan_from` on (counted over the task's life).
+struct SpoiledTask : train::Classifier {
+  using Classifier::Classifier;
+  bool infinite_validation = false;
+  int nan_from = -1;
+  int steps = 0;
+  train::StepResult training_step(const data::Batch& batch) override {
+    train::StepResult r = Classifier::training_step(batch);
+    if (nan_from >= 0 && ++steps >= nan_from) r.loss = r.loss * std::nan("");
+    return r;
+  }
+  train::StepResult validation_step(const data::Batch& batch) override {
+    train::StepResult r = Classifier::validation_step(batch);
+    if (infinite_validation) r.loss = r.loss * INFINITY;
+    return r;
+  }
+};
+
+TEST(Trainer, AnInfiniteValidationLossStopsTheRun) {
+  const auto [images, labels] = quadrant_images(32);
+  data::DataLoader loader(images, labels, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  SpoiledTask task(net, opt);
+  task.infinite_validation = true;
+  train::Trainer trainer({.max_epochs = 2, .progress = false});
+  testing::expect_throw_with<NonFiniteError>(
+      [&] { trainer.fit(task, loader, &loader); },
+      {"[Trainer] training diverged in epoch 1: the validation loss is infinite"});
+}
+
+// evaluate() between fits, or on a model in eval mode, leaves the model's mode as it was,
+// also when a validation step throws: dropout stays off in an eval-mode model.
+TEST(Trainer, EvaluateLeavesTheModelInItsMode) {
+  const auto [images, labels] = quadrant_images(32);
+  data::DataLoader loader(images, labels, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::Dropout(0.5), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  SpoiledTask task(net, opt);
+  train::Trainer trainer({.max_epochs = 1, .progress = false});
+  net.eval();
+  trainer.evaluate(task, loader);
+  EXPECT_FALSE(net.is_training());
+  net.train();
+  trainer.evaluate(task, loader);
+  EXPECT_TRUE(net.is_training());
+  net.eval();
+  struct Throwing : SpoiledTask {
+    using SpoiledTask::SpoiledTask;
+    train::StepResult validation_step(const data::Batch&) override {
+      throw Error("a validation step failed");
+    }
+  } throwing(net, opt);
+  EXPECT_THROW(trainer.evaluate(throwing, loader), Error);
+  EXPECT_FALSE(net.is_training());
+}
+
+// A run that diverged wrote its last epoch's line but saved no state for it; resumed, that
+// epoch is trained again, and the metrics file has each epoch once.
+TEST(Trainer, AResumedRunWritesEachEpochOnce) {
+  const auto [images, labels] = quadrant_images(64);
+  data::DataLoader loader(images, labels, {.batch_size = 16});  // 4 steps an epoch
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  SpoiledTask task(net, opt);
+  task.nan_from = 10;  // in epoch 3
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(getpid());
+  train::TrainerOptions options{.max_epochs = 4, .progress = false};
+  options.metrics_path = dir / ("tessera_resume_metrics_" + tag + ".jsonl");
+  options.state_path = dir / ("tessera_resume_metrics_" + tag + ".safetensors");
+  testing::expect_throw_with<NonFiniteError>([&] { train::Trainer(options).fit(task, loader); },
+                                             {"diverged in epoch 3"});
+  task.nan_from = -1;
+  options.resume_from = options.state_path;
+  train::Trainer(options).fit(task, loader);
+  std::ifstream in(options.metrics_path);
+  std::vector<int> epochs;
+  for (std::string line; std::getline(in, line);) {
+    int epoch = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "{\"epoch\": %d", &epoch), 1) << line;
+    EXPECT_EQ(line.find("\"train_loss\": null"), std::string::npos)
+        << "the diverged line stayed: " << line;
+    epochs.push_back(epoch);
+  }
+  EXPECT_EQ(epochs, (std::vector<int>{1, 2, 3, 4}));
+  std::filesystem::remove(options.metrics_path);
+  std::filesystem::remove(options.state_path);
+}
+
+TEST(Trainer, RefusesAClipValueThatIsNoNorm) {
+  for (const double clip : {std::nan(""), static_cast<double>(INFINITY), -1.0}) {
+    testing::expect_throw_with<Error>(
+        [&] { train::Trainer({.gradient_clip_val = clip}); },
+        {"[Trainer] gradient_clip_val (", "must be a finite norm >= 0 (0 turns clipping off)"});
+  }
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(TrainerOnDevice);

@@ -32,7 +32,8 @@ class TESSERA_API Linear : public Module {
 /// last dim (the book's nn.LazyLinear(1)). Its parameters are built at that first call: on
 /// the device the module was moved to with to(), if it was (the input is then checked
 /// against it), else on the input's device (MXNet's deferred initialization); with the
-/// dtype given to to(dtype), else the input's.
+/// dtype given to to(dtype), else the input's (float32 for a half input under autocast, which
+/// is autocast's output: parameters stay float32 there).
 class TESSERA_API LazyLinear : public Module {
  public:
   explicit LazyLinear(std::int64_t out_features, bool bias = true);
