@@ -68,13 +68,15 @@ TESSERA_API Tensor tanh(const Tensor& a);
 // ---- reductions: over all elements, or over `dims` (negative counts from the end) ----
 // An empty `dims` reduces no dim, as NumPy's axis=() (LibTorch's x.sum({}) reduces every
 // dim: call sum(x) for that).
-/// Sum; bool and integer inputs sum to int64.
+/// Sum; bool and integer inputs sum to int64. Floating inputs are summed in float64, float64
+/// inputs with compensation (Neumaier's) on the CPU, so long sums keep their digits.
 TESSERA_API Tensor sum(const Tensor& a);
 TESSERA_API Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 /// Mean; floating inputs only (DtypeError otherwise). Empty input gives NaN.
 TESSERA_API Tensor mean(const Tensor& a);
 TESSERA_API Tensor mean(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
-/// Max/min values. Throws ShapeError on an empty reduction.
+/// Max/min values. Throws ShapeError on an empty reduction. NaN wins; the gradient of a NaN
+/// result goes to the NaNs that made it (shared), that of ties is shared evenly.
 TESSERA_API Tensor max(const Tensor& a);
 TESSERA_API Tensor max(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 TESSERA_API Tensor min(const Tensor& a);

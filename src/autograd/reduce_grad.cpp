@@ -38,9 +38,12 @@ void record_reduce(ReduceOp op, const char* name, const Tensor& a, const std::ve
     }
     case ReduceOp::kMax:
     case ReduceOp::kMin:
-      // Ties share the gradient evenly, so the formula is a true subgradient.
+      // Ties share the gradient evenly, so the formula is a true subgradient. A NaN result
+      // came from the NaNs of its row: they share it, as in PyTorch's max() (a == NaN
+      // matches nothing, and 0 / 0 put NaN in every element of the row).
       fn = [in, dims, a, out](const Tensor& g) {
-        const Tensor hit = eq(a, with_kept_dims(out, in, dims)).to(a.dtype());
+        const Tensor kept = with_kept_dims(out, in, dims);
+        const Tensor hit = where(ne(kept, kept), ne(a, a), eq(a, kept)).to(a.dtype());
         const Tensor share = hit / sum(hit, dims, /*keepdim=*/true);
         return std::vector<Tensor>{with_kept_dims(g, in, dims) * share};
       };

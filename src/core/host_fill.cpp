@@ -9,6 +9,11 @@ namespace tessera::detail {
 
 bool host_writes_memory_of(Device device) { return backend_of(device).fills_from_host(); }
 
+bool queued_work_pending(Device device) {
+  const Backend::StillRead pending = backend_of(device).queued_readers(device.index());
+  return pending && pending();
+}
+
 void fill_in_device_order(Device device, const char* op, const char* what,
                           const std::vector<Tensor>& outputs,
                           std::function<void(const std::vector<Tensor>& outputs)> fill) {

@@ -12,6 +12,10 @@ namespace tessera::detail {
 // plain CPU and logical CPU devices).
 bool host_writes_memory_of(Device device);
 
+// Whether work queued on `device` so far has yet to run (a logical CPU device's queue):
+// memory it writes is not the host's to read until it has.
+bool queued_work_pending(Device device);
+
 // Runs fill(outputs), host code that writes `outputs` (fresh tensors of `device` that
 // nothing queued reads yet) and nothing else of the device's, in the order of the work this
 // thread queues on `device`: on the device's queue when it has one, so that the work takes

@@ -69,7 +69,10 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options) : op
   sources_ = {images.contiguous(), labels.to(kInt64).contiguous()};
   // Batches are gathered on the host from here on: wait once for any queued work that
   // produced the tensors (on a logical CPU device).
-  for (const Tensor& t : sources_) synchronize(t.device());
+  for (const Tensor& t : sources_) {
+    synchronize(t.device());
+    sources_written_.push_back(detail::impl_of(t).storage->version);
+  }
   n_ = images.size(0);
   example_numel_ = n_ == 0 ? 0 : images.numel() / n_;
   auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
@@ -104,7 +107,10 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, LoaderOptions options)
                 options_.prefetch);
   prefetch_ = options_.prefetch >= 0 ? options_.prefetch : (num_gpus() > 0 ? 2 : 0);
   for (const Tensor& t : tensors) sources_.push_back(t.contiguous());
-  for (const Tensor& t : sources_) synchronize(t.device());
+  for (const Tensor& t : sources_) {
+    synchronize(t.device());
+    sources_written_.push_back(detail::impl_of(t).storage->version);
+  }
   n_ = tensors[0].size(0);
   auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
   std::iota(order->begin(), order->end(), 0);
@@ -169,6 +175,16 @@ std::int64_t DataLoader::batch_length(std::int64_t i) const {
 
 DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t parts,
                                              std::vector<Device> devices) {
+  // The epoch's gathers read the sources on the host (or on other devices' queues): an
+  // in-place op on a source since the last wait (new labels between epochs) may still be
+  // queued on its device, so the device is waited for, once; untouched sources cost nothing.
+  sources_written_.resize(sources_.size(), 0);
+  for (std::size_t s = 0; s < sources_.size(); ++s) {
+    const std::uint64_t written = detail::impl_of(sources_[s]).storage->version;
+    if (written == sources_written_[s]) continue;
+    if (detail::queued_work_pending(sources_[s].device())) synchronize(sources_[s].device());
+    sources_written_[s] = written;
+  }
   auto order = std::make_shared<std::vector<std::int64_t>>(static_cast<std::size_t>(n_));
   std::iota(order->begin(), order->end(), 0);
   if (options_.shuffle) {

@@ -33,15 +33,15 @@ int wrap_reduce_dim(const char* op, int dim, const Shape& shape) {
 
 // The bit mask of `dims`; an empty list reduces nothing (as numpy's axis=()).
 std::uint32_t dim_mask(const char* op, const Shape& shape, const std::vector<int>& dims) {
-  std::uint32_t mask = 0;
+  std::uint32_t mask = 0, seen = 0;  // a 0-dim tensor's dim 0 (or -1) is seen, not masked
   for (int dim : dims) {
     const int d = wrap_reduce_dim(op, dim, shape);
-    if (shape.size() == 0) continue;
-    TESSERA_CHECK((mask & (1u << d)) == 0, ShapeError,
+    TESSERA_CHECK((seen & (1u << d)) == 0, ShapeError,
                   "[{}] dim {} appears more than once in dims {} (tensor of shape {}); list "
                   "each dim once",
                   op, dim, dims_str(dims), shape.str());
-    mask |= 1u << d;
+    seen |= 1u << d;
+    if (shape.size() > 0) mask |= 1u << d;
   }
   return mask;
 }

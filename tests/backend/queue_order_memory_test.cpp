@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <future>
+#include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -30,12 +33,13 @@ class QueueOrderMemory : public DeviceTest {
                       "TESSERA_CPU_DEVICES=2 (a GPU's allocator is stream-ordered by design)";
     }
   }
-  // Holds the device's queue until the returned promise is set.
-  std::promise<void> hold_queue() {
+  // Holds the queue of `held` (the test's device by default) until the promise is set.
+  std::promise<void> hold_queue(std::optional<Device> held = std::nullopt) {
     std::promise<void> go;
-    const Tensor token = empty({1}, device());
+    const Device d = held.value_or(device());
+    const Tensor token = empty({1}, d);
     detail::fill_in_device_order(
-        device(), "test", "holding the queue", {token},
+        d, "test", "holding the queue", {token},
         [gate = go.get_future().share()](const std::vector<Tensor>&) { gate.wait(); });
     return go;
   }
@@ -136,6 +140,60 @@ TEST_P(QueueOrderMemory, APinnedBlockIsNotHandedOutUnderTheKernelsThatReadIt) {
   std::fill_n(reinterpret_cast<float*>(detail::impl_of(next).data()), next.numel(), 5.0f);
   go.set_value();
   EXPECT_DOUBLE_EQ(sum.item<double>(), static_cast<double>(next.numel()));
+}
+
+// Releases a held queue from another thread after a while: the test's own thread is about to
+// wait for the held work (that wait is what the test checks).
+std::thread release_later(std::promise<void>& go) {
+  return std::thread([&go] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    go.set_value();
+  });
+}
+
+// A loader reads its sources on the host: an epoch begun after the sources were changed in
+// place by queued work (new labels between epochs) waits for that work, not gathering the
+// old values under it.
+TEST_P(QueueOrderMemory, ALoaderSeesItsSourcesChangedBetweenEpochs) {
+  const Tensor x = ones({64, 8}, device());
+  const Tensor y = zeros({64}, {kInt64, device()});
+  data::DataLoader loader(std::vector<Tensor>{x, y},
+                          {.batch_size = 16, .shuffle = false, .prefetch = 0});
+  for (const data::Batch& b : loader) EXPECT_DOUBLE_EQ(b.x.sum().item<double>(), 16.0 * 8);
+  std::promise<void> go = hold_queue();
+  Tensor(x).fill_(2.0);  // queued behind the held task
+  std::thread release = release_later(go);
+  for (const data::Batch& b : loader) {
+    EXPECT_DOUBLE_EQ(b.x.sum().item<double>(), 2.0 * 16 * 8) << "a batch of the old values";
+  }
+  release.join();
+}
+
+// to_device(batch, other) reads the batch on the other device's queue. A write the user
+// then makes to the batch (through data(), or an op on its device) comes after that read.
+TEST_P(QueueOrderMemory, AWriteToABatchAfterToDeviceComesAfterTheCopy) {
+  const auto devices = same_kind_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "needs two logical CPU devices";
+  const Tensor x = ones({64, 8}, device());
+  data::DataLoader loader(std::vector<Tensor>{x, zeros({64}, {kInt64, device()})},
+                          {.batch_size = 64, .shuffle = false, .prefetch = 0});
+  for (const data::Batch& b : loader) {
+    // The batch lies on cpu(): the copy goes to the other device.
+    const Device other = devices[0] == b.x.device() ? devices[1] : devices[0];
+    std::promise<void> go = hold_queue(other);
+    const data::Batch moved = data::to_device(b, other);  // queued behind the held task
+    std::thread release = release_later(go);
+    float* p = b.x.data<float>();  // waits for the copy that reads it
+    std::fill(p, p + b.x.numel(), 0.0f);
+    release.join();
+    EXPECT_DOUBLE_EQ(moved.x.sum().item<double>(), 64.0 * 8) << "the copy read the zeros";
+    std::promise<void> go_again = hold_queue(other);
+    const data::Batch again = data::to_device(b, other);  // reads the zeros, once released
+    Tensor(b.x).fill_(5.0);  // an op on the batch's device: after that read
+    std::thread release_again = release_later(go_again);
+    EXPECT_DOUBLE_EQ(again.x.sum().item<double>(), 0.0) << "the copy read the op's fives";
+    release_again.join();
+  }
 }
 
 TEST_P(QueueOrderMemory, ABatchGatheredOnItsDeviceIsReusedByTheBatchAfterNext) {

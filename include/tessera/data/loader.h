@@ -68,6 +68,10 @@ class TESSERA_API DataLoader {
   /// with the same size N > 0 along dim 0, and batch i holds the same examples of each,
   /// as they are (mean and std apply to images only). ShapeError when the sizes differ or
   /// N is 0, DeviceError for a tensor not on the CPU, Error for no tensor.
+  /// Both read the tensors themselves when they are contiguous (of the right dtype), not a
+  /// copy: changes made to them in place between epochs (new labels) are seen from the next
+  /// epoch on, an epoch beginning after such a change waiting once for their device's queue.
+  /// Changes during an epoch reach its batches at no defined point.
   DataLoader(std::vector<Tensor> tensors, LoaderOptions options = {});
 
   std::int64_t size() const { return n_; }  ///< examples
@@ -209,6 +213,8 @@ class TESSERA_API DataLoader {
                     std::int64_t start, std::int64_t len, Device home, bool on_device) const;
   // images and labels (images_ true), or the tensors of a general loader.
   std::vector<Tensor> sources_;
+  // Each source's count of in-place writes when the loader last waited for its device.
+  std::vector<std::uint64_t> sources_written_;
   bool images_ = true;
   LoaderOptions options_;
   std::int64_t n_ = 0, example_numel_ = 0;
@@ -222,7 +228,9 @@ class TESSERA_API DataLoader {
 /// already there), as Trainer::prepare_batch moves it. Unlike Tensor::to, it never waits for a
 /// logical CPU device's queue: only the loader's thread wrote a fresh batch (a piece that
 /// split() had gathered by a device's queue is copied in that queue's order). For a batch you
-/// have changed with tensor ops since, use .to(). Copies are counted in the transfer ledger.
+/// have changed with tensor ops since, use .to(). Writes to the batch afterwards (its device's
+/// ops, or the host through data()) come after the copy has read it. Copies are counted in the
+/// transfer ledger.
 TESSERA_API Batch to_device(const Batch& batch, Device device,
                             std::source_location where = std::source_location::current());
 

@@ -356,7 +356,20 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
-  launch(dst.device().index(), [src, dst] { copy_kernel(src, dst); });
+  const int s = src.device().index(), d = dst.device().index();
+  WorkQueue* qs = s != d ? stream_queue(s) : nullptr;
+  WorkQueue* qd = stream_queue(d);
+  if (qs == nullptr || qd == nullptr || capturing_[d].load(std::memory_order_relaxed)) {
+    launch(d, [src, dst] { copy_kernel(src, dst); });
+    return;
+  }
+  // dst's queue reads src, which nothing queued wrote. Later writes to src are ordered on
+  // src's device (its ops, or the host after waiting for it: data(), copy_ from the host),
+  // so src's queue waits for the read: a write the user makes to a batch after to_device()
+  // no longer lands under the copy (Note [Cross-device submissions]).
+  const auto lock = hold_cross_device_submissions();
+  const std::uint64_t read = qd->submit([src, dst] { copy_kernel(src, dst); }, run_ahead(d));
+  qs->submit([qd, read] { qd->wait(read); });
 }
 
 void CpuBackendBase::fill_from_host(int index, std::vector<Tensor> outputs, HostFill fill) {

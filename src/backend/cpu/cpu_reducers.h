@@ -20,37 +20,77 @@ bool is_nan(T v) {
   }
 }
 
-// Sum (or sum of squares, or its square root: the 2-norm) in double for floating inputs,
-// int64 for bool and integers.
+// A float64 sum with Neumaier's compensation. float64 inputs have no wider type to be summed
+// in, and a plain running sum loses about n ulps: a column of 1e7 values was 1.6e-10 off
+// (PyTorch's cascade sum: 1e-15). An infinite or NaN sum is returned as it is (the
+// compensation of an infinity is NaN).
+struct CompensatedSum {
+  double sum = 0, comp = 0;
+  CompensatedSum() = default;
+  CompensatedSum(double v) : sum(v) {}  // NOLINT(google-explicit-constructor): identity()
+  void add(double v) {
+    const double t = sum + v;
+    comp += std::fabs(sum) >= std::fabs(v) ? (sum - t) + v : (v - t) + sum;
+    sum = t;
+  }
+  double value() const { return std::isfinite(sum) ? sum + comp : sum; }
+};
+
+// Sum (or sum of squares, or its square root: the 2-norm) in double for floating inputs
+// (compensated for float64 ones), int64 for bool and integers.
 template <typename T, bool kSquare, bool kMean, bool kRoot = false>
 struct SumReducer {
-  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, i64>;
+  static constexpr bool kCompensated = std::is_same_v<T, double>;
+  using Term = std::conditional_t<std::is_floating_point_v<T>, double, i64>;
+  using Acc = std::conditional_t<kCompensated, CompensatedSum, Term>;
   using Out = std::conditional_t<std::is_floating_point_v<T>, T, i64>;
-  static Acc identity() { return 0; }
-  static Acc term(T v) {
-    const Acc a = static_cast<Acc>(v);
+  static Acc identity() { return Acc(0); }
+  static Term term(T v) {
+    const Term a = static_cast<Term>(v);
     return kSquare ? a * a : a;
   }
-  static void add(Acc& acc, T v, i64) { acc += term(v); }
-  static Acc combine(Acc a, Acc b) { return a + b; }
+  static void add(Acc& acc, T v, i64) {
+    if constexpr (kCompensated) {
+      acc.add(term(v));
+    } else {
+      acc += term(v);
+    }
+  }
+  static Acc combine(Acc a, Acc b) {
+    if constexpr (kCompensated) {
+      a.add(b.sum);
+      a.comp += b.comp;
+      return a;
+    } else {
+      return a + b;
+    }
+  }
   static void row(Acc& acc, const T* p, i64 n, i64 s, i64, i64) {
     // Eight partial sums break the dependency chain so the contiguous loop vectorizes.
     Acc part[8] = {};
     i64 i = 0;
     if (s == 1) {
       for (; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8; ++k) part[k] += term(p[i + k]);
+        for (int k = 0; k < 8; ++k) add(part[k], p[i + k], 0);
       }
     }
-    for (; i < n; ++i) part[0] += term(p[i * s]);
-    acc +=
-        ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    for (; i < n; ++i) add(part[0], p[i * s], 0);
+    acc = combine(acc, combine(combine(combine(part[0], part[1]), combine(part[2], part[3])),
+                               combine(combine(part[4], part[5]), combine(part[6], part[7]))));
   }
   static Out finish(Acc acc, i64 count) {
+    double total = 0;
+    if constexpr (kCompensated) {
+      total = acc.value();
+    } else {
+      total = static_cast<double>(acc);
+    }
     if constexpr (kMean) {
-      return static_cast<Out>(static_cast<double>(acc) / static_cast<double>(count));
+      return static_cast<Out>(total / static_cast<double>(count));
     } else if constexpr (kRoot) {
-      return static_cast<Out>(std::sqrt(static_cast<double>(acc)));
+      return static_cast<Out>(std::sqrt(total));
+    } else if constexpr (kCompensated) {
+      return static_cast<Out>(total);
     } else {
       return static_cast<Out>(acc);
     }
