@@ -350,6 +350,20 @@ TEST(Trainer, AResumedRunWritesEachEpochOnce) {
   std::filesystem::remove(options.state_path);
 }
 
+TEST(Trainer, AMetricsFileThatCannotBeWrittenSaysWhy) {
+  const auto [images, labels] = quadrant_images(16);
+  data::DataLoader loader(images, labels, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  train::TrainerOptions options{.max_epochs = 1, .progress = false};
+  options.metrics_path = "/nonexistent-tessera-dir/m.jsonl";
+  testing::expect_throw_with<IOError>(
+      [&] { train::Trainer(options).fit(task, loader); },
+      {"[Trainer] cannot write metrics to '/nonexistent-tessera-dir/m.jsonl'",
+       "No such file or directory", "Name a file in a directory that exists"});
+}
+
 TEST(Trainer, RefusesAClipValueThatIsNoNorm) {
   for (const double clip : {std::nan(""), static_cast<double>(INFINITY), -1.0}) {
     testing::expect_throw_with<Error>(
