@@ -35,8 +35,8 @@ std::map<std::string, std::string> load_checkpoint(Module& module,
   }
   check_file_state("load_checkpoint", path, module, layouts);
   std::map<std::string, Tensor> own;
-  for (auto& [name, t] : module.named_parameters()) own.emplace(name, t);
-  for (auto& [name, t] : module.named_buffers()) own.emplace(name, t);
+  for (auto& [name, t] : module.named_parameters(true, false)) own.emplace(name, t);
+  for (auto& [name, t] : module.named_buffers(true, false)) own.emplace(name, t);
   std::vector<Tensor> dsts;
   std::vector<Device> devices;
   for (const auto& item : file.items()) {

@@ -70,10 +70,17 @@ std::string join_path(const std::string& prefix, const std::string& name) {
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
 
+Module::~Module() {
+  // A child that outlives this module must not follow a pointer to it (path(), and the
+  // check that a module has one parent, did: a read of freed memory).
+  for (Child& c : children_) {
+    if (c.module->parent_ == this) c.module->parent_ = nullptr;
+  }
+}
+
 Module::Module(Module&& other) noexcept
     : type_name_(std::move(other.type_name_)),
       name_(std::move(other.name_)),
-      parent_(other.parent_),
       params_(std::move(other.params_)),
       buffers_(std::move(other.buffers_)),
       children_(std::move(other.children_)),
@@ -199,15 +206,35 @@ void Module::collect(const std::string& prefix, bool recurse, bool params,
   for (const Child& c : children_) c.module->collect(join_path(prefix, c.name), true, params, out);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+namespace {
+
+// Keeps the first name of each tensor registered under several (tied weights).
+void remove_duplicates(std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<std::pair<std::string, Tensor>> kept;
+  kept.reserve(named.size());
+  for (auto& entry : named) {
+    const bool seen = std::any_of(kept.begin(), kept.end(),
+                                  [&](const auto& k) { return k.second.is_same(entry.second); });
+    if (!seen) kept.push_back(std::move(entry));
+  }
+  named = std::move(kept);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse,
+                                                                     bool remove_duplicate) const {
   std::vector<std::pair<std::string, Tensor>> out;
   collect("", recurse, true, out);
+  if (remove_duplicate) remove_duplicates(out);
   return out;
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse,
+                                                                  bool remove_duplicate) const {
   std::vector<std::pair<std::string, Tensor>> out;
   collect("", recurse, false, out);
+  if (remove_duplicate) remove_duplicates(out);
   return out;
 }
 
@@ -338,15 +365,15 @@ Device Module::device() const {
 
 StateDict Module::state_dict() const {
   StateDict out;
-  for (auto& [name, t] : named_parameters()) out.emplace(name, t.detach());
-  for (auto& [name, t] : named_buffers()) out.emplace(name, t.detach());
+  for (auto& [name, t] : named_parameters(true, false)) out.emplace(name, t.detach());
+  for (auto& [name, t] : named_buffers(true, false)) out.emplace(name, t.detach());
   return out;
 }
 
 void Module::check_state_dict(const std::map<std::string, TensorLayout>& layouts,
                               bool strict) const {
-  std::vector<std::pair<std::string, Tensor>> own = named_parameters();
-  for (auto& entry : named_buffers()) own.push_back(std::move(entry));
+  std::vector<std::pair<std::string, Tensor>> own = named_parameters(true, false);
+  for (auto& entry : named_buffers(true, false)) own.push_back(std::move(entry));
   std::vector<std::string> missing, unexpected;
   std::set<std::string> own_names;
   for (const auto& [name, t] : own) {
@@ -404,8 +431,8 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
     layouts.emplace(name, TensorLayout{t.shape(), t.dtype()});
   }
   check_state_dict(layouts, strict);
-  std::vector<std::pair<std::string, Tensor>> own = named_parameters();
-  for (auto& entry : named_buffers()) own.push_back(std::move(entry));
+  std::vector<std::pair<std::string, Tensor>> own = named_parameters(true, false);
+  for (auto& entry : named_buffers(true, false)) own.push_back(std::move(entry));
   NoGradGuard no_grad;
   for (const auto& [name, t] : own) {
     auto it = state.find(name);

@@ -24,6 +24,12 @@ Dropout::Dropout(double p) : Module("Dropout"), p(p) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
+  // p is a public member: checked again where it is used (p = -0.5 scaled every element by
+  // 2/3, p = 2 zeroed them all, silently).
+  TESSERA_CHECK(p >= 0 && p <= 1, Error,
+                "[Dropout] {}'s p is a probability in [0, 1], got {}; set it to a value in "
+                "that range",
+                path(), p);
   if (!is_training() || p == 0) return x;
   TESSERA_CHECK(is_floating(x.dtype()), DtypeError, "[Dropout] {} needs a floating input, got {}",
                 path(), dtype_name(x.dtype()));

@@ -81,10 +81,9 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                                                 data::DataLoader* val) {
   const std::size_t k = devices_.size();
   // Across processes: this rank trains on its part of each batch (Note [Data-parallel steps]).
-  const ProcessGroup* group =
-      options_.process_group != nullptr && options_.process_group->size() > 1
-          ? options_.process_group
-          : nullptr;
+  // A group of one takes the same path (its collectives leave the values as they are): the
+  // group a program passes is the one it trains on.
+  const ProcessGroup* group = options_.process_group;
   // Host tensors (the start-up checks, the epoch's metrics, the loss log) go through MPI even
   // when the gradients go through NCCL, which moves GPU tensors only (MPI is joined already).
   const ProcessGroup* host = group == nullptr || group->backend() == ProcessBackend::kMpi

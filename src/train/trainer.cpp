@@ -181,8 +181,9 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
   check_has_batches(train, "training");
   if (val != nullptr) check_has_batches(*val, "validation");
-  const bool ranks = options_.process_group != nullptr && options_.process_group->size() > 1;
-  if (devices_.size() > 1 || ranks) return fit_replicas(task, train, val);
+  if (devices_.size() > 1 || options_.process_group != nullptr) {
+    return fit_replicas(task, train, val);
+  }
   nn::Module& model = task.model();
   optim::Optimizer& opt = task.optimizer();
   prepare_model(model);

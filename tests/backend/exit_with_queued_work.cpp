@@ -1,12 +1,24 @@
-// Returns from main with kernels still queued on two logical CPU devices (their results
-// never read): tests/backend/work_queue_test.cpp runs it and expects a clean exit. Without
-// the exit drain, OpenBLAS was torn down under a queued sgemm (SIGSEGV, 1 run in 4).
+// Returns from main with kernels still queued (their results never read): on two logical
+// CPU devices' queues, or with the argument `side-stream` on a side stream of the first CPU
+// device (the side stream making the process's first matmul, so the BLAS library's statics
+// are made on its thread). tests/backend/work_queue_test.cpp runs it and expects a clean
+// exit. Without the exit drain, OpenBLAS or oneDNN was torn down under a queued kernel
+// (SIGSEGV: 1 run in 4 on the devices' queues, every run on a side stream).
+#include <string>
 #include <vector>
 
 #include "tessera/tessera.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tessera;
+  if (argc > 1 && std::string(argv[1]) == "side-stream") {
+    const Device d = available_devices().front();
+    const Tensor a = ones({200, 200}, d);
+    StreamGuard guard(new_stream(d));
+    Tensor b = a;
+    for (int i = 0; i < 40; ++i) b = b.matmul(a) * (1.0 / 200);
+    return 0;
+  }
   std::vector<Tensor> kept;
   for (int i = 0; i < 40; ++i) {
     for (int d = 0; d < num_cpu_devices(); ++d) {

@@ -205,5 +205,18 @@ TEST(WorkQueueAtExit, AProgramEndingWithQueuedWorkExitsCleanly) {
   }
 }
 
+// The same with the work queued on a side stream that made the first matmul (the plain CPU's
+// and a logical device's): oneDNN's statics were destroyed under it at exit, every run.
+TEST(WorkQueueAtExit, AProgramEndingWithWorkQueuedOnASideStreamExitsCleanly) {
+  const std::string program =
+      testing::helper_program(TESSERA_TEST_EXIT_WITH_QUEUED_WORK) + " side-stream";
+  for (const std::string env : {"env -u TESSERA_CPU_DEVICES ", "TESSERA_CPU_DEVICES=2 "}) {
+    for (int run = 0; run < 6; ++run) {
+      const std::string command = env + program;
+      EXPECT_EQ(std::system(command.c_str()), 0) << command << ", run " << run;  // NOLINT
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

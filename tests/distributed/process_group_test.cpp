@@ -1,11 +1,14 @@
-// Process groups over MPI, on every CPU device of this process (the plain CPU, or cpu:0 and
-// cpu:1 with TESSERA_CPU_DEVICES=2). CTest runs this binary alone (a world of one) and under
-// `mpirun -np 2`: values against a float64 reference built from every rank's seeded inputs,
-// the ledger, and every error. Each rank must run the same tests in the same order.
+// Process groups on every device of this process: over MPI on the CPU devices (the plain
+// CPU, or cpu:0 and cpu:1 with TESSERA_CPU_DEVICES=2), over NCCL on a GPU. CTest runs this
+// binary alone (a world of one) and under `mpirun -np 2`; scripts/gpu-check runs it alone on
+// the GPU machine (NCCL's one-rank group). Values against a float64 reference built from
+// every rank's seeded inputs, the ledger, the Trainer on the group, and every error. Each
+// rank must run the same tests in the same order.
 #include <chrono>
 #include <thread>
 
 #include "support/device_test.h"
+#include "support/random_images.h"
 
 namespace tessera {
 namespace {
@@ -32,8 +35,8 @@ TEST(ProcessGroupBeforeInit, NcclWithoutAGpuIsRefused) {
 class ProcessGroupTest : public DeviceTest {
  protected:
   void SetUp() override {
-    if (device().is_cuda()) GTEST_SKIP() << "MPI moves CPU tensors; NCCL needs a GPU per rank";
-    pg_ = &ProcessGroup::init();
+    // MPI moves CPU tensors, NCCL GPU tensors (one GPU per rank).
+    pg_ = &ProcessGroup::init(device().is_cuda() ? ProcessBackend::kNccl : ProcessBackend::kMpi);
   }
   const ProcessGroup& pg() const { return *pg_; }
   // Rank r's values for a test: seeded by the test's seed and r, so every rank knows all.
@@ -49,8 +52,8 @@ TEST_P(ProcessGroupTest, RankAndSizeMatchTheLauncher) {
   EXPECT_EQ(pg().size(), launched != nullptr ? std::atoi(launched) : 1);
   EXPECT_GE(pg().rank(), 0);
   EXPECT_LT(pg().rank(), pg().size());
-  EXPECT_EQ(&ProcessGroup::world(), &pg());
-  EXPECT_EQ(&ProcessGroup::init(), &pg());
+  EXPECT_EQ(&ProcessGroup::world(pg().backend()), &pg());
+  EXPECT_EQ(&ProcessGroup::init(pg().backend()), &pg());
 }
 
 TEST_P(ProcessGroupTest, AllReduceSumAndMeanMatchAFloat64Reference) {
@@ -187,7 +190,8 @@ TEST_P(ProcessGroupTest, RefusesWhatItCannotMoveWithTheFix) {
 
 TEST_P(ProcessGroupTest, AGpuTensorIsRefusedNamingNccl) {
   if (num_gpus() == 0) GTEST_SKIP() << "needs a GPU tensor";
-  expect_throw_with<DeviceError>([&] { pg().all_reduce(ones({3}, {gpu()})); },
+  const ProcessGroup& mpi = ProcessGroup::init();
+  expect_throw_with<DeviceError>([&] { mpi.all_reduce(ones({3}, {gpu()})); },
                                  {"[ProcessGroup::all_reduce] the tensor is on cuda:0, but this "
                                   "process group's backend is MPI, which moves CPU tensors only",
                                   "ProcessBackend::kNccl"});
@@ -198,7 +202,7 @@ TEST_P(ProcessGroupTest, ACpuTensorIsRefusedByTheNcclGroup) {
   const ProcessGroup& nccl = ProcessGroup::init(ProcessBackend::kNccl);
   EXPECT_EQ(nccl.rank(), pg().rank());
   expect_throw_with<DeviceError>(
-      [&] { nccl.all_reduce(ones({3}, {device()})); },
+      [&] { nccl.all_reduce(ones({3}, {cpu()})); },
       {"backend is NCCL, which moves GPU tensors only", "ProcessGroup::init() (MPI)"});
 }
 
@@ -281,6 +285,53 @@ TEST(ProcessGroupDevices, RanksOnDifferentDevicesAreRefused) {
                                  {"[ProcessGroup::all_reduce] rank 1 passed a tensor on cpu:1 but "
                                   "rank 0 one on cpu:0",
                                   "every rank must use the same device"});
+}
+
+// Trained on the group, every rank on its part of each batch, the model ends where one
+// process alone ends: across two ranks, and with a group of one (whose collectives leave the
+// values as they are; on a GPU that is NCCL's one-rank communicator, in eager and recorded
+// steps).
+TEST_P(ProcessGroupTest, TrainingOnTheGroupEndsWhereOneProcessEnds) {
+  const auto [images, labels] = testing::random_images(25);  // batches of 7, 7, 7, 4
+  const auto train = [&](const ProcessGroup* group, bool graph) {
+    data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 3});
+    manual_seed(0);
+    train::Classifier task(
+        [] {
+          return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16), nn::ReLU(),
+                                                  nn::Linear(16, 4));
+        },
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+        });
+    train::TrainerOptions o{.max_epochs = 3, .gradient_clip_val = 0.5, .progress = false};
+    o.device = device();
+    o.process_group = group;
+    o.graph = graph;
+    train::Trainer trainer(o);
+    trainer.fit(task, loader);
+    AllowSync deliberate;  // the test's own read
+    std::vector<std::vector<double>> values;
+    for (const Tensor& p : task.model().parameters()) {
+      EXPECT_EQ(p.device(), device());
+      values.push_back(p.to_vector<double>());
+    }
+    values.push_back(trainer.step_losses().to_vector<double>());
+    return values;
+  };
+  const std::vector<std::vector<double>> alone = train(nullptr, false);
+  for (const bool graph : {false, true}) {
+    SCOPED_TRACE(graph ? "recorded steps" : "eager steps");
+    const std::vector<std::vector<double>> on_group = train(&pg(), graph);
+    ASSERT_EQ(on_group.size(), alone.size());
+    for (std::size_t p = 0; p < alone.size(); ++p) {
+      ASSERT_EQ(on_group[p].size(), alone[p].size());
+      for (std::size_t i = 0; i < alone[p].size(); ++i) {
+        EXPECT_NEAR(on_group[p][i], alone[p][i], 2e-4 * (1 + std::abs(alone[p][i])))
+            << "tensor " << p << " (the last: the step losses), value " << i;
+      }
+    }
+  }
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(ProcessGroupTest);

@@ -288,6 +288,70 @@ TEST_P(Modules, DropoutScalesInTrainingAndPassesInEval) {
   EXPECT_THROW(nn::Dropout(1.5), Error);
   nn::Dropout all(1.0);
   EXPECT_EQ(sum(all(x)).item<double>(), 0);
+  // p is public: a value set later is checked where it is used, in training and in eval.
+  for (const double bad : {-0.5, 2.0}) {
+    all.p = bad;
+    for (const bool training : {true, false}) {
+      all.train(training);
+      expect_throw_with<Error>([&] { all(x); },
+                               {"[Dropout] Dropout's p is a probability in [0, 1], got"});
+    }
+  }
+}
+
+// A layer its own shared_ptr keeps alive outlives its model: it is nobody's child then (its
+// path followed a pointer to the freed model), and another model may take it.
+TEST_P(Modules, ALayerThatOutlivesItsModelBelongsToNoModel) {
+  auto layer = std::make_shared<nn::Linear>(2, 3, true, device());
+  {
+    nn::Sequential first;
+    first.push_back(layer);
+    EXPECT_EQ(layer->path(), "Sequential[0]");
+  }
+  EXPECT_EQ(layer->path(), "Linear");
+  nn::Sequential second{nn::ReLU()};
+  second.push_back(layer);
+  EXPECT_EQ(layer->path(), "Sequential[1]");
+  expect_throw_with<ShapeError>([&] { second(ones({1, 5}, device())); }, {"Sequential[1]"});
+  // A moved-to model is no model's child: its parent still holds the moved-from one.
+  nn::Sequential outer;
+  auto inner = std::make_shared<nn::Sequential>(nn::Linear(2, 2, true, device()));
+  outer.push_back(inner);
+  nn::Sequential moved(std::move(*inner));
+  EXPECT_EQ(moved.path(), "Sequential");
+  EXPECT_EQ(moved[0].path(), "Sequential[0]");
+}
+
+// A tensor registered under two names (tied weights) is one parameter: listed once, stepped
+// once, its gradient counted once by clipping; the state dict keeps both names.
+TEST_P(Modules, TiedWeightsAreOneParameterWithTwoNames) {
+  struct Tied : nn::Module {
+    std::shared_ptr<nn::Linear> enc, dec;
+    explicit Tied(Device d) : nn::Module("Tied") {
+      enc = std::make_shared<nn::Linear>(4, 4, false, d);
+      register_module("enc", enc);
+      dec = std::make_shared<nn::Linear>(4, 4, false, d);
+      register_module("dec", dec);
+      register_parameter("w", enc->weight);
+    }
+    Tensor forward(const Tensor& x) override { return (*enc)(x); }
+  };
+  Tied m(device());
+  const auto named = m.named_parameters();
+  ASSERT_EQ(named.size(), 2U);
+  EXPECT_EQ(named[0].first, "w");
+  EXPECT_EQ(named[1].first, "dec.weight");
+  EXPECT_EQ(m.parameters().size(), 2U);
+  EXPECT_EQ(m.named_parameters(true, false).size(), 3U);
+  const nn::StateDict state = m.state_dict();
+  EXPECT_EQ(state.size(), 3U);
+  EXPECT_TRUE(state.count("enc.weight") == 1 && state.count("w") == 1);
+  m(ones({1, 4}, device())).sum().backward();
+  // Each of the 16 weights has gradient 1: the norm is 4 (counted twice it was 4 * sqrt(2)).
+  EXPECT_NEAR(optim::clip_grad_norm_(m.parameters(), 1e9).item<double>(), 4.0, 1e-6);
+  optim::Adam adam(m.parameters());  // refused the list before: "the same tensor as 0"
+  adam.step();
+  m.load_state_dict(state);
 }
 
 TEST_P(Modules, FlattenAndActivations) {

@@ -31,10 +31,13 @@ using StateDict = std::map<std::string, Tensor>;
 
 class TESSERA_API Module {
  public:
-  virtual ~Module() = default;
+  /// Detaches the children: a layer its own shared_ptr keeps alive outlives its model as a
+  /// layer of no model (its path is its own again, and another model may take it).
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
-  /// Moving keeps the children and re-parents them to the new object.
+  /// Moving keeps the children and re-parents them to the new object. The new object is no
+  /// model's child (a parent holds the moved-from object).
   Module(Module&& other) noexcept;
   Module& operator=(Module&& other) = delete;
 
@@ -46,10 +49,16 @@ class TESSERA_API Module {
   virtual Tensor forward(const Tensor& x) = 0;
 
   /// Parameters of this module and (with `recurse`) its descendants, in registration order.
+  /// A tensor registered under several names (tied weights) comes once, under its first name,
+  /// as in PyTorch: an optimizer steps it once, and clipping counts its gradient once.
   std::vector<Tensor> parameters(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  /// The same with names; `remove_duplicate` false lists a tied tensor under every name
+  /// (state_dict() does: each name is a key of a checkpoint).
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true,
+                                                               bool remove_duplicate = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
-  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true,
+                                                            bool remove_duplicate = true) const;
   /// Direct children, and every module of the tree (this one first, named "").
   std::vector<std::pair<std::string, Module*>> named_children() const;
   std::vector<std::pair<std::string, Module*>> named_modules();

@@ -36,10 +36,10 @@ struct TESSERA_API TrainerOptions {
   /// the first GPU chosen by num_gpus, else the CPU.
   std::optional<Device> device;
   /// Also train across the processes of this group (ranks started by mpirun; see
-  /// process_group.h), when it has more than one: every rank calls fit with the same options,
-  /// model and data, and each global batch of batch_size examples is split over all ranks'
-  /// devices (Note [Data-parallel steps]). Only rank 0 prints and writes the metrics file.
-  /// nullptr: this process alone.
+  /// process_group.h): every rank calls fit with the same options, model and data, and each
+  /// global batch of batch_size examples is split over all ranks' devices (Note [Data-parallel
+  /// steps]). Only rank 0 prints and writes the metrics file. A group of one trains as this
+  /// process alone would, through the group's collectives. nullptr: this process alone.
   const ProcessGroup* process_group = nullptr;
   /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
   /// model is replicated on each (Task::replicate, values broadcast from the first), each

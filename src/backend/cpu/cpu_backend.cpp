@@ -143,17 +143,24 @@ WorkQueue* CpuBackendBase::queue(int index) {
 // handler cannot wait for the queues first: those statics are made on a queue thread's
 // first call into the library, after any handler of ours, so their destructors run before
 // it. glibc's exit runs the exiting thread's thread_local destructors before every atexit
-// handler, so the main thread, on its first launch, makes one whose destructor waits for
-// every queue. Other threads that launch work are not waited for when they end.
+// handler, so the main thread, on its first launch or its first entry into a side stream,
+// makes one whose destructor waits for every queue, side streams' too (the atexit handler of
+// Note [CPU side streams] came too late when a side stream made the first oneDNN call: a
+// program that left matmuls queued there crashed at exit). Other threads that launch work
+// are not waited for when they end.
 struct DrainWhenMainReturns {
   ~DrainWhenMainReturns() {
     if (::gettid() == ::getpid()) cpu_backend_impl().drain_queues();
   }
 };
 
-std::uint64_t CpuBackendBase::run_ahead(int index) {
-  thread_local const DrainWhenMainReturns drain_at_exit;  // Note [Exit with work queued]
+void CpuBackendBase::drain_when_main_returns() {
+  thread_local const DrainWhenMainReturns drain_at_exit;
   (void)drain_at_exit;
+}
+
+std::uint64_t CpuBackendBase::run_ahead(int index) {
+  drain_when_main_returns();  // Note [Exit with work queued]
   // This thread's launches, and the launch at which it last fed each device: a device fed
   // within the last kWindow launches counts as one it is feeding.
   constexpr std::uint64_t kWindow = 1024;

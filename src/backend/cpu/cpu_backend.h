@@ -67,9 +67,12 @@ class CpuBackendBase : public Backend {
   void synchronize_stream(int index, int id) override;
   // Waits for the work queued on every side stream, reporting no error (at exit).
   void drain_side_streams();
-  // At exit: waits for the work queued on every device's default queue, so that no kernel
-  // still runs while the libraries it calls (OpenBLAS, oneDNN) are torn down.
+  // At exit: waits for the work queued on every device's default queue and side streams, so
+  // that no kernel still runs while the libraries it calls (OpenBLAS, oneDNN) are torn down.
   void drain_queues();
+  // Makes the calling thread, when it is the main thread, drain every queue when main returns
+  // (Note [Exit with work queued]). Called where work is first queued: a launch, a stream.
+  static void drain_when_main_returns();
 
   // Between processes, through MPI on the host (cpu_process_collectives.cpp).
   void process_collective(const ProcessCollectiveCall& call) override;

@@ -36,9 +36,10 @@
 // mutex only by a thread that entered it; joins and the making of queues are under the mutex,
 // and a join is queued (or waited for) before has_joins is cleared, so a thread that sees it
 // clear queues its default-stream work behind the join. At exit, work still queued on side
-// streams is finished (drain_side_streams, an atexit handler registered when the first side
-// queue is made, so it runs before the destructors of every static made before that), so no
-// kernel of a side stream runs against a library being torn down.
+// streams is finished when main returns (Note [Exit with work queued]), and again by an atexit
+// handler registered when the first side queue is made (for a program that entered streams
+// only from other threads), so no kernel of a side stream runs against a library being torn
+// down.
 
 namespace tessera::detail {
 namespace {
@@ -132,7 +133,10 @@ void CpuBackendBase::apply_joins(int index) {
 }
 
 void CpuBackendBase::enter_stream(int index, int id, int previous) {
-  if (id != 0) side_queue(index, id);  // made (on first entry) before stream_queue reads it
+  if (id != 0) {
+    drain_when_main_returns();  // Note [Exit with work queued]
+    side_queue(index, id);      // made (on first entry) before stream_queue reads it
+  }
   if (id != previous) order_after(index, id, previous);
   t_stream[index] = static_cast<std::int8_t>(id);
 }
@@ -192,6 +196,7 @@ void CpuBackendBase::drain_queues() {
   for (const auto& q : queues_) {
     if (q != nullptr) q->wait(q->last_ticket());  // errors are nobody's to report now
   }
+  drain_side_streams();
 }
 
 void CpuBackendBase::synchronize(int index) {
