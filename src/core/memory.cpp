@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_registry.h"
@@ -33,14 +35,17 @@ std::string format_bytes(std::size_t bytes) {
 namespace tessera::detail {
 namespace {
 
-[[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op, const char* why) {
+// `in_use`: the bytes in use that the request was measured against (other threads may
+// allocate and free meanwhile: a count read again could contradict `why`); by default, now.
+[[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op, const char* why,
+                            std::optional<std::size_t> in_use = std::nullopt) {
   const DeviceCounters& c = counters(device);
   const std::string report = backend_of(device).memory_report(device.index());
   throw OutOfMemoryError(fmt::format(
       "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}{}{}. "
       "Free tensors you no longer need, use smaller batches, or raise the limit with "
       "set_memory_limit({}, bytes).",
-      op, device.str(), format_bytes(bytes), bytes, format_bytes(c.in_use.load()),
+      op, device.str(), format_bytes(bytes), bytes, format_bytes(in_use.value_or(c.in_use.load())),
       format_bytes(c.limit.load()), why, report.empty() ? "" : "; ", report, device.str()));
 }
 
@@ -58,11 +63,14 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
   }
   const std::size_t limit = c.limit.load(std::memory_order_relaxed);
   if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit");
-  const std::size_t before = c.in_use.fetch_add(bytes);
-  if (bytes > 0 && before + bytes > limit) {  // nothing cannot pass a limit
-    c.in_use.fetch_sub(bytes);
-    throw_oom(device, bytes, op, "the request does not fit under the limit");
-  }
+  // Counted only if it fits (an add undone after the check made another thread's request
+  // that did fit fail meanwhile).
+  std::size_t before = c.in_use.load(std::memory_order_relaxed);
+  do {
+    if (bytes > 0 && before + bytes > limit) {  // nothing cannot pass a limit
+      throw_oom(device, bytes, op, "the request does not fit under the limit", before);
+    }
+  } while (!c.in_use.compare_exchange_weak(before, before + bytes));
   if (bytes > 0 && pinned) {
     data = cuda_backend()->allocate_pinned(bytes);
     if (data == nullptr) {

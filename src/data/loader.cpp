@@ -42,13 +42,21 @@ inline void prefetch_bytes(const void* p, std::int64_t bytes) {
 DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options) : options_(options) {
   detail::check_defined(images, "DataLoader", "images");
   detail::check_defined(labels, "DataLoader", "labels");
-  TESSERA_CHECK(images.dtype() == kUInt8 && images.dim() >= 2, DtypeError,
-                "[DataLoader] images must be uint8 [N, ...] (as read_idx returns), got {} {}",
+  TESSERA_CHECK(images.dtype() == kUInt8, DtypeError,
+                "[DataLoader] images must be uint8 [N, ...] (as read_idx returns), got {} {}; "
+                "for images of other dtypes use DataLoader({{images, labels}}, options)",
                 dtype_name(images.dtype()), images.shape().str());
-  TESSERA_CHECK(
-      labels.dim() == 1 && labels.size(0) == images.size(0) && !is_floating(labels.dtype()),
-      ShapeError, "[DataLoader] labels must be integers [{}] to match the images, got {} {}",
-      images.size(0), dtype_name(labels.dtype()), labels.shape().str());
+  TESSERA_CHECK(images.dim() >= 2, ShapeError,
+                "[DataLoader] images must be uint8 [N, ...] (N examples along dim 0, each at "
+                "least a vector), got shape {}; reshape them to [N, 1] for one value each",
+                images.shape().str());
+  TESSERA_CHECK(!is_floating(labels.dtype()), DtypeError,
+                "[DataLoader] labels must be integers (class indices), got {} {}; convert them "
+                "with .to(kInt64)",
+                dtype_name(labels.dtype()), labels.shape().str());
+  TESSERA_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), ShapeError,
+                "[DataLoader] labels must be [{}], one per image, got shape {}", images.size(0),
+                labels.shape().str());
   TESSERA_CHECK(images.device().is_cpu() && labels.device().is_cpu(), DeviceError,
                 "[DataLoader] images and labels stay in host memory (batches move to the device "
                 "in Trainer::prepare_batch); got {} and {}",
@@ -90,10 +98,16 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, LoaderOptions options)
                   "[DataLoader] {} is on {}; the tensors stay in host memory (batches move to "
                   "the device in Trainer::prepare_batch)",
                   name, tensors[i].device().str());
-    TESSERA_CHECK(tensors[i].dim() >= 1 && tensors[i].size(0) == tensors[0].size(0), ShapeError,
+    TESSERA_CHECK(tensors[i].dim() >= 1, ShapeError,
+                  "[DataLoader] {} is 0-dim; every tensor holds the examples along dim 0 "
+                  "(reshape a single value to [1])",
+                  name);
+  }
+  for (std::size_t i = 1; i < tensors.size(); ++i) {
+    TESSERA_CHECK(tensors[i].size(0) == tensors[0].size(0), ShapeError,
                   "[DataLoader] every tensor holds the examples along dim 0, so their sizes "
-                  "there must agree: tensors[0] is {}, {} is {}",
-                  tensors[0].shape().str(), name, tensors[i].shape().str());
+                  "there must agree: tensors[0] is {}, tensors[{}] is {}",
+                  tensors[0].shape().str(), i, tensors[i].shape().str());
   }
   TESSERA_CHECK(tensors[0].size(0) > 0, ShapeError,
                 "[DataLoader] the data set is empty (tensors[0] {}): there is nothing to train "
@@ -206,7 +220,7 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   // The thread gathers from its own copies of the handles and of this epoch's order (Note
   // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
-      batches(), prefetch_, epoch_,
+      batches(), prefetch_, epoch_ - 1,  // counted from 0, as set_epoch and the seed count
       [this, sources = sources_, order = order_, part, parts, devices](std::int64_t i) {
         return gather(sources, *order, i, part, parts, devices);
       });

@@ -97,12 +97,13 @@ void Prefetcher::run() {
 Prefetcher::Pieces Prefetcher::next(std::int64_t index) {
   std::unique_lock lock(mutex_);
   if (failed_) std::rethrow_exception(failed_);
-  TESSERA_CHECK(index == taken_ && taken_ < count_, Error,
-                "[DataLoader] batch {} was asked of epoch {}'s prefetch thread, which has {} "
-                "next: two copies of one iterator were both advanced, and with prefetch they "
-                "share one gather thread. Advance only one copy (or begin another pass with "
-                "begin())",
-                index, epoch_, taken_);
+  TESSERA_CHECK(
+      index == taken_ && taken_ < count_, Error,
+      "[DataLoader] batch {} was asked of the prefetch thread of epoch {} (0-based), "
+      "which has {} next: two copies of one iterator were both advanced, and with prefetch they "
+      "share one gather thread. Advance only one copy (or begin another pass with "
+      "begin())",
+      index, epoch_, taken_);
   ready_cv_.wait(lock, [&] { return !ready_.empty(); });
   Slot slot = std::move(ready_.front());
   ready_.pop_front();
@@ -113,7 +114,7 @@ Prefetcher::Pieces Prefetcher::next(std::int64_t index) {
     try {
       rethrow_with_context(slot.error,
                            fmt::format("[DataLoader] the prefetch thread failed to gather batch {} "
-                                       "(0-based) of {} in epoch {}: ",
+                                       "of {} in epoch {} (both 0-based, as set_epoch counts): ",
                                        index, count_, epoch_));
     } catch (...) {
       lock.lock();

@@ -19,7 +19,8 @@ class Prefetcher {
   // The pieces of one batch (one per device of DataLoader::split, else one).
   using Pieces = std::vector<data::Batch>;
   // Gathers gather(0), ..., gather(count - 1) in that order on its own thread, at most
-  // `depth` (>= 1) batches ahead of next(). `epoch` only names the epoch in error messages.
+  // `depth` (>= 1) batches ahead of next(). `epoch` (0-based, as
+  // DataLoader::set_epoch counts) only names the epoch in error messages.
   Prefetcher(std::int64_t count, std::int64_t depth, std::uint64_t epoch,
              std::function<Pieces(std::int64_t)> gather);
   // Stops the thread after the batch it is gathering, if any, and joins it; batches not

@@ -18,6 +18,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <source_location>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
@@ -91,7 +92,15 @@ std::string temporary_name(const std::filesystem::path& target, const std::strin
 }
 
 mode_t current_umask() {
-  const mode_t mask = ::umask(0);  // the only portable way to read it: set it back at once
+  // Linux (4.7 on) shows it in /proc: setting it to read it, the portable way, changed it for
+  // the whole process for a moment, under files other threads were creating.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<mode_t>(std::stoul(line.substr(6), nullptr, 8));
+  }
+  const mode_t mask = ::umask(0);  // set back at once
   ::umask(mask);
   return mask;
 }
@@ -284,14 +293,30 @@ void save_safetensors(const std::filesystem::path& path,
                       const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata,
                       const SafetensorsSaveOptions& options) {
+  TESSERA_CHECK(!path.empty(), Error,
+                "[save_safetensors] the path is empty; give the name of the file to write");
   for (const auto& [key, value] : metadata) {
     check_utf8(key, "metadata key", path);
     check_utf8(value, "the value of metadata key '" + escaped(key) + "'", path);
   }
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::uint64_t offset = 0;
+  // The data of wider dtypes first, then by name, as PyPI's safetensors lays it out: the
+  // data starts 8-byte aligned, so every tensor starts aligned to its element (a float64
+  // after 3 bytes of uint8 did not, which readers that map the file without a copy refuse).
+  std::vector<std::pair<std::string, Tensor>> layout;
   for (const auto& [name, t] : tensors) {
+    TESSERA_CHECK(t.defined(), Error,
+                  "[save_safetensors] '{}': tensor '{}' is undefined (a Tensor that was never "
+                  "given a value); give it one or leave it out",
+                  io::printable(path.string()), io::printable(name));
+    layout.emplace_back(name, t);
+  }
+  std::stable_sort(layout.begin(), layout.end(), [](const auto& a, const auto& b) {
+    return itemsize(a.second.dtype()) > itemsize(b.second.dtype());
+  });
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : layout) {
     TESSERA_CHECK(!name.empty() && name != "__metadata__", Error,
                   "[save_safetensors] '{}': '{}' cannot name a tensor (the format keeps "
                   "'__metadata__' and needs a name); rename it",
@@ -323,7 +348,7 @@ void save_safetensors(const std::filesystem::path& path,
   file.write(len_bytes, 8);
   file.write(text.data(), text.size());
   std::vector<char> host;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& [name, t] : layout) {
     host.resize(t.nbytes());
     detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors",
                          std::source_location::current());
@@ -339,7 +364,7 @@ void save_safetensors(const std::filesystem::path& path,
                     "infinity) at element {} of {}; nothing was written and the file is as it "
                     "was. A diverged training run? Lower the learning rate or clip the "
                     "gradients, or pass allow_non_finite to save such values anyway",
-                    path.string(), escaped(name), bad, n);
+                    io::printable(path.string()), escaped(name), bad, n);
     }
     file.write(host.data(), host.size());
   }

@@ -41,7 +41,15 @@ class HeaderParser {
       : path_(path), out_(out) {}
 
   // The SAX interface: each returns true to go on; a refusal throws.
-  bool null() { return scalar("null"); }
+  bool null() {
+    // "__metadata__": null is no metadata: PyPI's safetensors reads it so (its field is
+    // optional), and other writers emit it.
+    if (at_ == At::kMetadataValue) {
+      at_ = At::kHeader;
+      return true;
+    }
+    return scalar("null");
+  }
   bool boolean(bool) { return scalar("a boolean"); }
   bool number_integer(Json::number_integer_t) { return number(false, 0); }
   bool number_unsigned(Json::number_unsigned_t v) { return number(true, v); }

@@ -23,6 +23,17 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Con
                 "[Conv2d] channels and kernel sizes must be positive, got in_channels={}, "
                 "out_channels={}, kernel_size=({}, {})",
                 in, out, kernel[0], kernel[1]);
+  // At construction, not at the first call (conv2d checks them there too).
+  TESSERA_CHECK(
+      conv.stride[0] > 0 && conv.stride[1] > 0 && conv.padding[0] >= 0 && conv.padding[1] >= 0,
+      ShapeError,
+      "[Conv2d] stride must be positive and padding non-negative, got stride=({}, {}) "
+      "and padding=({}, {})",
+      conv.stride[0], conv.stride[1], conv.padding[0], conv.padding[1]);
+  TESSERA_CHECK(!options.dtype || is_floating(*options.dtype), DtypeError,
+                "[Conv2d] parameters are floating-point, got dtype {}; make the layer float32 "
+                "(the default), float64 or a half type",
+                dtype_name(*options.dtype));
   const std::int64_t fan_in = in * kernel[0] * kernel[1];
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   weight = register_parameter("weight",

@@ -33,6 +33,10 @@ void check_features(const char* layer, std::int64_t in, std::int64_t out) {
 // PyTorch's default: kaiming_uniform(a=sqrt(5)) on the weight, which is uniform in
 // +-1/sqrt(fan_in), and the same bound for the bias.
 Tensor init_uniform(const Shape& shape, std::int64_t fan_in, TensorOptions options) {
+  TESSERA_CHECK(!options.dtype || is_floating(*options.dtype), DtypeError,
+                "[Linear] parameters are floating-point, got dtype {}; make the layer float32 "
+                "(the default), float64 or a half type",
+                dtype_name(*options.dtype));
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
   return uniform(shape, -bound, bound, options);
 }

@@ -388,8 +388,20 @@ void Module::check_state_dict(const std::map<std::string, TensorLayout>& layouts
                   "state dict belongs to a differently configured model",
                   name, t.shape().str(), it->second.shape.str());
     TESSERA_CHECK(is_floating(it->second.dtype) == is_floating(t.dtype()), DtypeError,
-                  "[load_state_dict] {} is {} in the module but {} in the state dict", name,
-                  dtype_name(t.dtype()), dtype_name(it->second.dtype));
+                  "[load_state_dict] {} is {} in the module but {} in the state dict; a "
+                  "floating tensor loads from a floating one of any width, an integer one from "
+                  "integers: the state dict belongs to another model, or was saved with another "
+                  "dtype",
+                  name, dtype_name(t.dtype()), dtype_name(it->second.dtype));
+    // Refused before anything is written: the load leaves the module as it was (a broadcast
+    // buffer used to fail only after the tensors before it had been overwritten).
+    for (int d = 0; d < t.dim(); ++d) {
+      TESSERA_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, Error,
+                    "[load_state_dict] {} (shape {}, strides {}) is an expanded view whose "
+                    "elements share memory, so it cannot be loaded in place; register a tensor "
+                    "of its own for it (the view's .clone())",
+                    name, t.shape().str(), t.strides().str());
+    }
   }
   for (const auto& [name, layout] : layouts) {
     if (!own_names.contains(name)) unexpected.push_back(name);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "io/printable.h"
 #include "tessera/random.h"
 #include "tessera/safetensors.h"
 #include "tessera/train/training_state.h"
@@ -144,7 +145,8 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "[Trainer] {} was trained with batches of {} and this run's are {}: resumed "
                   "so, it would not continue that run. Resume with a batch size of {} "
                   "(--batch-size), or start afresh",
-                  options.resume_from.string(), *batch, now, *batch);
+                  io::printable(options.resume_from.string()), io::printable(*batch), now,
+                  io::printable(*batch));
   }
   if (const auto optimizer = saved(kOptimizerKey)) {
     const std::string now = tasks.front()->optimizer().str();
@@ -152,7 +154,7 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "[Trainer] {} was trained with {} and this run's optimizer is {}: resumed so, "
                   "it would not continue that run. Resume with the same optimizer options (--lr, "
                   "--momentum), or start afresh",
-                  options.resume_from.string(), *optimizer, now);
+                  io::printable(options.resume_from.string()), io::printable(*optimizer), now);
   }
   if (const auto order = saved(kDataOrderKey)) {
     const std::string now = data_order(train);
@@ -160,7 +162,7 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "[Trainer] {} was trained with the data order {} and this run's is {}: "
                   "resumed so, it would not continue that run. Resume with the same order "
                   "(--seed), or start afresh",
-                  options.resume_from.string(), *order, now);
+                  io::printable(options.resume_from.string()), io::printable(*order), now);
   }
   if (header.metadata.contains(kEpochKey)) {
     const auto held = static_cast<int>(
@@ -168,7 +170,7 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
     TESSERA_CHECK(held < options.max_epochs, Error,
                   "[Trainer] {} holds {} epoch(s) of training, and max_epochs is {}: there is "
                   "nothing left to train. Raise max_epochs (--epochs) to train on",
-                  options.resume_from.string(), held, options.max_epochs);
+                  io::printable(options.resume_from.string()), held, options.max_epochs);
   }
   const bool scaled = options.precision == kFloat16;
   std::map<std::string, std::string> meta;

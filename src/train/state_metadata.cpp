@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/check.h"
+#include "io/printable.h"
 
 namespace tessera::train {
 
@@ -13,7 +14,7 @@ std::uint64_t metadata_count(const char* op, const std::filesystem::path& file,
   TESSERA_CHECK(it != metadata.end(), Error,
                 "[{}] {} has no '{}' metadata, which a training-state file keeps; the file is "
                 "damaged or was not written by save_training_state",
-                op, file.string(), key);
+                op, io::printable(file.string()), io::printable(key));
   const std::string& text = it->second;
   std::uint64_t value = 0;
   const char* end = text.data() + text.size();
@@ -23,7 +24,7 @@ std::uint64_t metadata_count(const char* op, const std::filesystem::path& file,
   TESSERA_CHECK(digits_only && error == std::errc() && stop == end && value <= max, Error,
                 "[{}] {}'s '{}' metadata is '{}', not a whole number from 0 to {}; the file is "
                 "damaged or was not written by save_training_state",
-                op, file.string(), key, text, max);
+                op, io::printable(file.string()), io::printable(key), io::printable(text), max);
   return value;
 }
 

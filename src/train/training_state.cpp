@@ -107,12 +107,15 @@ std::map<std::string, std::string> load_training_state(const std::filesystem::pa
     return layouts;
   }());
   const optim::OptimizerState optim_before = optimizer.state_dict();
+  const std::map<std::string, Tensor> scaler_before =
+      wants_scaler ? scaler->state_dict() : std::map<std::string, Tensor>{};
   optimizer.load_state_dict(optim_state);
   try {
     if (wants_scaler) scaler->load_state_dict(scaler_state);
     module.load_state_dict(model_state);
   } catch (...) {
     optimizer.load_state_dict(optim_before);
+    if (wants_scaler) scaler->load_state_dict(scaler_before);  // the scaler stayed loaded
     throw;
   }
   return file.metadata;

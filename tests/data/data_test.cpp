@@ -267,7 +267,24 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
       {"uint8"});
   expect_throw_with<ShapeError>(
       [&] { data::DataLoader(images, from_vector(labels, {n}).narrow(0, 0, 3)); },
-      {"labels must be integers [10] to match the images", "[3]"});
+      {"labels must be [10], one per image, got shape [3]"});
+  // Each error is of its kind and says what it is about.
+  expect_throw_with<DtypeError>(
+      [&] { data::DataLoader(images, from_vector(labels, {n}).to(kFloat32)); },
+      {"labels must be integers (class indices), got float32", ".to(kInt64)"});
+  expect_throw_with<ShapeError>(
+      [&] { data::DataLoader(zeros({n}, {kUInt8}), from_vector(labels, {n})); },
+      {"images must be uint8 [N, ...]", "got shape [10]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        data::DataLoader(std::vector<Tensor>{zeros({4, 3}), tensor(1.0)});
+      },
+      {"[DataLoader] tensors[1] is 0-dim"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        data::DataLoader(std::vector<Tensor>{zeros({4, 3}), zeros({5})});
+      },
+      {"tensors[0] is [4, 3], tensors[1] is [5]"});
   expect_throw_with<Error>(
       [&] { data::DataLoader(images, from_vector(labels, {n}), {.batch_size = 0}); },
       {"batch_size (0) and std (1) must be positive"});

@@ -365,7 +365,82 @@ TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
   EXPECT_TRUE(std::isinf(load_safetensors(path).tensors.at("0.bias").to_vector<double>()[1]));
 }
 
+// A module whose buffer is an expanded view can be saved but not loaded in place: the load
+// is refused before anything is written (it used to overwrite the parameters before it and
+// then fail in copy_, naming neither the file nor the buffer).
+TEST_P(Safetensors, ALoadRefusedForAnExpandedBufferChangesNothing) {
+  struct Expanded : nn::Module {
+    nn::Parameter a;
+    Tensor pe;
+    explicit Expanded(Device d) : nn::Module("Expanded") {
+      a = register_parameter("a", zeros({3}, d));
+      pe = register_buffer("pe", zeros({1, 3}, d).expand({4, 3}));
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+  };
+  TempDir dir;
+  const fs::path path = dir / "ex.safetensors";
+  save_safetensors(path, {{"a", ones({3})}, {"pe", ones({4, 3})}});
+  Expanded m(device());
+  expect_throw_with<Error>([&] { nn::load_checkpoint(m, path); },
+                           {"[load_checkpoint] '" + path.string() +
+                                "': pe (shape [4, 3], strides "
+                                "[0, 1]) is an expanded view whose elements share memory",
+                            "the view's .clone()"});
+  EXPECT_EQ(m.a.to_vector<double>(), std::vector<double>(3, 0.0)) << "a refused load wrote a";
+  expect_throw_with<Error>([&] { m.load_state_dict(load_safetensors(path).tensors); },
+                           {"[load_state_dict] pe (shape [4, 3]"});
+  EXPECT_EQ(m.a.to_vector<double>(), std::vector<double>(3, 0.0));
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Safetensors);
+
+TEST(SafetensorsFiles, AnEmptyPathIsRefusedBeforeAnythingIsWritten) {
+  expect_throw_with<Error>(
+      [] {
+        save_safetensors("", {{"w", ones({1})}});
+      },
+      {"[save_safetensors] the path is empty; give the name of the file"});
+  expect_throw_with<Error>(
+      [] {
+        save_safetensors("x.safetensors", {{"w", Tensor()}});
+      },
+      {"[save_safetensors] 'x.safetensors': tensor 'w' is undefined"});
+  EXPECT_FALSE(fs::exists("x.safetensors"));
+}
+
+// Wider elements first, as PyPI's safetensors writes: each tensor's data starts aligned to
+// its element (a float64 after 3 bytes of uint8 started at byte 3 of the data).
+TEST(SafetensorsFiles, TensorsAreLaidOutAlignedToTheirElements) {
+  TempDir dir;
+  const fs::path path = dir / "mixed.safetensors";
+  const Tensor bytes = full({3}, 7, {kUInt8});
+  const Tensor wide = from_vector(std::vector<double>{1.5, -2, 3, 4e300}, {4});
+  const Tensor mid = full({5}, 2.5f);
+  save_safetensors(path, {{"a", bytes}, {"b", wide}, {"c", mid}});
+  const std::string text = read_bytes(path);
+  EXPECT_NE(text.find(R"("b":{"data_offsets":[0,32],"dtype":"F64")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("c":{"data_offsets":[32,52],"dtype":"F32")"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("a":{"data_offsets":[52,55],"dtype":"U8")"), std::string::npos) << text;
+  const SafetensorsFile back = load_safetensors(path);
+  expect_same(back.tensors.at("a"), bytes, "a");
+  expect_same(back.tensors.at("b"), wide, "b");
+  expect_same(back.tensors.at("c"), mid, "c");
+}
+
+// PyPI's safetensors reads "__metadata__": null as no metadata (the field is optional).
+TEST(SafetensorsFiles, NullMetadataIsNoMetadata) {
+  TempDir dir;
+  const fs::path path = dir / "null.safetensors";
+  write_bytes(path, file_with(R"({"__metadata__":null,"w":{"dtype":"F32","shape":[2],)"
+                              R"("data_offsets":[0,8]}})",
+                              std::string(8, '\0')));
+  const SafetensorsFile file = load_safetensors(path);
+  EXPECT_TRUE(file.metadata.empty());
+  EXPECT_EQ(file.tensors.at("w").to_vector<double>(), std::vector<double>(2, 0.0));
+  write_bytes(path, file_with(R"({"__metadata__":null,"__metadata__":{}})", ""));
+  expect_throw_with<IOError>([&] { load_safetensors(path); }, {"names '__metadata__' twice"});
+}
 
 }  // namespace
 }  // namespace tessera

@@ -322,6 +322,35 @@ TEST_P(Modules, ALayerThatOutlivesItsModelBelongsToNoModel) {
   EXPECT_EQ(moved[0].path(), "Sequential[0]");
 }
 
+// Bad arguments are refused where they are given, naming the layer and the fix.
+TEST_P(Modules, LayerArgumentsAreCheckedAtConstruction) {
+  nn::Sequential net{nn::Linear(2, 3, true, device()), nn::ReLU()};
+  expect_throw_with<Error>([&] { net[static_cast<std::size_t>(-1)]; },
+                           {"[Sequential] Sequential[-1]: indices count from 0 and cannot be "
+                            "negative; the last module is [size() - 1], here [1]"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::Linear(2, 3, true, {kInt64, device()});
+      },
+      {"[Linear] parameters are floating-point, got dtype int64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::Conv2d(1, 2, {3, 3}, {}, true, {kBool, device()});
+      },
+      {"[Conv2d] parameters are floating-point, got dtype bool"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::Conv2d(1, 2, {3, 3}, {.stride = {0, 1}});
+      },
+      {"[Conv2d] stride must be positive and padding non-negative, got stride=(0, 1) and "
+       "padding=(0, 0)"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::Conv2d(1, 2, {3, 3}, {.padding = {1, -1}});
+      },
+      {"padding=(1, -1)"});
+}
+
 // A tensor registered under two names (tied weights) is one parameter: listed once, stepped
 // once, its gradient counted once by clipping; the state dict keeps both names.
 TEST_P(Modules, TiedWeightsAreOneParameterWithTwoNames) {

@@ -150,6 +150,10 @@ TEST_P(TrainingState, DamagedMetadataIsRefused) {
         {"[load_training_state]", path.string(), "'epoch' metadata is '" + epoch + "'",
          "not a whole number from 0 to 2147483647"});
   }
+  // A control character in the file reaches no terminal raw (\r and an erase hid the error).
+  const fs::path escape = damaged(train::kEpochKey, "\x1b[2K\r1");
+  expect_throw_with<Error>([&] { train::load_training_state(escape, *net, sgd, &scaler); },
+                           {"'epoch' metadata is '\\x1b[2K\\x0d1'"});
   const fs::path no_epoch = damaged(train::kEpochKey, "");
   expect_throw_with<Error>([&] { train::load_training_state(no_epoch, *net, sgd, &scaler); },
                            {"has no 'epoch' metadata"});
