@@ -13,9 +13,13 @@
 /// (barriers too) in the same order with tensors of the same dtype and shape, and with MPI
 /// on the same device (cpu:i): the group compares them across ranks first (a short exchange
 /// on the host) and throws on every rank when they differ or when one rank refuses its call
-/// on its own (that rank with its own error, the others naming it). Integer sums wrap. The bytes a
-/// rank receives are counted in the transfer ledger (d2d, on the tensor's device). MPI is finalized
-/// when the process exits, after this process's queued collectives have run.
+/// on its own (that rank with its own error, the others naming it); an all_reduce's ReduceKind
+/// is compared too. Integer sums wrap. The bytes a rank receives are counted in the transfer
+/// ledger (d2d, on the tensor's device). MPI is finalized when the process exits, after this
+/// process's queued collectives have run; finalizing waits for every rank, so a rank that
+/// catches an error the others did not get (a throw inside Trainer::fit on this rank alone)
+/// and returns from main must call abort_world() first, as `tessera train` does, or the
+/// other ranks and this one wait for each other for ever.
 #include <cstdint>
 #include <vector>
 

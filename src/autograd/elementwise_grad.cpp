@@ -56,7 +56,10 @@ void record_binary(BinaryOp op, const char* name, const Tensor& a, const Tensor&
       // slope 0 in b (not 0 * log 0).
       fn = [finish, a, b, out = out.detach()](const Tensor& g) {
         const Tensor da = where(eq(b, 0.0), 0.0, g * b * pow(a, b - 1.0));
-        const Tensor db = where(mul(eq(a, 0.0), ge(b, 0.0)), 0.0, g * out * log(a));
+        // log(a) in the result's dtype: a float32 (or integer) base under a float64
+        // exponent gave a slope good to float32 only.
+        const Tensor la = log(a.dtype() == out.dtype() ? a : a.to(out.dtype()));
+        const Tensor db = where(mul(eq(a, 0.0), ge(b, 0.0)), 0.0, g * out * la);
         return finish(da, db);
       };
       break;

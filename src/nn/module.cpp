@@ -198,6 +198,12 @@ Module& Module::register_module(const std::string& name, std::shared_ptr<Module>
 
 // ---- traversal ----
 
+bool Module::all_built() const {
+  if (!built()) return false;
+  return std::all_of(children_.begin(), children_.end(),
+                     [](const Child& c) { return c.module->all_built(); });
+}
+
 void Module::collect(const std::string& prefix, bool recurse, bool params,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
   for (const auto& [name, t] : params ? params_ : buffers_)

@@ -72,10 +72,14 @@ void flatten_nested(const NestedList& list, int depth, Shape& shape, bool& shape
     if (shape.size() == depth) shape.push_back(n);
     if (n == 0) shape_known = true;
   }
-  TESSERA_CHECK(depth < shape.size() && shape[depth] == n, ShapeError,
+  TESSERA_CHECK(depth < shape.size(), ShapeError,
+                "[tensor] the nested list is ragged: a list appears at depth {} where the first "
+                "entries are numbers (depth {}); nest every entry alike",
+                depth, shape.size());
+  TESSERA_CHECK(shape[depth] == n, ShapeError,
                 "[tensor] the nested list is ragged: a list at depth {} has {} entries, expected "
                 "{} (every row must have the same length)",
-                depth, n, depth < shape.size() ? shape[depth] : 0);
+                depth, n, shape[depth]);
   for (const NestedList& item : list.items()) {
     flatten_nested(item, depth + 1, shape, shape_known, out, widest);
   }
@@ -106,9 +110,16 @@ Tensor tensor(const NestedList& values, TensorOptions options) {
       detail::check_integer_fits("tensor", leaf->integer(), *options.dtype);
     }
   }
-  if (widest != NestedList::Kind::kFloat) {  // integers and bools, every bit kept
+  // Integers and bools, every bit kept; into an integer dtype also a list with decimals, whose
+  // integers went through double before (INT64_MAX became 2^63: wrong, and undefined).
+  const bool into_integers = is_integral(*options.dtype);
+  if (widest != NestedList::Kind::kFloat || into_integers) {
     std::vector<std::int64_t> flat;
-    for (const NestedList* leaf : leaves) flat.push_back(leaf->integer());
+    for (const NestedList* leaf : leaves) {
+      flat.push_back(leaf->kind() == NestedList::Kind::kFloat
+                         ? static_cast<std::int64_t>(leaf->value())  // fits: checked above
+                         : leaf->integer());
+    }
     return from_vector(flat.data(), kInt64, flat.size(), shape, options);
   }
   std::vector<double> flat;

@@ -156,6 +156,17 @@ void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kin
                   "pass as many",
                   op, r, field(r, 2), field(0, 2));
     if (t == nullptr) continue;  // a barrier has nothing more to match
+    // An all_reduce's `root` is its ReduceKind: a sum on one rank and a mean on another gave
+    // each rank another result, silently.
+    const auto reduction = [](std::int64_t k) {
+      return static_cast<ReduceKind>(k) == ReduceKind::kMean ? "kMean" : "kSum";
+    };
+    TESSERA_CHECK(
+        kind != static_cast<std::int64_t>(CollectiveKind::kAllReduce) || field(r, 2) == field(0, 2),
+        Error,
+        "[{}] rank {} reduces with ReduceKind::{} but rank 0 with ReduceKind::{}; "
+        "every rank must pass the same ReduceKind",
+        op, r, reduction(field(r, 2)), reduction(field(0, 2)));
     TESSERA_CHECK(field(r, 2) == field(0, 2), Error,
                   "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
                   "must name the same root",
@@ -247,8 +258,8 @@ void ProcessGroup::all_reduce(const Tensor& tensor, ReduceKind op) const {
                   kOp, dtype_name(tensor.dtype()));
     detail::check_inplace(kOp, {&tensor});
   });
-  agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kAllReduce), &tensor, 0,
-                     refused);
+  agree_across_ranks(kOp, *this, static_cast<std::int64_t>(CollectiveKind::kAllReduce), &tensor,
+                     static_cast<int>(op), refused);  // the reduction, in the root's place
   // In ring terms a rank receives the other ranks' parts of its chunk, then the other
   // reduced chunks: (k - 1) * c + (n - c) elements (as collectives.cpp counts).
   const std::int64_t n = tensor.numel(), k = size_;

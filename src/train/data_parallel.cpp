@@ -103,6 +103,12 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     AllowSync deliberate;  // a one-time move, as in prepare_model
     for (std::size_t r = 0; r < k; ++r) tasks[r]->model().to(devices_[r]);
   }
+  // Lazy layers' parameters, if any, on every replica (each draws the same initial values;
+  // replica 0's are broadcast below anyway).
+  if (!task.model().all_built()) {
+    const data::Batch example = train.batch(0);
+    for (std::size_t r = 0; r < k; ++r) tasks[r]->build(prepare_batch(example, devices_[r]));
+  }
   const auto named = task.model().named_parameters();
   for (std::size_t r = 0; r < k; ++r) {
     check_same_parameters(named, tasks[r]->model().named_parameters(), r);
@@ -152,6 +158,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     RunFacts facts;
     facts.batch_size = order.batch_size;
     facts.batches = train.batches();
+    facts.examples = train.size();
     facts.max_epochs = options_.max_epochs;
     facts.gradient_clip_val = options_.gradient_clip_val;
     const auto describe = [&](const char* what, std::string text) {

@@ -23,7 +23,8 @@ std::vector<std::int64_t> gather(const ProcessGroup& group, const std::vector<st
 }
 
 std::int64_t fingerprint(const std::string& name, const Tensor& t) {
-  const std::string text = fmt::format("{}|{}|{}", name, dtype_name(t.dtype()), t.shape().str());
+  const std::string text =
+      fmt::format("{}|{}|{}|{}", name, dtype_name(t.dtype()), t.shape().str(), t.requires_grad());
   return static_cast<std::int64_t>(std::hash<std::string>{}(text));
 }
 
@@ -45,11 +46,14 @@ std::optional<std::pair<std::size_t, std::size_t>> first_difference(
 
 void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
                        const std::vector<std::pair<std::string, Tensor>>& params) {
-  const std::vector<std::int64_t> mine = {facts.batch_size, facts.batches, facts.max_epochs,
+  const std::vector<std::int64_t> mine = {facts.batch_size,
+                                          facts.batches,
+                                          facts.max_epochs,
                                           std::bit_cast<std::int64_t>(facts.gradient_clip_val),
-                                          static_cast<std::int64_t>(params.size())};
-  const char* names[] = {"batch size", "batches per epoch", "epochs", "gradient clip value",
-                         "parameter count"};
+                                          static_cast<std::int64_t>(params.size()),
+                                          facts.examples};
+  const char* names[] = {"batch size",          "batches per epoch", "epochs",
+                         "gradient clip value", "parameter count",   "count of training examples"};
   const std::vector<std::int64_t> all = gather(group, mine);
   const std::size_t n = mine.size();
   for (std::size_t r = 1; r < all.size() / n; ++r) {
@@ -70,9 +74,11 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
   if (const auto at = first_difference(group, prints)) {
     const auto& [name, t] = params[at->second];
     throw Error(fmt::format(
-        "[Trainer] rank {}'s parameter {} differs in name, dtype or shape from rank 0's "
-        "(on rank {} it is '{}' {} {}); every rank must build the same model",
-        at->first, at->second, group.rank(), name, dtype_name(t.dtype()), t.shape().str()));
+        "[Trainer] rank {}'s parameter {} differs in name, dtype, shape or requires_grad from "
+        "rank 0's (on rank {} it is '{}' {} {}, {}); every rank must build the same model and "
+        "freeze the same parameters",
+        at->first, at->second, group.rank(), name, dtype_name(t.dtype()), t.shape().str(),
+        t.requires_grad() ? "trained" : "frozen (requires_grad off)"));
   }
   std::vector<std::int64_t> hashes;
   for (const auto& [what, text] : facts.described) {

@@ -13,7 +13,8 @@ namespace tessera::train {
 // What every rank of one fit must agree on.
 struct RunFacts {
   std::int64_t batch_size = 0;
-  std::int64_t batches = 0;  // per epoch
+  std::int64_t batches = 0;   // per epoch
+  std::int64_t examples = 0;  // in the training data (the same batch count can hide a difference)
   std::int64_t max_epochs = 0;
   double gradient_clip_val = 0;
   // Facts compared as text (by a hash of it): what each is called, and its value here. The
@@ -22,7 +23,8 @@ struct RunFacts {
   std::vector<std::pair<std::string, std::string>> described;
 };
 
-// Exchanges each rank's facts and a fingerprint of each parameter (name, dtype, shape), and
+// Exchanges each rank's facts and a fingerprint of each parameter (name, dtype, shape, and
+// whether it trains: a gradient bucket lays out the trained ones only), and
 // throws Error on every rank when one differs from rank 0's, naming the rank and the
 // difference. Host work only (three small all-gathers).
 void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,

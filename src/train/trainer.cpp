@@ -111,6 +111,55 @@ Trainer::Trainer(TrainerOptions options) : options_(std::move(options)) {
                 devices_.size());
 }
 
+namespace {
+
+// Calls `model` once on `example` when it has lazy layers, without gradients and in eval
+// mode (no dropout numbers drawn); the parameters it made, in model.parameters() order.
+std::vector<Tensor> build_lazy_layers(nn::Module& model, const data::Batch& example) {
+  if (model.all_built()) return {};
+  const std::vector<Tensor> before = model.parameters();
+  const bool training = model.is_training();
+  model.eval();
+  try {
+    NoGradGuard no_grad;
+    (void)model(example.x);
+  } catch (...) {
+    model.train(training);
+    throw;
+  }
+  model.train(training);
+  std::vector<Tensor> made;
+  for (const Tensor& p : model.parameters()) {
+    const bool old =
+        std::any_of(before.begin(), before.end(), [&](const Tensor& b) { return b.is_same(p); });
+    if (!old) made.push_back(p);
+  }
+  return made;
+}
+
+}  // namespace
+
+void Task::build(const data::Batch& example) {
+  nn::Module& m = model();
+  const std::vector<Tensor> made = build_lazy_layers(m, example);
+  if (made.empty()) return;
+  const std::vector<Tensor>& held = optimizer().params();
+  for (const auto& [name, p] : m.named_parameters()) {
+    const bool is_new =
+        std::any_of(made.begin(), made.end(), [&](const Tensor& t) { return t.is_same(p); });
+    const bool optimized =
+        std::any_of(held.begin(), held.end(), [&](const Tensor& t) { return t.is_same(p); });
+    TESSERA_CHECK(!is_new || optimized, Error,
+                  "[Trainer] the model's parameter '{}' was made by its lazy layer at the first "
+                  "call, after the optimizer was made from model.parameters(), so the "
+                  "optimizer would never train it. Call the model once on an example batch "
+                  "before making the optimizer, or build the task as "
+                  "train::Classifier(make_model, make_optimizer), which makes the optimizer "
+                  "after the lazy layers",
+                  name);
+  }
+}
+
 StepResult Task::validation_step(const data::Batch& batch) {
   NoGradGuard no_grad;
   return classify(model(), batch);
@@ -128,10 +177,33 @@ Classifier::Classifier(ModelFactory make_model, OptimizerFactory make_optimizer)
   owned_model_ = make_model_();
   TESSERA_CHECK(owned_model_ != nullptr, Error, "[Classifier] make_model returned no model");
   model_ = owned_model_.get();
+  // With lazy layers the optimizer waits for build(): made now, it would lack their
+  // parameters (and with only lazy layers make_optimizer would get none at all).
+  if (model_->all_built()) make_owned_optimizer();
+}
+
+void Classifier::make_owned_optimizer() {
   owned_optimizer_ = make_optimizer_(owned_model_->parameters());
   TESSERA_CHECK(owned_optimizer_ != nullptr, Error,
                 "[Classifier] make_optimizer returned no optimizer");
   optimizer_ = owned_optimizer_.get();
+}
+
+optim::Optimizer& Classifier::optimizer() {
+  TESSERA_CHECK(optimizer_ != nullptr, Error,
+                "[Classifier] the model has lazy layers without parameters yet, so its "
+                "optimizer is not made yet; call build(batch) first (Trainer::fit does, with "
+                "the first training batch)");
+  return *optimizer_;
+}
+
+void Classifier::build(const data::Batch& example) {
+  if (optimizer_ != nullptr || !make_optimizer_) {
+    Task::build(example);
+    return;
+  }
+  (void)build_lazy_layers(*model_, example);
+  make_owned_optimizer();
 }
 
 std::unique_ptr<Task> Classifier::replicate() {
@@ -181,12 +253,19 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
   check_has_batches(train, "training");
   if (val != nullptr) check_has_batches(*val, "validation");
-  if (devices_.size() > 1 || options_.process_group != nullptr) {
+  // A group of one trains through its collectives, which move float32 and float64 only: a
+  // half-precision model (no collective needed) trains alone, as it would without the group.
+  const ProcessGroup* group = options_.process_group;
+  const auto half = [](const Tensor& t) { return is_half(t.dtype()); };
+  const bool half_model = std::ranges::any_of(task.model().parameters(), half) ||
+                          std::ranges::any_of(task.model().buffers(), half);
+  if (devices_.size() > 1 || (group != nullptr && (group->size() > 1 || !half_model))) {
     return fit_replicas(task, train, val);
   }
   nn::Module& model = task.model();
-  optim::Optimizer& opt = task.optimizer();
   prepare_model(model);
+  if (!model.all_built()) task.build(prepare_batch(train.batch(0), device()));  // lazy layers
+  optim::Optimizer& opt = task.optimizer();
   const std::vector<Tensor> params = model.parameters();
   loop::StepLog log(device());
   std::ofstream metrics_file = loop::open_metrics(options_, true);

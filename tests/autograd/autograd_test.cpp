@@ -98,6 +98,13 @@ TEST_P(Autograd, PowAndNormHavePyTorchsSlopesAtZero) {
   EXPECT_EQ(db[0], 0);
   EXPECT_EQ(db[1], 0);
   EXPECT_NEAR(db[2], std::log(2.0), 1e-12);  // 2^0 * log 2, unmasked
+  // A float32 base under a float64 exponent: the slope in the exponent is float64's
+  // (log(3) was taken in float32: 1.9028523361 for 3^0.5 log 3 = 1.9028523018).
+  const Tensor e = tensor({0.5, 1.5}, {device(), kFloat64}).requires_grad_();
+  pow(tensor({3.0, 7.0}, device()), e).sum().backward();
+  const std::vector<double> de = e.grad().to_vector<double>();
+  EXPECT_NEAR(de[0], std::sqrt(3.0) * std::log(3.0), 1e-13);
+  EXPECT_NEAR(de[1], std::pow(7.0, 1.5) * std::log(7.0), 1e-12);
   const Tensor w = zeros({2, 1}, {device(), kFloat32}).requires_grad_();
   norm(w).backward();
   EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{0, 0}));

@@ -173,6 +173,18 @@ TEST_P(Factories, NestedListsInferShapeAndDtype) {
       },
       {"[tensor]", "ragged", "has 1 entries, expected 2"});
   expect_throw_with<ShapeError>([&] { tensor({{1, 2}, 3}, device()); }, {"[tensor]", "ragged"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        tensor({1, {2}}, device());
+      },
+      {"[tensor] the nested list is ragged: a list appears at depth 1 "
+       "where the first entries are numbers (depth 1)"});
+  // Into an integer dtype the integers keep every bit beside decimals too (they went through
+  // double: INT64_MAX became 2^63, undefined as an int64).
+  EXPECT_EQ(tensor({9223372036854775807LL, 0.0}, {kInt64, device()}).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{9223372036854775807LL, 0}));
+  EXPECT_EQ(tensor({9007199254740993LL, 2.5, -2.5}, {kInt64, device()}).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{9007199254740993LL, 2, -2}));
 }
 
 TEST_P(Factories, FromVector) {

@@ -232,6 +232,14 @@ TEST_P(ProcessGroupTest, RanksThatDisagreeAllGetTheSameError) {
           pg().broadcast(t, 0);
       },
       {"rank 1 called broadcast while rank 0 called all_reduce"});
+  // A sum on one rank and a mean on the other: each got its own result, silently.
+  expect_throw_with<Error>(
+      [&] {
+        Tensor t = ones({2}, {device()});
+        pg().all_reduce(t, pg().rank() == 1 ? ReduceKind::kMean : ReduceKind::kSum);
+      },
+      {"[ProcessGroup::all_reduce] rank 1 reduces with ReduceKind::kMean but rank 0 with "
+       "ReduceKind::kSum"});
   // A barrier met by another rank's collective: each used to wait for the other forever.
   expect_throw_with<Error>(
       [&] {
@@ -320,6 +328,17 @@ TEST_P(ProcessGroupTest, TrainingOnTheGroupEndsWhereOneProcessEnds) {
     return values;
   };
   const std::vector<std::vector<double>> alone = train(nullptr, false);
+  if (pg().size() == 1) {
+    // A bfloat16 model, whose gradients no collective moves, trains alone as without it.
+    data::DataLoader loader(std::vector<Tensor>{images.to(kBFloat16), labels}, {.batch_size = 5});
+    nn::Sequential net(nn::Flatten(), nn::Linear(64, 4, true, {kBFloat16, device()}));
+    optim::SGD sgd(net.parameters(), {.lr = 0.1});
+    train::Classifier task(net, sgd);
+    train::TrainerOptions o{.max_epochs = 1, .progress = false};
+    o.device = device();
+    o.process_group = &pg();
+    train::Trainer(o).fit(task, loader);
+  }
   for (const bool graph : {false, true}) {
     SCOPED_TRACE(graph ? "recorded steps" : "eager steps");
     const std::vector<std::vector<double>> on_group = train(&pg(), graph);

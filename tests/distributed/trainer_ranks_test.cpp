@@ -33,11 +33,13 @@ struct TrainRun {
   bool dropout = false;  // Dropout(0.3) after the activation: draws random numbers
   int epochs = 3;
   std::filesystem::path state, resume;
+  std::int64_t examples = 25;
+  int frozen = -1;  // the index of a parameter to freeze (requires_grad off), or none
 };
 
 std::vector<std::vector<double>> train(const TrainRun& run) {
   const auto [images, labels] =
-      random_images(25);  // batches of 7, 7, 7, 4: uneven over 2 or 4 devices
+      random_images(run.examples);  // 25: batches of 7, 7, 7, 4: uneven over 2 or 4 devices
   data::DataLoader loader(images, labels, {.batch_size = run.batch, .seed = run.seed});
   manual_seed(0);
   train::Classifier task(
@@ -61,6 +63,7 @@ std::vector<std::vector<double>> train(const TrainRun& run) {
         if (run.adam) return std::make_unique<optim::Adam>(p, optim::AdamOptions{.lr = 0.01});
         return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = run.lr, .momentum = 0.9});
       });
+  if (run.frozen >= 0) task.model().parameters()[run.frozen].requires_grad_(false);
   train::TrainerOptions o{.max_epochs = run.epochs,
                           .gradient_clip_val = run.clip,
                           .progress = false,
@@ -188,10 +191,23 @@ TEST_F(TrainerRanks, RanksThatWouldTrainDifferentThingsAreRefusedOnEveryRank) {
       {"[Trainer] rank 1's batch size is 8 but rank 0's is 7", "same training"});
   expect_throw_with<Error>(
       [&] { train({.hidden = rank == 0 ? 16 : 12, .group = &group()}); },
-      {"[Trainer] rank 1's parameter 0 differs in name, dtype or shape from rank 0's",
-       rank == 0 ? "(on rank 0 it is '1.weight' float32 [16, 64])"
-                 : "(on rank 1 it is '1.weight' float32 [12, 64])",
+      {"[Trainer] rank 1's parameter 0 differs in name, dtype, shape or requires_grad from "
+       "rank 0's",
+       rank == 0 ? "(on rank 0 it is '1.weight' float32 [16, 64], trained)"
+                 : "(on rank 1 it is '1.weight' float32 [12, 64], trained)",
        "same model"});
+  // Another parameter frozen on each rank: the gradient buckets held different parameters
+  // in the same places, and each rank added the other's bias gradient to its own weight's.
+  expect_throw_with<Error>(
+      [&] { train({.group = &group(), .frozen = rank == 0 ? 1 : 0}); },
+      {"[Trainer] rank 1's parameter 0 differs in name, dtype, shape or requires_grad",
+       rank == 0 ? "'1.weight' float32 [16, 64], trained)"
+                 : "'1.weight' float32 [16, 64], frozen (requires_grad off))",
+       "freeze the same parameters"});
+  // As many batches from other data sets: each rank's last batch was cut differently.
+  expect_throw_with<Error>(
+      [&] { train({.group = &group(), .examples = rank == 0 ? 25 : 26}); },
+      {"[Trainer] rank 1's count of training examples is 26 but rank 0's is 25"});
   // The same parameters, another training: each was trained silently (or hung).
   const auto refused = [&](const TrainRun& mine, const char* what, const std::string& here) {
     expect_throw_with<Error>(

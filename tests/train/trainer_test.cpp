@@ -58,6 +58,60 @@ TEST_P(TrainerOnDevice, LearnsWithMetricsOnTheDevice) {
   EXPECT_NEAR(trainer.step_losses().to_vector<double>().back(), history.back().train_loss, 0.5);
 }
 
+// The book's models are lazy (nn.LazyLinear): the Trainer builds them on the first batch
+// before the first step, so a Classifier made by factories trains them exactly as the same
+// model given its sizes; an optimizer made before the layers had parameters is refused (it
+// would never have trained them, silently).
+TEST_P(TrainerOnDevice, LazyLayersAreBuiltBeforeTheFirstStep) {
+  const auto [images, labels] = quadrant_images(64);
+  const auto fit = [&](bool lazy) {
+    data::DataLoader loader(images, labels, {.batch_size = 16, .seed = 1});
+    manual_seed(0);
+    const Device d = device();
+    train::Classifier task(
+        [lazy, d]() -> std::shared_ptr<nn::Module> {
+          if (lazy) {
+            return std::make_shared<nn::Sequential>(nn::Flatten(), nn::LazyLinear(16), nn::ReLU(),
+                                                    nn::LazyLinear(4));
+          }
+          // Made in order (arguments are evaluated in any order), as the lazy ones build.
+          nn::Linear first(64, 16, true, d);
+          nn::Linear second(16, 4, true, d);
+          return std::make_shared<nn::Sequential>(nn::Flatten(), std::move(first), nn::ReLU(),
+                                                  std::move(second));
+        },
+        [](const std::vector<Tensor>& p) {
+          return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.5, .momentum = 0.9});
+        });
+    train::Trainer({.max_epochs = 2, .progress = false, .device = device()}).fit(task, loader);
+    std::vector<std::vector<double>> values;
+    for (const Tensor& p : task.model().parameters()) values.push_back(p.to_vector<double>());
+    return values;
+  };
+  const auto sized = fit(false);
+  const auto lazy = fit(true);
+  ASSERT_EQ(lazy.size(), 4U);
+  for (std::size_t p = 0; p < sized.size(); ++p) {
+    ASSERT_EQ(lazy[p].size(), sized[p].size());
+    for (std::size_t i = 0; i < sized[p].size(); ++i) {
+      EXPECT_NEAR(lazy[p][i], sized[p][i], 1e-5) << "parameter " << p << ", value " << i;
+    }
+  }
+  // An optimizer made before the first call holds only the sized layer's parameters.
+  const auto [x, y] = quadrant_images(16);
+  data::DataLoader loader(x, y, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::LazyLinear(8), nn::ReLU(), nn::Linear(8, 4));
+  optim::SGD early(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, early);
+  testing::expect_throw_with<Error>(
+      [&] {
+        train::Trainer({.max_epochs = 1, .progress = false, .device = device()}).fit(task, loader);
+      },
+      {"[Trainer] the model's parameter '1.weight' was made by its lazy layer at the first call, "
+       "after the optimizer was made from model.parameters()",
+       "train::Classifier(make_model, make_optimizer)"});
+}
+
 // TrainerOptions::precision: the steps under autocast, still without a host wait or a
 // transfer per step, the weights float32, and about float32's accuracy.
 TEST_P(TrainerOnDevice, TrainsUnderAutocastInBfloat16AndFloat16) {

@@ -40,7 +40,7 @@ class TESSERA_API LazyLinear : public Module {
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   /// Whether the first call has built the parameters.
-  bool built() const { return weight.defined(); }
+  bool built() const override { return weight.defined(); }
 
   std::int64_t in_features = 0;  ///< 0 until built
   std::int64_t out_features;

@@ -47,6 +47,11 @@ class TESSERA_API Module {
   Tensor operator()(const Tensor& x);
   /// The computation, for subclasses to define. Call modules through operator().
   virtual Tensor forward(const Tensor& x) = 0;
+  /// Whether this module has made its parameters: false only for a lazy layer
+  /// (nn::LazyLinear) before its first call.
+  virtual bool built() const { return true; }
+  /// Whether this module and every descendant are built().
+  bool all_built() const;
 
   /// Parameters of this module and (with `recurse`) its descendants, in registration order.
   /// A tensor registered under several names (tied weights) comes once, under its first name,

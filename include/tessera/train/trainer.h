@@ -39,7 +39,8 @@ struct TESSERA_API TrainerOptions {
   /// process_group.h): every rank calls fit with the same options, model and data, and each
   /// global batch of batch_size examples is split over all ranks' devices (Note [Data-parallel
   /// steps]). Only rank 0 prints and writes the metrics file. A group of one trains as this
-  /// process alone would, through the group's collectives. nullptr: this process alone.
+  /// process alone would, through the group's collectives (a model with half-precision
+  /// parameters, which those do not move, without them). nullptr: this process alone.
   const ProcessGroup* process_group = nullptr;
   /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
   /// model is replicated on each (Task::replicate, values broadcast from the first), each
@@ -103,6 +104,15 @@ class TESSERA_API Task {
   virtual StepResult training_step(const data::Batch& batch);
   /// Runs without recording a graph.
   virtual StepResult validation_step(const data::Batch& batch);
+  /// Builds what waits for the first batch, as the book's Trainer does before fitting
+  /// (apply_init on one batch): the parameters of lazy layers (nn::LazyLinear), by one call
+  /// of the model on `example` without gradients, in eval mode (the mode is restored). The
+  /// Trainer calls it before the first step when the model has lazy layers not built yet,
+  /// with the first training batch on the model's device (override it for a model that does
+  /// not take batch.x). A model without lazy layers is left as it is. Error when the optimizer
+  /// lacks a parameter built here: it was made from model.parameters() before the layer had them,
+  /// and would never train it (Classifier made by factories makes its optimizer here instead).
+  virtual void build(const data::Batch& example);
   /// A new task with a model of the same architecture and an optimizer with the same
   /// settings, for a data-parallel replica (the trainer overwrites its values). The default
   /// throws Error saying how to provide one.
@@ -121,12 +131,16 @@ class TESSERA_API Classifier : public Task {
       : model_(&model), optimizer_(&optimizer) {}
   Classifier(ModelFactory make_model, OptimizerFactory make_optimizer);
   nn::Module& model() override { return *model_; }
-  optim::Optimizer& optimizer() override { return *optimizer_; }
+  /// Made by make_optimizer with the model's parameters; with lazy layers, once build()
+  /// (the Trainer, before the first step) has made theirs. Error before that.
+  optim::Optimizer& optimizer() override;
+  void build(const data::Batch& example) override;
   std::unique_ptr<Task> replicate() override;
 
  private:
+  void make_owned_optimizer();  // from make_optimizer_ and the model's parameters
   nn::Module* model_;
-  optim::Optimizer* optimizer_;
+  optim::Optimizer* optimizer_ = nullptr;
   ModelFactory make_model_;
   OptimizerFactory make_optimizer_;
   std::shared_ptr<nn::Module> owned_model_;
