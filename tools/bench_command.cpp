@@ -1,9 +1,12 @@
 #include "bench_command.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -65,6 +68,14 @@ int run(const BenchOptions& o) {
         fmt::format("[bench] cannot create the output directory '{}': {}; choose "
                     "another with --out-dir",
                     ctx.out_dir.string(), ec.message()));
+  }
+  // Before the first exercise: a directory that exists but cannot be written failed only
+  // after one had run, and stopped the others.
+  if (::access(ctx.out_dir.c_str(), W_OK | X_OK) != 0) {
+    throw IOError(
+        fmt::format("[bench] cannot write in the output directory '{}': {}; choose "
+                    "another with --out-dir",
+                    ctx.out_dir.string(), std::strerror(errno)));
   }
   std::cout << fmt::format(
       "tessera {} bench: {}\n", kVersion,
@@ -129,7 +140,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--quick", o->quick, "fewer repetitions and smaller sizes");
   cmd->add_option("--max-n-cpu", o->max_n_cpu, "largest matmul size on the CPU")
-      ->check(cli::whole_number_in(16, 16384))
+      ->transform(cli::whole_number_in(16, 16384))
       ->capture_default_str();
   cmd->callback([o] {
     const int status = run(*o);

@@ -18,6 +18,9 @@ CLI::Validator whole_number_in(long long lo, long long hi) {
         if (text.empty() || error != std::errc() || stop != end || v < lo || v > hi) {
           return fmt::format("must be a whole number from {} to {}, got {}", lo, hi, text);
         }
+        // The value as checked, in plain decimal: CLI11 converts with strtoll's base 0, which
+        // read "010" as 8 (--epochs 010 trained 8 epochs).
+        text = std::to_string(v);
         return "";
       },
       fmt::format("INT in [{} - {}]", lo, hi));

@@ -5,7 +5,9 @@
 
 namespace tessera::cli {
 
-// A whole number (digits, an optional sign) from `lo` to `hi`.
+// A whole number (digits, an optional sign) from `lo` to `hi`, rewritten in plain decimal:
+// give it with ->transform(), not ->check(), so that "010" is read as 10 (CLI11 reads a
+// leading 0 as octal).
 CLI::Validator whole_number_in(long long lo, long long hi);
 // A number, NaN excluded, from `lo` to `hi`.
 CLI::Validator number_in(double lo, double hi);

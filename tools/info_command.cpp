@@ -127,7 +127,7 @@ void add_info_command(CLI::App& app) {
       "devices, GPUs) and the memory tessera holds on each");
   info->add_option("--cpu-devices", options->cpu_devices,
                    "Split the CPU into N logical devices first (like TESSERA_CPU_DEVICES=N)")
-      ->check(cli::whole_number_in(0, 64));
+      ->transform(cli::whole_number_in(0, 64));
   info->callback([options] { run_info(*options); });
 }
 

@@ -99,11 +99,19 @@ void check_output_path(const std::string& flag, const std::string& path) {
                     "another path. Nothing was trained",
                     flag, path, dir.string(), std::strerror(errno)));
   }
-  if (fs::is_directory(fs::status(p, ec))) {
+  const fs::file_status status = fs::status(p, ec);
+  if (fs::is_directory(status)) {
     throw IOError(
         fmt::format("[train] {} '{}' is a directory; give a file name inside it. "
                     "Nothing was trained",
                     flag, path));
+  }
+  // An existing file is replaced in place by some writers (the chart), which its mode forbids.
+  if (fs::exists(status) && ::access(p.c_str(), W_OK) != 0) {
+    throw IOError(
+        fmt::format("[train] {} '{}': cannot write the existing file: {}. Change its mode "
+                    "(chmod u+w) or choose another path. Nothing was trained",
+                    flag, path, std::strerror(errno)));
   }
 }
 
@@ -331,9 +339,11 @@ const CLI::Validator kUnsigned(
       // Past 2^64 - 1 the conversion would clamp it silently: another seed than asked for.
       std::uint64_t value = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-      return error == std::errc() && end == text.data() + text.size()
-                 ? ""
-                 : "must be at most 18446744073709551615 (2^64 - 1), got " + text;
+      if (error != std::errc() || end != text.data() + text.size()) {
+        return "must be at most 18446744073709551615 (2^64 - 1), got " + text;
+      }
+      text = std::to_string(value);  // in plain decimal: CLI11 reads a leading 0 as octal
+      return "";
     },
     "UINT");
 
@@ -351,16 +361,16 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"softmax", "mlp", "lenet", "lenet-book"}))
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Passes over the 60,000 training images")
-      ->check(cli::whole_number_in(0, 100000))
+      ->transform(cli::whole_number_in(0, 100000))
       ->capture_default_str();
   cmd->add_option("--batch-size", a->batch_size, "Images per step")
-      ->check(cli::whole_number_in(1, 1 << 20))
+      ->transform(cli::whole_number_in(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch,
                   "Batches gathered ahead of the step on a background thread (0: none, each "
                   "batch is gathered when the step needs it; default: 2 when there is a GPU, "
                   "else 0); the batches are the same either way")
-      ->check(cli::whole_number_in(0, 64));
+      ->transform(cli::whole_number_in(0, 64));
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();
@@ -377,7 +387,7 @@ void add_train_command(CLI::App& app) {
                       "Instead of --device: use the first min(N, num_gpus()) GPUs, the CPU when "
                       "0 (the book's Trainer(num_gpus=N)); two or more train data-parallel; "
                       "says so when fewer exist")
-          ->check(cli::whole_number_in(0, 64))
+          ->transform(cli::whole_number_in(0, 64))
           ->excludes(device);
   cmd->add_option("--devices", a->devices,
                   "Train data-parallel on these devices of one kind, comma-separated: "
@@ -386,7 +396,7 @@ void add_train_command(CLI::App& app) {
       ->excludes(device)
       ->excludes(num_gpus);
   cmd->add_option("--seed", a->seed, "Seed of initialization and shuffling: runs repeat exactly")
-      ->check(kUnsigned)
+      ->transform(kUnsigned)
       ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir,
                   "Directory of the Fashion-MNIST IDX files (default: $TESSERA_DATA_DIR or "

@@ -70,6 +70,20 @@ class TESSERA_API StreamGuard {
   int previous_;
 };
 
+/// Work queued on `waiter` from now on waits for everything queued on `waited` so far, as
+/// PyTorch's waiter.wait_stream(waited): what one side stream made, another can then read
+/// (two guards one after the other run at the same time otherwise, and the second could read
+/// what the first had not written yet). For a default `waited`, that includes the side
+/// streams whose guards ended before. Never waits on the host, except on a device whose
+/// default stream is the calling thread (the plain CPU, TESSERA_CPU_ASYNC=0) when `waiter` is
+/// that default stream. Throws DeviceError unless both streams are of one device, and
+/// GraphCaptureError while the device is capturing a graph.
+///
+///   { StreamGuard g(s1); b = a.matmul(a); }
+///   wait_stream(s2, s1);
+///   { StreamGuard g(s2); c = b * 3.0; }   // after b
+TESSERA_API void wait_stream(Stream waiter, Stream waited);
+
 /// Waits until the work queued on `stream` is done (for a default stream, including the side
 /// streams' work it was ordered after). Allowed under any SyncGuard (an explicit request),
 /// counted as a host wait on the stream's device (never on the plain CPU). Throws

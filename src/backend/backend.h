@@ -210,6 +210,10 @@ class Backend {
   virtual void leave_stream(int /*index*/, int /*id*/, int /*previous*/) {}
   virtual int current_stream(int /*index*/) const { return 0; }
   virtual void synchronize_stream(int index, int /*id*/) { synchronize(index); }
+  // Work queued on stream `waiter` from now on waits for everything queued on `waited` so far
+  // (for the default stream: with the side streams it has joined). No host wait, except where
+  // the waiter is a default stream run by the calling thread.
+  virtual void order_stream_after(int /*index*/, int /*waiter*/, int /*waited*/) {}
 
   // Graph capture (graph.h). begin_capture starts recording the work this thread queues on
   // the default streams of the devices `indices` (distinct devices of this backend, at most

@@ -64,6 +64,20 @@ StreamGuard::~StreamGuard() {
       .leave_stream(stream_.device().index(), stream_.id(), previous_);
 }
 
+void wait_stream(Stream waiter, Stream waited) {
+  const Device device = waiter.device();
+  detail::check_device(device, "wait_stream");
+  TESSERA_CHECK(waited.device() == device, DeviceError,
+                "[wait_stream] the streams are of {} and {}; a stream waits for another of its "
+                "own device (across devices, copy the tensor with .to(), which orders itself)",
+                device.str(), waited.device().str());
+  TESSERA_CHECK(!detail::backend_of(device).capturing(device.index()), GraphCaptureError,
+                "[wait_stream] {} is capturing a graph, which records one stream; order the "
+                "streams outside Graph::capture",
+                device.str());
+  detail::backend_of(device).order_stream_after(device.index(), waiter.id(), waited.id());
+}
+
 void synchronize(Stream stream) {
   const Device device = stream.device();
   detail::check_device(device, "synchronize");

@@ -16,6 +16,14 @@ namespace {
 // The IDX file `stem`, gzipped (as Debian ships it) or not. Looked up with stat, so an
 // unreadable, looping or too-long path is an IOError with the system's reason.
 std::filesystem::path find_file(const std::filesystem::path& dir, const std::string& stem) {
+  // The directory first: a missing one was reported as lacking a file. A loop or a name too
+  // long is an IOError with the system's reason (io::exists).
+  const bool there = io::exists(dir, "load_fashion_mnist");
+  TESSERA_CHECK(there && std::filesystem::is_directory(dir), IOError,
+                "[load_fashion_mnist] the data directory '{}' {}; point --data-dir / "
+                "TESSERA_DATA_DIR at the directory of the IDX files, or install Debian's "
+                "dataset-fashion-mnist (scripts/setup does)",
+                io::printable(dir.string()), there ? "is not a directory" : "does not exist");
   for (const std::string& name : {stem + ".gz", stem}) {
     if (io::exists(dir / name, "load_fashion_mnist")) return dir / name;
   }
@@ -42,9 +50,11 @@ void split(const std::filesystem::path& dir, const std::string& prefix, Tensor& 
                 "and there is nothing to train or test on. Check the file",
                 image_path, s.str());
   const Shape& ls = label_file.shape();
-  TESSERA_CHECK(ls.size() == 1 && ls[0] == s[0], IOError,
+  TESSERA_CHECK(ls.size() == 1, IOError, "[load_fashion_mnist] '{}' holds shape {}, not [N] labels",
+                label_path, ls.str());
+  TESSERA_CHECK(ls[0] == s[0], IOError,
                 "[load_fashion_mnist] '{}' holds {} labels for the {} images of '{}'", label_path,
-                ls.numel(), s[0], image_path);
+                ls[0], s[0], image_path);
   images = image_file.read();
   const Tensor raw_labels = label_file.read();
   const std::uint8_t* l = reinterpret_cast<const std::uint8_t*>(detail::impl_of(raw_labels).data());

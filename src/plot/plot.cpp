@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "plot/canvas.h"
+#include "tessera/error.h"
 
 namespace tessera::train {
 namespace {
@@ -119,10 +121,39 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
   }
 }
 
+// Whether `s` is well-formed UTF-8 (Cairo refuses other text, and only once the file is
+// made: the error read "cannot write" and left a chart behind).
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const std::size_t len = b < 0x80           ? 1
+                            : (b >> 5) == 0x6  ? 2
+                            : (b >> 4) == 0xe  ? 3
+                            : (b >> 3) == 0x1e ? 4
+                                               : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    std::uint32_t cp = len == 1 ? b : b & (0x7f >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c >> 6) != 0x2) return false;
+      cp = (cp << 6) | (c & 0x3f);
+    }
+    const std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
 }  // namespace
 
 void plot_history(const std::vector<EpochMetrics>& history, const std::filesystem::path& path,
                   const Tensor& step_losses, const std::string& title) {
+  if (!valid_utf8(title)) {
+    throw Error(
+        "[plot_history] the title is not valid UTF-8; nothing was written. Give it as "
+        "UTF-8 text");
+  }
   Canvas canvas(path, kWidth, kHeight, "plot_history");
   draw(canvas, history, step_losses, title);
   canvas.finish();

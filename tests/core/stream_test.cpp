@@ -193,6 +193,51 @@ TEST_P(Streams, GuardsAndStreamWaitsAreRefusedWhileCapturing) {
   EXPECT_DOUBLE_EQ(sum(y).item<double>(), 32.0);
 }
 
+// Two guards one after the other run at the same time: a second stream reading what the
+// first made needs wait_stream (without it the read got the block's old contents, 19 runs
+// in 20). Through the default stream, too: it includes the side streams it has joined.
+TEST_P(Streams, WaitStreamOrdersOneSideStreamAfterAnother) {
+  const Device d = device();
+  const Tensor a = full({96, 96}, 1.0, d);
+  for (const bool through_default : {false, true}) {
+    for (int run = 0; run < 8; ++run) {
+      const Stream s1 = new_stream(d), s2 = new_stream(d);
+      Tensor b, c;
+      {
+        StreamGuard guard(s1);
+        b = a;
+        for (int i = 0; i < 12; ++i) b = b.matmul(a) * 0.0 + b;  // slow, and still 1
+        b = b + 1.0;
+      }
+      wait_stream(s2, through_default ? default_stream(d) : s1);
+      {
+        StreamGuard guard(s2);
+        c = b * 3.0;
+      }
+      EXPECT_DOUBLE_EQ(mean(c).item<double>(), 6.0) << "run " << run;
+    }
+  }
+  // The default stream may wait for a side stream too, and a stream for itself (nothing).
+  const Stream s = new_stream(d);
+  Tensor e;
+  {
+    StreamGuard guard(s);
+    e = a * 5.0;
+  }
+  wait_stream(default_stream(d), s);
+  wait_stream(s, s);
+  EXPECT_DOUBLE_EQ(sum(e).item<double>(), 5.0 * 96 * 96);
+  expect_throw_with<GraphCaptureError>(
+      [&] { Graph::capture(d, [&] { wait_stream(s, default_stream(d)); }); },
+      {"[wait_stream] " + d.str() + " is capturing a graph"});
+  for (const Device other : available_devices()) {
+    if (other == d) continue;
+    expect_throw_with<DeviceError>(
+        [&] { wait_stream(s, default_stream(other)); },
+        {"[wait_stream] the streams are of " + d.str() + " and " + other.str()});
+  }
+}
+
 TEST_P(Streams, AGuardLeftByAnExceptionRestoresTheStreamBefore) {
   const Stream s = new_stream(device());
   const Tensor x = ones({4}, device());

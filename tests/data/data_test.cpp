@@ -95,8 +95,15 @@ TEST_F(DataFiles, FashionMnistChecksItsFiles) {
   write("t10k-labels-idx1-ubyte", idx({3}, std::string{1, 2, 3}));
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
                              {"3 labels for the 2 images"});
-  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "nowhere"); },
-                             {"dataset-fashion-mnist", "TESSERA_DATA_DIR"});
+  write("t10k-labels-idx1-ubyte", idx({2, 1}, std::string{1, 2}));
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_); },
+                             {"holds shape [2, 1], not [N] labels"});
+  expect_throw_with<IOError>(
+      [&] { data::load_fashion_mnist(dir_ / "nowhere"); },
+      {"the data directory '" + (dir_ / "nowhere").string() + "' does not exist",
+       "dataset-fashion-mnist", "TESSERA_DATA_DIR"});
+  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "t10k-labels-idx1-ubyte"); },
+                             {"is not a directory"});
 }
 
 // Note [Bounded IDX reads]: a header declaring more than the file can hold is refused
@@ -174,15 +181,15 @@ TEST_F(DataFiles, AnEmptyDataSetIsRefused) {
 TEST_F(DataFiles, BadDataDirectoriesAreIOErrors) {
   fs::create_symlink("loop_b", dir_ / "loop_a");
   fs::create_symlink("loop_a", dir_ / "loop_b");
-  expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "loop_a"); },
-                             {"[load_fashion_mnist]", "loop_a/train-images-idx3-ubyte.gz",
-                              "Too many levels of symbolic links"});
+  expect_throw_with<IOError>(
+      [&] { data::load_fashion_mnist(dir_ / "loop_a"); },
+      {"[load_fashion_mnist]", "loop_a': cannot look it up", "Too many levels of symbolic links"});
   const fs::path too_long = dir_ / std::string(300, 'x');
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(too_long); },
                              {"[load_fashion_mnist]", "File name too long"});
   write("plain-file", "not a directory");
   expect_throw_with<IOError>([&] { data::load_fashion_mnist(dir_ / "plain-file"); },
-                             {"[load_fashion_mnist]", "Not a directory"});
+                             {"[load_fashion_mnist]", "plain-file' is not a directory"});
   if (::geteuid() == 0)
     GTEST_SKIP() << "root reads any directory: the unreadable case needs a user";
   fs::create_directory(dir_ / "locked");

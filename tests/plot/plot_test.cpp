@@ -46,6 +46,17 @@ TEST(Plot, PlotsHistoryAsSvgAndPng) {
                                     {".svg or .png"});
   testing::expect_throw_with<IOError>([&] { train::plot_history(h, "/nonexistent-dir/chart.png"); },
                                       {"[plot_history]", "cannot write"});
+  // A title Cairo cannot draw is refused before the file is made (it said "cannot write"
+  // and left a chart behind).
+  const std::filesystem::path bad =
+      std::filesystem::temp_directory_path() / "tessera_bad_title.svg";
+  std::filesystem::remove(bad);
+  testing::expect_throw_with<Error>([&] { train::plot_history(h, bad, {}, "bad \xff title"); },
+                                    {"[plot_history] the title is not valid UTF-8"});
+  EXPECT_FALSE(std::filesystem::exists(bad));
+  train::plot_history(h, bad, {}, "caf\xc3\xa9");  // UTF-8 is drawn
+  EXPECT_TRUE(std::filesystem::exists(bad));
+  std::filesystem::remove(bad);
 }
 
 std::string read_file(const std::filesystem::path& p) {

@@ -63,6 +63,7 @@ class CpuBackendBase : public Backend {
   int extra_streams() const override { return kSideStreams; }
   void enter_stream(int index, int id, int previous) override;
   void leave_stream(int index, int id, int previous) override;
+  void order_stream_after(int index, int waiter, int waited) override;
   int current_stream(int index) const override;
   void synchronize_stream(int index, int id) override;
   // Waits for the work queued on every side stream, reporting no error (at exit).

@@ -160,6 +160,28 @@ void CpuBackendBase::leave_stream(int index, int id, int previous) {
 
 int CpuBackendBase::current_stream(int index) const { return t_stream[index]; }
 
+void CpuBackendBase::order_stream_after(int index, int waiter, int waited) {
+  if (waiter == waited) return;
+  if (waiter != 0) side_queue(index, waiter);  // made before anything is queued on it
+  SideStreams& s = side_[index];
+  if (waited == 0 && s.has_joins.load(std::memory_order_acquire)) {
+    if (waiter == 0) {
+      apply_joins(index);
+    } else {
+      // The side streams the default stream has joined but not yet waited for: the waiter
+      // waits for them itself, leaving the joins pending (applying them here would make the
+      // default stream wait now, or the host on the plain CPU).
+      const std::lock_guard lock(s.mutex);
+      WorkQueue* const to = s.queues[waiter].get();
+      for (int id = 1; id <= kSideStreams; ++id) {
+        if (s.joins[id] == 0 || id == waiter) continue;
+        to->submit([q = s.queues[id].get(), ticket = s.joins[id]] { q->wait(ticket); });
+      }
+    }
+  }
+  order_after(index, waiter, waited);
+}
+
 void CpuBackendBase::synchronize_stream(int index, int id) {
   refuse_while_capturing(index, "a host wait");
   if (id == 0) {

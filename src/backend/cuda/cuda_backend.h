@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   int extra_streams() const override { return kExtraStreams; }  // cuda_streams.cpp
   void enter_stream(int index, int id, int previous) override;
   void leave_stream(int index, int id, int previous) override;
+  void order_stream_after(int index, int waiter, int waited) override;
   int current_stream(int index) const override;
   void synchronize_stream(int index, int id) override;
 

@@ -108,6 +108,22 @@ void CudaBackend::leave_stream(int index, int id, int previous) {
 
 int CudaBackend::current_stream(int index) const { return t_stream[index]; }
 
+void CudaBackend::order_stream_after(int index, int waiter, int waited) {
+  if (waiter == waited) return;
+  PerDevice& d = devices_[index];
+  select(index);  // the device current for the calls below
+  const cudaStream_t to = d.streams[waiter].stream;
+  if (waited == 0) {
+    // The default stream's work includes the side streams it joined and has not waited for
+    // yet (Note [CUDA streams]): their events, then its own.
+    std::lock_guard lock(d.side_mutex);
+    for (const auto& [event, id] : d.pending_joins) {
+      if (id != waiter) TESSERA_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
+    }
+  }
+  wait_for(d.events, to, d.streams[waited].stream);
+}
+
 void CudaBackend::synchronize_stream(int index, int id) {
   activate(index);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(devices_[index].streams[id].stream));
