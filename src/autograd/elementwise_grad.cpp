@@ -11,12 +11,14 @@
 namespace tessera::detail {
 namespace {
 
-// d max(a, b) / da: 1 where a wins, 1/2 on ties (as PyTorch), 0 elsewhere; b a tensor or a
-// scalar (compared as it is, never made a tensor of a's dtype, which it may not fit).
+// d max(a, b) / da: 0 where a loses, 1/2 on ties, 1 elsewhere, as PyTorch: where either is
+// NaN (the result is NaN) both get the gradient, as the NaN of a max() reduction does (it
+// went nowhere). b a tensor or a scalar (compared as it is, never made a tensor of a's
+// dtype, which it may not fit).
 template <typename Other>
 Tensor winner_mask(const Tensor& a, const Other& b, bool maximum) {
-  const Tensor wins = maximum ? gt(a, b) : lt(a, b);
-  return where(wins, 1.0, where(eq(a, b), 0.5, zeros_like(a)));
+  const Tensor loses = maximum ? lt(a, b) : gt(a, b);
+  return where(loses, zeros_like(a), where(eq(a, b), 0.5, ones_like(a)));
 }
 
 }  // namespace

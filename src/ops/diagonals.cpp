@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/device_registry.h"
 #include "core/tensor_impl.h"
 #include "tessera/device_scope.h"
 #include "tessera/factories.h"
@@ -20,9 +21,14 @@ Tensor eye(std::int64_t n, std::int64_t m, TensorOptions options) {
   if (m == -1) m = n;
   const Device device = options.device.value_or(default_device());
   const Dtype dtype = options.dtype.value_or(kFloat32);
-  const Tensor rows = arange(static_cast<double>(n), {kInt64, device}).unsqueeze(1);
-  const Tensor cols = arange(static_cast<double>(m), {kInt64, device}).unsqueeze(0);
-  return eq(rows, cols).to(dtype);
+  detail::check_device(device, "eye");
+  // Zeros, then ones along the diagonal (every (m + 1)-th value): the n x m bool matrix of a
+  // comparison cost as much again, and its errors named the comparison.
+  Tensor out = detail::make_tensor(Shape{n, m}, dtype, device, "eye");
+  out.fill_(0.0);
+  const std::int64_t k = std::min(n, m);
+  if (k > 0) out.reshape({n * m}).slice(0, 0, (k - 1) * (m + 1) + 1, m + 1).fill_(1.0);
+  return out;
 }
 
 Tensor diag(const Tensor& a) {

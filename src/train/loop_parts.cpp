@@ -118,6 +118,22 @@ constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
 constexpr const char* kBatchSizeKey = "batch_size";
 constexpr const char* kOptimizerKey = "optimizer";
 constexpr const char* kDataOrderKey = "data_order";
+constexpr const char* kModelKey = "model";  // Module::str(): its layers
+
+// The first line where two texts differ, from each (empty past the end of one).
+std::pair<std::string, std::string> first_different_line(const std::string& a,
+                                                         const std::string& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() || j < b.size()) {
+    const std::size_t ei = std::min(a.find('\n', i), a.size());
+    const std::size_t ej = std::min(b.find('\n', j), b.size());
+    std::string la = a.substr(i, ei - i), lb = b.substr(j, ej - j);
+    if (la != lb) return {std::move(la), std::move(lb)};
+    i = ei + 1;
+    j = ej + 1;
+  }
+  return {};
+}
 
 // The loader's order as a resumed run must repeat it (its seed decides every later epoch's
 // shuffle; a resume without --seed went on with another order, silently).
@@ -147,6 +163,16 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "(--batch-size), or start afresh",
                   io::printable(options.resume_from.string()), io::printable(*batch), now,
                   io::printable(*batch));
+  }
+  // The model first: another model's file failed on the optimizer's options or a shape.
+  if (const auto model = saved(kModelKey)) {
+    const std::string now = tasks.front()->model().str();
+    const auto [theirs, ours] = first_different_line(*model, now);
+    TESSERA_CHECK(*model == now, Error,
+                  "[Trainer] {} was trained with another model than this run's (the file's "
+                  "layers have '{}' where this run's have '{}'): resumed so, it would not "
+                  "continue that run. Resume with the same model (--model), or start afresh",
+                  io::printable(options.resume_from.string()), io::printable(theirs), ours);
   }
   if (const auto optimizer = saved(kOptimizerKey)) {
     const std::string now = tasks.front()->optimizer().str();
@@ -209,6 +235,7 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                        {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
                        {kBatchSizeKey, std::to_string(train.options().batch_size)},
                        {kOptimizerKey, task.optimizer().str()},
+                       {kModelKey, task.model().str()},
                        {kDataOrderKey, data_order(train)}});
 }
 

@@ -84,6 +84,23 @@ TEST_P(Autograd, ErrorsNameTheFix) {
                                 {"[backward] gradient has shape [3]"});
 }
 
+// Where maximum/minimum give NaN, both operands get the gradient, as in PyTorch and as the
+// NaN of a max() reduction does (it went to neither); a tie splits it, a loser gets none.
+TEST_P(Autograd, MaximumAndMinimumSendANansGradientToBothOperands) {
+  for (const bool is_max : {true, false}) {
+    const Tensor a = tensor({NAN, 1.0, NAN, 2.0, 3.0}, {device(), kFloat64}).requires_grad_();
+    const Tensor b = tensor({1.0, NAN, NAN, 2.0, 0.0}, {device(), kFloat64}).requires_grad_();
+    (is_max ? maximum(a, b) : minimum(a, b)).backward(ones({5}, {device(), kFloat64}));
+    EXPECT_EQ(a.grad().to_vector<double>(),
+              (std::vector<double>{1, 1, 1, 0.5, is_max ? 1.0 : 0.0}));
+    EXPECT_EQ(b.grad().to_vector<double>(),
+              (std::vector<double>{1, 1, 1, 0.5, is_max ? 0.0 : 1.0}));
+    const Tensor c = tensor({NAN, 1.0}, {device(), kFloat64}).requires_grad_();
+    (is_max ? maximum(c, 0.5) : minimum(c, 0.5)).backward(ones({2}, {device(), kFloat64}));
+    EXPECT_EQ(c.grad().to_vector<double>(), (std::vector<double>{1, is_max ? 1.0 : 0.0}));
+  }
+}
+
 TEST_P(Autograd, PowAndNormHavePyTorchsSlopesAtZero) {
   // d/da a^0 = 0 and d/db 0^b = 0 for b >= 0 (not 0 * inf or 0 * log 0), and ||a|| has
   // slope 0 at a = 0 (a zero-initialized weight under a norm penalty must not get NaN).

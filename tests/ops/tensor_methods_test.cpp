@@ -67,6 +67,17 @@ TEST_P(TensorMethods, EyeDiagAndTraceMatchAFloat64Reference) {
   EXPECT_EQ(eye(2, -1, {kInt64, device()}).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{1, 0, 0, 1}));
   EXPECT_EQ(eye(0, -1, device()).numel(), 0);
+  // Tall, wide, one column, bool; errors name eye.
+  for (const auto& [n, m] : {std::pair{5, 2}, std::pair{2, 5}, std::pair{4, 1}, std::pair{1, 1}}) {
+    const std::vector<double> e = eye(n, m, {kFloat64, device()}).to_vector<double>();
+    for (int r = 0; r < n; ++r) {
+      for (int c = 0; c < m; ++c)
+        EXPECT_EQ(e[static_cast<std::size_t>(r * m + c)], r == c) << n << "x" << m;
+    }
+  }
+  EXPECT_EQ(eye(2, 3, {kBool, device()}).to_vector<bool>(),
+            (std::vector<bool>{true, false, false, false, true, false}));
+  expect_throw_with<DeviceError>([] { eye(3, -1, cpu(60)); }, {"[eye]", "cpu:60"});
 
   manual_seed(5);
   const Tensor a = randn({4, 3}, {kFloat64, device()});

@@ -212,6 +212,21 @@ TEST_P(Resume, NothingLeftToTrainIsRefusedBeforeAnythingChanges) {
       {"was trained with SGD(lr=0.2, momentum=0.9, dampening=0, weight_decay=0, nesterov=false) "
        "and this run's optimizer is SGD(lr=0.3,",
        "same optimizer options (--lr, --momentum)"});
+  // Another model is named as such (it failed on the optimizer's options or on a shape).
+  const Device d = device();
+  train::Classifier sigmoid(
+      [d] {
+        return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 16, true, d),
+                                                nn::Sigmoid(), nn::Dropout(0.25),
+                                                nn::Linear(16, 4, true, d));
+      },
+      [](const std::vector<Tensor>& p) {
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+      });
+  expect_throw_with<Error>([&] { train::Trainer(again).fit(sigmoid, train_data); },
+                           {"was trained with another model than this run's (the file's layers "
+                            "have '  (2): ReLU()' where this run's have '  (2): Sigmoid()')",
+                            "same model (--model)"});
   EXPECT_EQ(task->model().parameters()[0].to_vector<double>(), before) << "nothing loaded";
 }
 
