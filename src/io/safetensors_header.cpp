@@ -266,7 +266,8 @@ void HeaderParser::finish_tensor() {
   if (d == std::end(kSafetensorsDtypes)) {
     refuse(
         fmt::format("{} has dtype {}, which tessera cannot hold (it holds BOOL, U8, I32, I64, "
-                    "F32, F64, BF16, F16)",
+                    "F32, F64, BF16, F16); convert the tensor to one of those where the file "
+                    "was written (in PyTorch: .to(torch.int32) or .float()) and save it again",
                     tensor(), printable(dtype_)));
   }
   const std::uint64_t begin = offsets_[0], end = offsets_[1];

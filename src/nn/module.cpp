@@ -353,9 +353,11 @@ Device Module::device() const {
   visit(*this, visit);
   if (distinct.empty()) {
     TESSERA_CHECK(placed_device_.has_value(), Error,
-                  "[Module::device] {} holds no parameters or buffers yet (a lazy layer builds "
-                  "them at its first call); call it once or place it with to(device)",
-                  path());
+                  "[Module::device] {} holds no parameters or buffers{}", path(),
+                  all_built() ? ", so it has no device of its own; place it with to(device) to "
+                                "give it one"
+                              : " yet (a lazy layer builds them at its first call); call it "
+                                "once or place it with to(device)");
     return *placed_device_;
   }
   if (distinct.size() == 1) return distinct.front();

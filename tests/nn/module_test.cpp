@@ -161,6 +161,9 @@ TEST_P(Modules, DeviceAuditListsTensorsThatDiffer) {
       {"2 devices", "Sequential[0].weight on " + d.str(), "Sequential[1].bias on " + other.str()});
   nn::Sequential lazy(nn::LazyLinear(1));
   expect_throw_with<Error>([&] { lazy.device(); }, {"no parameters or buffers yet"});
+  nn::Sequential empty{nn::ReLU()};  // nothing to build: calling it gives it no device
+  expect_throw_with<Error>([&] { empty.device(); },
+                           {"holds no parameters or buffers, so it has no device of its own"});
 }
 
 TEST_P(Modules, CallingOnAnotherDeviceNamesTheParameter) {
