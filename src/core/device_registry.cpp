@@ -136,7 +136,8 @@ void check_device(Device device, const char* op) {
   if (device.index() < num_gpus()) return;
   throw DeviceError(fmt::format(
       "[{}] device {} is not available: {}. Available devices: {}. Use try_gpu({}) to fall "
-      "back to the CPU when the GPU is missing.",
+      "back to the CPU when the GPU is missing (on the command line: leave --device out, or "
+      "pass --device cpu).",
       op, device.str(), gpu_unavailable_reason(), device_list(), device.index()));
 }
 

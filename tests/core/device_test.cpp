@@ -71,7 +71,8 @@ TEST(Device, MissingGpuErrorSaysWhy) {
       [] {
         ones({2, 3}, gpu(0));
       },
-      {"[ones]", "cuda:0 is not available", reason, "Available devices: ", "try_gpu(0)"});
+      {"[ones]", "cuda:0 is not available", reason, "Available devices: ", "try_gpu(0)",
+       "on the command line: leave --device out, or pass --device cpu"});
 #if !TESSERA_TEST_WITH_CUDA
   EXPECT_NE(reason.find("without CUDA"), std::string::npos);
 #endif
