@@ -36,6 +36,7 @@ struct TrainArgs {
   int num_gpus = -1;    // -1: not given
   std::string devices;  // "cpu:0,cpu:1": data-parallel on these
   std::uint64_t seed = 0;
+  bool drop_last = false;  // the training data's short last batch
   std::string data_dir;
   std::string save, load, metrics, plot;
   std::string save_state, resume;  // the training state after every epoch; a run to continue
@@ -173,7 +174,10 @@ void run_train(const TrainArgs& a) {
   const data::FashionMnist d = data::load_fashion_mnist(
       a.data_dir.empty() ? data::default_fashion_mnist_dir() : std::filesystem::path(a.data_dir));
   data::DataLoader train_data(d.train_images, d.train_labels,
-                              {.batch_size = a.batch_size, .seed = a.seed, .prefetch = a.prefetch});
+                              {.batch_size = a.batch_size,
+                               .drop_last = a.drop_last,
+                               .seed = a.seed,
+                               .prefetch = a.prefetch});
   data::DataLoader test_data(d.test_images, d.test_labels,
                              {.batch_size = 1000, .shuffle = false, .prefetch = a.prefetch});
 
@@ -366,6 +370,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--batch-size", a->batch_size, "Images per step")
       ->transform(cli::whole_number_in(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--drop-last", a->drop_last,
+                "Skip the training data's short last batch (60,000 images in batches of B leave "
+                "60,000 % B), as the data-parallel steps need when it has fewer images than "
+                "devices");
   cmd->add_option("--prefetch", a->prefetch,
                   "Batches gathered ahead of the step on a background thread (0: none, each "
                   "batch is gathered when the step needs it; default: 2 when there is a GPU, "

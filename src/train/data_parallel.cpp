@@ -50,7 +50,7 @@ void check_splittable(std::int64_t batch, std::size_t ranks, std::size_t k) {
       "[Trainer] a batch of {} example(s) cannot be split over {} {} (each "
       "replica needs at least one); choose a batch size that leaves every batch, the "
       "last of an epoch too, at least {} examples, or drop a short last batch "
-      "(LoaderOptions::drop_last)",
+      "(LoaderOptions::drop_last; tessera train --drop-last)",
       batch, replicas,
       ranks == 1 ? "devices" : fmt::format("replicas ({} ranks of {} device(s))", ranks, k),
       replicas);
