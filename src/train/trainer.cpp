@@ -144,7 +144,8 @@ void Task::build(const data::Batch& example) {
   const std::vector<Tensor> made = build_lazy_layers(m, example);
   if (made.empty()) return;
   const std::vector<Tensor>& held = optimizer().params();
-  for (const auto& [name, p] : m.named_parameters()) {
+  for (const auto& named : m.named_parameters()) {
+    const Tensor& p = named.second;  // not a structured binding: clang's OpenMP cannot capture one
     const bool is_new =
         std::any_of(made.begin(), made.end(), [&](const Tensor& t) { return t.is_same(p); });
     const bool optimized =
@@ -156,7 +157,7 @@ void Task::build(const data::Batch& example) {
                   "before making the optimizer, or build the task as "
                   "train::Classifier(make_model, make_optimizer), which makes the optimizer "
                   "after the lazy layers",
-                  name);
+                  named.first);
   }
 }
 
