@@ -97,6 +97,16 @@ TEST_P(TrainerOnDevice, LazyLayersAreBuiltBeforeTheFirstStep) {
       EXPECT_NEAR(lazy[p][i], sized[p][i], 1e-5) << "parameter " << p << ", value " << i;
     }
   }
+  // A factory-made Classifier has no optimizer until its lazy layers are built.
+  train::Classifier unbuilt(
+      [] { return std::make_shared<nn::Sequential>(nn::Flatten(), nn::LazyLinear(4)); },
+      [](const std::vector<Tensor>& p) {
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.1});
+      });
+  testing::expect_throw_with<Error>([&] { unbuilt.optimizer(); },
+                                    {"[Classifier] the model has lazy layers without parameters "
+                                     "yet",
+                                     "call build(batch) first"});
   // An optimizer made before the first call holds only the sized layer's parameters.
   const auto [x, y] = quadrant_images(16);
   data::DataLoader loader(x, y, {.batch_size = 16});
