@@ -16,11 +16,13 @@
 /// on its own (that rank with its own error, the others naming it); an all_reduce's ReduceKind
 /// is compared too. Integer sums wrap. The bytes a rank receives are counted in the transfer
 /// ledger (d2d, on the tensor's device). MPI is finalized when the process exits, after this
-/// process's queued collectives have run; finalizing waits for every rank, so a rank that
-/// catches an error the others did not get (a throw inside Trainer::fit on this rank alone)
-/// and returns from main must call abort_world() first, as `tessera train` does, or the
-/// other ranks and this one wait for each other for ever.
+/// process's queued collectives have run; finalizing waits for every rank. A rank that catches
+/// an error the others may not have got (Trainer::fit notes every error that escapes it, with
+/// note_failure) waits at most 10 s for them at exit, then ends the world (MPI_Abort, naming
+/// itself and the error) instead of waiting for ever for ranks that wait for it; call
+/// abort_world() where the error is caught, as `tessera train` does, to end them at once.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tessera/collectives.h"
@@ -54,6 +56,14 @@ class TESSERA_API ProcessGroup {
   /// mpirun reports with this rank's number) so that none waits for this one forever.
   /// Returns when no world of two or more processes was joined.
   static void abort_world(int code);
+
+  /// Notes that this rank had an error (`what`) the other ranks may not have had, so they may
+  /// wait for it in a collective: at exit this rank then waits at most 10 s for every rank to
+  /// exit too (ranks that all failed together do, at once) and otherwise ends the world with
+  /// MPI_Abort, saying why, instead of waiting for ever in MPI_Finalize. Trainer::fit notes
+  /// every error that escapes it; call this for errors of your own loops. Only the first is
+  /// kept. Applies when tessera initialised MPI (a program that did finalizes it itself).
+  void note_failure(const std::string& what) const;
 
   /// This process's index in the world, 0 .. size() - 1.
   int rank() const { return rank_; }

@@ -26,8 +26,12 @@ struct World {
 // fix when MPI is missing or cannot serve that.
 World mpi_join(int lanes, bool queue_threads);
 // Finalizes MPI when mpi_join initialised it and nothing has finalized it yet; every
-// collective must have returned. Never throws.
+// collective must have returned. Never throws. After mpi_note_failure it first waits a
+// bounded time for every rank, then ends the world: Note [Leaving after an error alone].
 void mpi_leave();
+// This rank had an error (`what`) that the other ranks may not have had: they may be waiting
+// for it in a collective, so mpi_leave must not wait for them for ever. The first is kept.
+void mpi_note_failure(const std::string& what);
 // After an error on this rank, ends every rank of the world (MPI_Abort) so that none waits
 // for this one forever; returns when no world of two or more was joined.
 void mpi_abort(int code);

@@ -1,7 +1,10 @@
 // Joining and leaving MPI's world, and the communicators collectives run on.
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,6 +27,16 @@
 // thread checks the next call, which needs MPI_THREAD_MULTIPLE; without queues only the
 // caller's thread calls, one call at a time (MPI_THREAD_SERIALIZED is enough).
 
+// Note [Leaving after an error alone]
+// MPI_Finalize waits for every rank. A rank whose Trainer::fit threw an error the others did
+// not get (its own disk full, a bad batch of its shard), caught it and returned from main
+// would wait there for ranks that wait for it in their next all-reduce: every rank hangs.
+// So every rank, leaving, first meets the others at a barrier on a communicator of its own
+// (`farewell`: no other call can be matched with it). A healthy rank waits there as long as
+// MPI_Finalize would; a rank that noted a failure waits kFarewellWait at most and then
+// ends the world (MPI_Abort), saying why. Ranks that all failed together (a refusal every
+// rank makes, or the same error everywhere) meet at once and finalize cleanly.
+
 namespace tessera::distributed {
 namespace {
 
@@ -34,6 +47,9 @@ struct State {
   World world;
   int provided = MPI_THREAD_SINGLE;
   MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm farewell = MPI_COMM_NULL;  // Note [Leaving after an error alone]
+  std::mutex failure_mutex;           // not `mutex`: a join may hold that, waiting for other ranks
+  std::string failure;                // mpi_note_failure's first
   std::vector<MPI_Comm> lanes;
   std::string lanes_error;  // the ranks disagree on the lanes: every later join fails too
 };
@@ -119,6 +135,7 @@ World mpi_join(int lanes, bool queue_threads) {
                   "Launch it with the mpirun of the MPI tessera was built with",
                   announced, mpi_library_version(), s.world.size);
     s.host = duplicate_world();
+    s.farewell = duplicate_world();
     s.joined = true;
     check_same_lanes(s, lanes);
   }
@@ -130,12 +147,58 @@ World mpi_join(int lanes, bool queue_threads) {
   return s.world;
 }
 
+namespace {
+
+constexpr std::chrono::seconds kFarewellWait{10};
+
+// Every rank's barrier on the way out: false when this rank noted a failure and the others
+// did not all arrive within kFarewellWait.
+bool every_rank_leaves(const State& s, const std::string& failure) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(s.farewell, &request) != MPI_SUCCESS) return true;  // let MPI_Finalize try
+  if (failure.empty()) {
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    return true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kFarewellWait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+}  // namespace
+
 void mpi_leave() {
   State& s = state();
   std::lock_guard lock(s.mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (s.initialised_here && finalized == 0) MPI_Finalize();
+  if (!s.initialised_here || finalized != 0) return;
+  std::string failure;
+  {
+    std::lock_guard failure_lock(s.failure_mutex);
+    failure = s.failure;
+  }
+  if (s.joined && s.world.size > 1 && !every_rank_leaves(s, failure)) {
+    std::fprintf(stderr,
+                 "[ProcessGroup] rank %d is exiting after an error the other ranks did not get "
+                 "(%s); they did not reach the exit within %lld s and would wait for this rank "
+                 "for ever, so every rank is ended now (MPI_Abort). To end them at once, call "
+                 "ProcessGroup::abort_world where the error is caught\n",
+                 s.world.rank, failure.c_str(), static_cast<long long>(kFarewellWait.count()));
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+}
+
+void mpi_note_failure(const std::string& what) {
+  State& s = state();
+  std::lock_guard lock(s.failure_mutex);
+  if (s.failure.empty()) s.failure = what.empty() ? "no message" : what;
 }
 
 void mpi_abort(int code) {

@@ -15,6 +15,8 @@ World mpi_join(int /*lanes*/, bool /*queue_threads*/) {
 
 void mpi_leave() {}
 
+void mpi_note_failure(const std::string& /*what*/) {}
+
 void mpi_abort(int /*code*/) {}
 
 std::string mpi_library_version() { return "no MPI (tessera was built without it)"; }

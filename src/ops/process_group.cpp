@@ -211,6 +211,10 @@ int ProcessGroup::local_rank() { return distributed::launcher_local_rank(); }
 
 void ProcessGroup::abort_world(int code) { distributed::mpi_abort(code); }
 
+void ProcessGroup::note_failure(const std::string& what) const {
+  if (size_ > 1) distributed::mpi_note_failure(what);
+}
+
 ProcessGroup& ProcessGroup::init(ProcessBackend backend) {
   Groups& g = groups();
   std::lock_guard lock(g.mutex);

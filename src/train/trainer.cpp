@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <string>
 
 #include "core/check.h"
 #include "core/device_registry.h"
@@ -260,7 +261,20 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   const auto half = [](const Tensor& t) { return is_half(t.dtype()); };
   const bool half_model = std::ranges::any_of(task.model().parameters(), half) ||
                           std::ranges::any_of(task.model().buffers(), half);
-  if (devices_.size() > 1 || (group != nullptr && (group->size() > 1 || !half_model))) {
+  if (group != nullptr && group->size() > 1) {
+    try {
+      return fit_replicas(task, train, val);
+    } catch (const std::exception& e) {
+      // The other ranks may be waiting for this one in an all-reduce: the exit must not wait
+      // for them for ever (Note [Leaving after an error alone] in mpi_world.cpp).
+      group->note_failure(std::string("Trainer::fit: ") + e.what());
+      throw;
+    } catch (...) {
+      group->note_failure("Trainer::fit: an exception that is not a std::exception");
+      throw;
+    }
+  }
+  if (devices_.size() > 1 || (group != nullptr && !half_model)) {
     return fit_replicas(task, train, val);
   }
   nn::Module& model = task.model();
