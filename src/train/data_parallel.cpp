@@ -75,6 +75,33 @@ void check_same_parameters(const std::vector<std::pair<std::string, Tensor>>& fi
   }
 }
 
+// Note [Each rank's random numbers]
+// Every rank starts each epoch from rank 0's generator (a run resumed from rank 0's file
+// continues exactly), but draws from a stream of its own: rank 0 goes on with that state,
+// rank r >= 1 with a seed mixed from it, r and the offset, and offset 0. Otherwise every
+// rank's shard drew the same dropout masks, row by row, where two logical devices (which
+// draw one after the other) draw different ones. The offset in the mix gives each epoch a
+// fresh stream, so one rank's streams never overlap across epochs.
+std::uint64_t mix64(std::uint64_t x) {  // SplitMix64's finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+RngState stream_of_rank(const RngState& rank0, int rank) {
+  if (rank == 0) return rank0;
+  return {mix64(mix64(rank0.seed ^ mix64(static_cast<std::uint64_t>(rank))) ^ rank0.offset), 0};
+}
+
+// Every rank takes rank 0's generator state (host work: one short exchange).
+void take_rank0_generator(const ProcessGroup& host) {
+  const RngState mine = rng_state();
+  const std::vector<std::int64_t> all = host.exchange(
+      {std::bit_cast<std::int64_t>(mine.seed), std::bit_cast<std::int64_t>(mine.offset)});
+  set_rng_state({std::bit_cast<std::uint64_t>(all[0]), std::bit_cast<std::uint64_t>(all[1])});
+}
+
 }  // namespace
 
 std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& train,
@@ -274,9 +301,12 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly
 
+  if (group != nullptr) take_rank0_generator(*host);  // Note [Each rank's random numbers]
+
   std::vector<EpochMetrics> history;
   for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
+    if (group != nullptr) set_rng_state(stream_of_rank(rng_state(), static_cast<int>(rank)));
     std::vector<loop::DeviceSums> sums;
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->model().train();
@@ -336,15 +366,10 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     history.push_back(m);
     loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
                        metrics_file);
-    // Every rank goes on from rank 0's generator, as a run resumed from rank 0's file would:
-    // shards of different sizes drew different counts of dropout numbers, so a resumed rank
-    // 1 drew other masks than the run it continued. Host work, once per epoch.
-    if (group != nullptr) {
-      const RngState mine = rng_state();
-      const std::vector<std::int64_t> all = host->exchange(
-          {std::bit_cast<std::int64_t>(mine.seed), std::bit_cast<std::int64_t>(mine.offset)});
-      set_rng_state({std::bit_cast<std::uint64_t>(all[0]), std::bit_cast<std::uint64_t>(all[1])});
-    }
+    // Every rank goes on from rank 0's generator, as a run resumed from rank 0's file would
+    // (Note [Each rank's random numbers]): shards of different sizes draw different counts
+    // of numbers. After the last epoch every rank is left with rank 0's state.
+    if (group != nullptr) take_rank0_generator(*host);
     loop::save_state(options_, task, scalers[0], train, epoch, lead);
   }
   Tensor total = logs[0].to_host();

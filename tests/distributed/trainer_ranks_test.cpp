@@ -172,6 +172,53 @@ TEST_F(TrainerRanks, ARankDependentUseKeepsTheRanksAlikeWhenRecorded) {
   }
 }
 
+// Each rank draws its own random numbers (Note [Each rank's random numbers] in
+// data_parallel.cpp): before, every rank took rank 0's generator and the ranks' shards got
+// the same dropout masks. A task that draws one number per step shows the streams.
+class DrawingClassifier : public train::Classifier {
+ public:
+  using Classifier::Classifier;
+  std::vector<double> draws;
+  train::StepResult training_step(const data::Batch& batch) override {
+    AllowSync deliberate;  // the test's own read
+    draws.push_back(rand({1}, {kFloat64}).item<double>());
+    return Classifier::training_step(batch);
+  }
+};
+
+TEST_F(TrainerRanks, EachRankDrawsItsOwnRandomNumbers) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  const auto [images, labels] = random_images(25);  // batches of 7, 7, 7, 4
+  data::DataLoader loader(images, labels, {.batch_size = 7, .seed = 5});
+  manual_seed(group().rank() == 0 ? 3 : 11);  // rank 0's generator is the run's
+  DrawingClassifier task(
+      [] { return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4)); },
+      [](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.1});
+      });
+  train::TrainerOptions o{.max_epochs = 3, .progress = false};
+  o.process_group = &group();
+  train::Trainer(o).fit(task, loader);
+  const RngState mine = rng_state();
+  AllowSync deliberate;
+  ASSERT_EQ(task.draws.size(), 12u);  // 4 steps in each of 3 epochs
+  const std::vector<double> both =
+      group().all_gather(from_vector(task.draws, {12})).to_vector<double>();
+  const std::vector<double> rank0(both.begin(), both.begin() + 12);
+  const std::vector<double> rank1(both.begin() + 12, both.end());
+  for (std::size_t i = 0; i < 12; ++i) {
+    EXPECT_NE(rank0[i], rank1[i]) << "step " << i << ": both ranks drew the same number";
+    for (std::size_t j = 0; j < i; ++j) {
+      EXPECT_NE(rank1[i], rank1[j]) << "rank 1 drew step " << j << "'s number again at " << i;
+    }
+  }
+  // After fit every rank holds rank 0's generator state.
+  const std::vector<std::int64_t> states = group().exchange(
+      {static_cast<std::int64_t>(mine.seed), static_cast<std::int64_t>(mine.offset)});
+  EXPECT_EQ(states[0], states[2]);
+  EXPECT_EQ(states[1], states[3]);
+}
+
 TEST_F(TrainerRanks, OnlyRankZeroWritesTheMetricsFile) {
   const auto dir = std::filesystem::temp_directory_path() /
                    fmt::format("tessera_ranks_{}", getppid());  // mpirun's pid: shared
