@@ -14,19 +14,25 @@ namespace tessera::detail {
 struct Node;
 
 // Where a node sends the gradient of one of its inputs: into another node, or into a leaf's
-// grad, or nowhere (the input does not require grad).
+// grad, or nowhere (the input does not require grad). `leaf_storage`: the leaf's storage
+// when the op ran, so a leaf moved or replaced since (Module::to, a parameter assigned)
+// is refused instead of getting a gradient of the old tensor (Note [Saved tensors]).
 struct Edge {
   std::shared_ptr<Node> node;
   std::shared_ptr<TensorImpl> leaf;
+  std::shared_ptr<Storage> leaf_storage;
 };
 
 // A tensor a formula reads at backward time, and its storage's version when it was saved.
+// `tensor`: the saved tensor itself, which the formula may hold, so that a move of it to
+// other memory since (Module::to) is seen too.
 struct SavedVersion {
   const char* role;  // "input", "weight", "output", ...
   std::shared_ptr<Storage> storage;
   std::uint64_t version = 0;
   Shape shape;
   Dtype dtype = kFloat32;
+  std::weak_ptr<TensorImpl> tensor;
 };
 
 // One recorded op: given the gradient of its output, the gradients of its inputs (an

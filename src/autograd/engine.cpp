@@ -31,8 +31,13 @@
 // input buffer refilled, a parameter stepped), the formula would silently compute a wrong
 // gradient. As in PyTorch, each storage carries a version that every in-place front end
 // bumps (mark_written); record() notes the versions of the tensors a formula declares, and
-// backward() compares them before running it, refusing with the op and the tensor's role.
-// Views share their storage, so writing through any view is seen.
+// backward() compares them before the pass and again right before running it (a grad-ready
+// hook may write in the middle of the pass), refusing with the op and the tensor's role.
+// Views share their storage, so writing through any view is seen. Module::to and parameter
+// assignment point a tensor at other memory instead of writing it: a formula holding that
+// tensor would read the new values, and a leaf would get a gradient computed for the old
+// one (on its old device), so record() also notes each saved tensor and each leaf input,
+// and backward() refuses a pass in which one of them now has other memory.
 
 namespace tessera {
 namespace {
@@ -103,7 +108,8 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
   for (const Saved& s : saved) {
     if (s.tensor == nullptr || !s.tensor->defined()) continue;
     const TensorImpl& t = impl_of(*s.tensor);
-    node->saved.push_back({s.role, t.storage, t.storage->version, t.shape, t.dtype});
+    node->saved.push_back(
+        {s.role, t.storage, t.storage->version, t.shape, t.dtype, s.tensor->impl_ptr()});
   }
   node->output_shape = out.shape();
   node->output_dtype = out.dtype();
@@ -115,6 +121,7 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
         edge.node = meta->grad_fn;
       } else {
         edge.leaf = t->impl_ptr();
+        edge.leaf_storage = edge.leaf->storage;
       }
     }
     node->next.push_back(std::move(edge));
@@ -127,12 +134,27 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
 
 void check_inplace(const char* op, std::initializer_list<const Tensor*> operands) {
   if (!t_grad_enabled) return;
+  bool first = true;  // the tensor written (self); the rest are read
   for (const Tensor* t : operands) {
-    TESSERA_CHECK(!(t->defined() && t->requires_grad()), Error,
-                  "[{}] cannot write in place while a tensor that requires grad takes part: the "
-                  "graph for backward() may need the old values. Use the out-of-place op, or "
-                  "update under NoGradGuard (as optimizers do)",
-                  op);
+    const bool needs = t->defined() && t->requires_grad();
+    if (first) {
+      TESSERA_CHECK(!needs, Error,
+                    "[{}] cannot write in place into a tensor that requires grad ({}): in-place "
+                    "writes are not recorded for backward(), and the graph may need its old "
+                    "values{}. Use the out-of-place form "
+                    "(a new tensor), or write under NoGradGuard when the write is not part of "
+                    "the model (as optimizers update parameters)",
+                    op, t->impl()->autograd->grad_fn ? "the result of a recorded op" : "a leaf",
+                    t->impl()->autograd->grad_fn ? "" : ", and its gradient would miss the write");
+    } else {
+      TESSERA_CHECK(!needs, Error,
+                    "[{}] cannot write in place with an operand that requires grad (other): "
+                    "in-place writes are not recorded for backward(), so its gradient would miss "
+                    "this use. Use the out-of-place form "
+                    "(a new tensor)",
+                    op);
+    }
+    first = false;
   }
 }
 
@@ -148,9 +170,22 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 
 namespace {
 
+// The advice for a tensor that now has other memory than when the graph was recorded.
+constexpr const char* kMovedFix =
+    "Run backward() before moving or replacing it (Module::to, a parameter assigned), or run "
+    "the forward pass again after";
+
 // Note [Saved tensors]: throws when a tensor `n` saved was written in place since.
 void check_saved_versions(const Node& n) {
   for (const SavedVersion& s : n.saved) {
+    const std::shared_ptr<TensorImpl> now = s.tensor.lock();
+    TESSERA_CHECK(now == nullptr || now->storage == s.storage, Error,
+                  "[backward] {} saved its {} ({} {} on {}) for the backward pass, but that "
+                  "tensor was moved to other memory afterwards (now {} {} on {}), so its "
+                  "gradient would be computed from other values. {}",
+                  n.name, s.role, dtype_name(s.dtype), s.shape.str(), s.storage->device.str(),
+                  dtype_name(now->dtype), now->shape.str(), now->storage->device.str(),
+                  kMovedFix);
     TESSERA_CHECK(s.storage->version == s.version, Error,
                   "[backward] {} saved its {} ({} {} on {}) for the backward pass, but it was "
                   "written in place afterwards (version {}, now {}), so its gradient would be "
@@ -158,6 +193,24 @@ void check_saved_versions(const Node& n) {
                   "changing it",
                   n.name, s.role, dtype_name(s.dtype), s.shape.str(), s.storage->device.str(),
                   s.version, s.storage->version);
+  }
+}
+
+// A leaf input of `n` that now has other memory (moved, or replaced) would get a gradient
+// of the tensor it was, on that tensor's device.
+void check_leaves_in_place(const Node& n) {
+  for (std::size_t i = 0; i < n.next.size(); ++i) {
+    const Edge& e = n.next[i];
+    if (!e.leaf || e.leaf->storage == e.leaf_storage) continue;
+    const Device was = e.leaf_storage->device, now = e.leaf->storage->device;
+    const std::string message = fmt::format(
+        "[backward] {}'s input {} is a tensor that requires grad ({} on {} when {} ran), but "
+        "it was moved or replaced afterwards (now {} {} on {}), so the gradient backward() "
+        "computed belongs to the tensor it was. {}",
+        n.name, i, e.leaf->shape.str(), was.str(), n.name, dtype_name(e.leaf->dtype),
+        e.leaf->shape.str(), now.str(), kMovedFix);
+    if (was != now) throw DeviceMismatchError(message);
+    throw Error(message);
   }
 }
 
@@ -262,6 +315,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     Node* n = stack.back();
     stack.pop_back();
     check_not_freed(*n);
+    check_leaves_in_place(*n);
     check_saved_versions(*n);
     for (const Edge& e : n->next) {
       if (e.leaf && e.leaf->autograd->grad_ready) ++leaf_pending[e.leaf.get()];
@@ -279,6 +333,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     grads.erase(n);
     std::vector<Tensor> inputs(n->next.size());
     if (g.defined()) {  // else no gradient reached this node: its inputs get none from it
+      check_saved_versions(*n);  // again: a grad-ready hook may have written since the start
       inputs = n->backward(g);
       TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),
                               "{} returned {} gradients for {} inputs", n->name, inputs.size(),
@@ -339,10 +394,13 @@ Tensor Tensor::grad() const {
 void Tensor::set_grad(const Tensor& grad) {
   detail::check_defined(*this, "set_grad");
   if (grad.defined()) {
-    TESSERA_CHECK(grad.shape() == shape() && grad.device() == device(), Error,
-                  "[set_grad] the gradient must match the tensor: got shape {} on {}, expected "
-                  "{} on {}",
-                  grad.shape().str(), grad.device().str(), shape().str(), device().str());
+    TESSERA_CHECK(grad.device() == device(), DeviceMismatchError,
+                  "[set_grad] the gradient is on {} but the tensor is on {}; move it with .to({})",
+                  grad.device().str(), device().str(), detail::device_code(device()));
+    TESSERA_CHECK(grad.shape() == shape(), ShapeError,
+                  "[set_grad] the gradient has shape {} but the tensor has shape {}; pass a "
+                  "gradient of the tensor's shape",
+                  grad.shape().str(), shape().str());
     TESSERA_CHECK(grad.dtype() == dtype(), DtypeError,
                   "[set_grad] the gradient must have the tensor's dtype: got {}, expected {}; "
                   "convert it with .to({})",

@@ -154,7 +154,8 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
   return out;
 }
 
-// self (op)= other, computed in self's dtype.
+// self (op)= other, computed in the promoted dtype and rounded once into self's, as PyTorch
+// does: a float32 self times a float64 1e-50 rounded the operand to 0 first.
 Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& other) {
   const Device device = detail::common_device(name, self, other);
   detail::check_inplace(name, {&self, &other});
@@ -177,11 +178,15 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
         other.storage_offset() == self.storage_offset())) {
     src = other.clone();
   }
-  if (is_half(self.dtype())) [[unlikely]] {  // Note [Half precision]
+  // A half self computes in float32 (Note [Half precision]), or wider when other is; a
+  // floating self computes in other's dtype when that is wider.
+  const Dtype compute = is_half(self.dtype()) ? compute_dtype(op, promote_types(kFloat32, promoted))
+                                              : promoted;
+  if (compute != self.dtype() && is_floating(compute)) [[unlikely]] {
     NoGradGuard internal;
-    const Tensor x = detail::to_float32(self);
-    const Tensor y = detail::prepare_operand(src, kFloat32, self.shape());
-    Tensor r = detail::make_output(self.shape(), kFloat32, device, name);
+    const Tensor x = self.to(compute);
+    const Tensor y = detail::prepare_operand(src, compute, self.shape());
+    Tensor r = detail::make_output(self.shape(), compute, device, name);
     detail::backend_of(device).binary(op, x, y, r);
     detail::store_converted(r, self);
   } else {

@@ -1,5 +1,7 @@
 // Autograd behaviour: accumulation, leaves, no-grad scopes, in-place refusal, errors, and
 // learning a known function with a training loop that stays on the device.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <thread>
 
@@ -319,6 +321,93 @@ TEST_P(Autograd, DivisionsSlopeInTheDivisorDoesNotSquareIt) {
     EXPECT_NEAR(d.grad().to_vector<double>()[0], expected, std::abs(expected) * 1e-2)
         << dtype_name(c.dtype) << " scalar " << c.a << " / " << c.b;
   }
+}
+
+// A grad-ready hook runs in the middle of the pass: a write it makes to a tensor a later
+// formula reads was not seen (versions were checked only before the pass) and gave c's
+// gradient from the new values ([-96, -95, -94] instead of [4, 5, 6]).
+TEST_P(Autograd, AWriteInAGradReadyHookToASavedTensorIsRefused) {
+  const TensorOptions o{kFloat64, device()};
+  Tensor a = tensor({1.0, 2.0, 3.0}, o).requires_grad_();
+  Tensor b = tensor({4.0, 5.0, 6.0}, o).requires_grad_();
+  Tensor c = tensor({7.0, 8.0, 9.0}, o).requires_grad_();
+  set_grad_ready_hook(a, [b](const Tensor&) {
+    NoGradGuard no_grad;
+    Tensor(b).sub_(100.0);
+  });
+  Tensor y = sum(c * b) + sum(a);
+  expect_throw_with<Error>([&] { y.backward(); },
+                           {"[backward] mul saved its", "written in place afterwards"});
+  EXPECT_FALSE(c.grad().defined()) << "c's gradient was computed from the hook's values";
+}
+
+// Module::to and parameter assignment point the parameter at other memory: a graph recorded
+// before gave the gradient of the old tensor (on its old device, or from values written
+// since into the new one), silently.
+TEST_P(Autograd, ALeafMovedOrReplacedBetweenForwardAndBackwardIsRefused) {
+  {  // replaced on its device, then stepped: x's gradient used the new weight, 10x
+    nn::Linear lin(2, 1, /*with_bias=*/false, device());
+    Tensor x = tensor({{3.0, 4.0}}, device()).requires_grad_();
+    Tensor y = sum(mul(x, lin.weight));
+    lin.weight = tensor({{1.0, 2.0}}, device());
+    {
+      NoGradGuard no_grad;
+      lin.weight.mul_(10.0);
+    }
+    expect_throw_with<Error>([&] { y.backward(); },
+                             {"[backward] mul's input 1 is a tensor that requires grad",
+                              "moved or replaced afterwards", "Run backward() before moving"});
+    EXPECT_FALSE(x.grad().defined());
+  }
+  {  // a frozen weight (no edge, only saved) converted to float64
+    nn::Linear lin(2, 1, /*with_bias=*/false, device());
+    lin.weight.requires_grad_(false);
+    Tensor x = tensor({{3.0, 4.0}}, device()).requires_grad_();
+    Tensor y = sum(mul(x, lin.weight));
+    lin.to(kFloat64);
+    expect_throw_with<Error>([&] { y.backward(); },
+                             {"[backward] mul saved its other (float32 [1, 2]",
+                              "moved to other memory afterwards (now float64 [1, 2]"});
+  }
+  if (num_cpu_devices() < 2 || device().kind() != DeviceKind::kCpu) return;
+  // To another logical device: the weight's gradient landed on the old one.
+  const Device other = device() == cpu(1) ? cpu(0) : cpu(1);
+  nn::Linear lin(3, 2, /*with_bias=*/true, device());
+  Tensor loss = sum(lin(ones({1, 3}, device())));
+  lin.to(other);
+  expect_throw_with<DeviceMismatchError>(
+      [&] { loss.backward(); },
+      {"[backward] linear's input", fmt::format("on {} when linear ran", device().str()),
+       fmt::format("on {})", other.str())});
+  EXPECT_FALSE(lin.weight.grad().defined());
+}
+
+TEST_P(Autograd, SetGradNamesTheMismatch) {
+  Tensor x = zeros({3}, device()).requires_grad_();
+  expect_throw_with<ShapeError>([&] { x.set_grad(ones({2}, device())); },
+                                {"[set_grad] the gradient has shape [2] but the tensor has "
+                                 "shape [3]"});
+  if (num_cpu_devices() < 2 || device().kind() != DeviceKind::kCpu) return;
+  const Device other = device() == cpu(1) ? cpu(0) : cpu(1);
+  expect_throw_with<DeviceMismatchError>(
+      [&] { x.set_grad(ones({3}, other)); },
+      {fmt::format("[set_grad] the gradient is on {} but the tensor is on {}", other.str(),
+                   device().str()),
+       ".to("});
+}
+
+// Which operand makes an in-place op unrecordable, and a fix that keeps its gradient.
+TEST_P(Autograd, InPlaceRefusalsNameTheOperand) {
+  Tensor x = ones({2}, device()).requires_grad_();
+  Tensor y = ones({2}, device());
+  expect_throw_with<Error>([&] { y.add_(x); },
+                           {"[add_] cannot write in place with an operand that requires grad "
+                            "(other)",
+                            "its gradient would miss this use", "out-of-place"});
+  expect_throw_with<Error>([&] { x.add_(y); },
+                           {"[add_] cannot write in place into a tensor that requires grad (a "
+                            "leaf)",
+                            "NoGradGuard"});
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Autograd);

@@ -237,6 +237,25 @@ TEST_P(Elementwise, InPlaceOps) {
   EXPECT_EQ(flags.to_vector<bool>(), (std::vector<bool>{true, true}));
 }
 
+// self op= a wider floating other computes in the wider dtype and rounds once, as PyTorch
+// does: the operand was rounded to self's dtype first (1e-50 to 0 in float32, so 1e30 * it
+// gave 0 and 1e-30 / it gave inf).
+TEST_P(Elementwise, InPlaceWithAWiderOperandRoundsOnce) {
+  const auto one = [&](double v, Dtype d) { return full({1}, v, {d, device()}); };
+  Tensor a = one(1e30, kFloat32);
+  a.mul_(one(1e-50, kFloat64));
+  EXPECT_FLOAT_EQ(a.to_vector<float>()[0], 1e-20F);
+  Tensor b = one(1e-30, kFloat32);
+  b.div_(one(1e-50, kFloat64));
+  EXPECT_FLOAT_EQ(b.to_vector<float>()[0], 1e20F);
+  Tensor c = one(1.0, kFloat32);
+  c.add_(one(0x1p-24 + 0x1p-50, kFloat64));  // above half an ulp of 1: rounds up
+  EXPECT_EQ(c.to_vector<float>()[0], 1.0F + 0x1p-23F);
+  Tensor i = one(7, kInt32);  // integer self: wraps as before
+  i.add_(one(5, kInt64));
+  EXPECT_EQ(i.to_vector<std::int32_t>()[0], 12);
+}
+
 TEST_P(Elementwise, WhereAndComparisons) {
   const Tensor x = tensor({-1.0, 0.5, 2.0}, device());
   EXPECT_EQ(where(x > 0.0, x, 0.0).to_vector<float>(), (std::vector<float>{0, 0.5, 2}));
