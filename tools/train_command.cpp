@@ -231,8 +231,10 @@ void run_train(const TrainArgs& a) {
   nn::Module& net = task.model();
   if (!a.load.empty()) {
     // A file this command saved names its model: a mismatch is named before the shapes are.
+    // (Training states from before their key was "model_layers" hold a layer listing there.)
     const auto meta = read_safetensors_header(a.load).metadata;
-    if (const auto saved = meta.find("model"); saved != meta.end() && saved->second != a.model) {
+    if (const auto saved = meta.find("model"); saved != meta.end() && saved->second != a.model &&
+                                               saved->second.find('(') == std::string::npos) {
       throw Error(fmt::format(
           "[train] --load {} holds a '{}' model (tessera train --model {} saved it), but "
           "--model is '{}'; pass --model {}",

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/copy.h"
+#include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "io/parallel_read.h"
 #include "tessera/autograd.h"
@@ -99,6 +100,8 @@ void SafetensorsReader::read_into(const std::vector<Tensor>& dsts) const {
     for (std::size_t i = 0; i < items_.size(); ++i) {
       if (routes[i] != Route::kDirect) continue;
       detail::mark_written(dsts[i]);
+      // The host writes a logical CPU device's memory: bytes into a device, as a GPU's are.
+      detail::count_host_write(dsts[i].device(), items_[i].bytes);
       spans.push_back({items_[i].offset, items_[i].bytes, detail::impl_of(dsts[i]).data()});
     }
     read_spans(fd_, spans, path_, kOp);

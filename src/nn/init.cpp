@@ -35,6 +35,13 @@ std::pair<double, double> fans(const Tensor& t, const char* op) {
   return {static_cast<double>(t.size(1)) * receptive, static_cast<double>(t.size(0)) * receptive};
 }
 
+// A gain the caller passed: the error names it, not the bounds uniform() would get from it.
+void check_gain(const char* op, const char* name, double value, bool non_negative) {
+  TESSERA_CHECK(std::isfinite(value) && (!non_negative || value >= 0), Error,
+                "[{}] {} must be a finite number{}, got {}", op, name,
+                non_negative ? " >= 0 (0 fills zeros)" : "", value);
+}
+
 double kaiming_std(const Tensor& t, double a, FanMode mode, const char* op) {
   const auto [fan_in, fan_out] = fans(t, op);
   const double fan = mode == FanMode::kFanIn ? fan_in : fan_out;
@@ -46,6 +53,11 @@ double kaiming_std(const Tensor& t, double a, FanMode mode, const char* op) {
 
 Tensor& uniform_(Tensor& t, double low, double high) {
   check_floating(t, "uniform_");
+  if (low == high && std::isfinite(low)) {  // as PyTorch's uniform_(a, a): every value a
+    NoGradGuard no_grad;
+    t.fill_(low);
+    return t;
+  }
   return assign(t, uniform(t.shape(), low, high, {t.dtype(), t.device()}));
 }
 
@@ -67,6 +79,7 @@ Tensor& ones_(Tensor& t) { return constant_(t, 1); }
 Tensor& xavier_uniform_(Tensor& t, double gain) {
   check_floating(t, "xavier_uniform_");
   const auto [fan_in, fan_out] = fans(t, "xavier_uniform_");
+  check_gain("xavier_uniform_", "gain", gain, true);
   if (t.numel() == 0) return t;  // nothing to fill (as PyTorch; its fans may be 0)
   const double bound = gain * std::sqrt(6.0 / (fan_in + fan_out));
   return uniform_(t, -bound, bound);
@@ -75,6 +88,7 @@ Tensor& xavier_uniform_(Tensor& t, double gain) {
 Tensor& xavier_normal_(Tensor& t, double gain) {
   check_floating(t, "xavier_normal_");
   const auto [fan_in, fan_out] = fans(t, "xavier_normal_");
+  check_gain("xavier_normal_", "gain", gain, true);
   if (t.numel() == 0) return t;
   return normal_(t, 0, gain * std::sqrt(2.0 / (fan_in + fan_out)));
 }
@@ -82,7 +96,8 @@ Tensor& xavier_normal_(Tensor& t, double gain) {
 Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode) {
   check_floating(t, "kaiming_uniform_");
   (void)fans(t, "kaiming_uniform_");  // the dims check, also for an empty tensor
-  if (t.numel() == 0) return t;       // nothing to fill, fan 0 or not (as PyTorch)
+  check_gain("kaiming_uniform_", "a (the negative slope)", a, false);
+  if (t.numel() == 0) return t;  // nothing to fill, fan 0 or not (as PyTorch)
   const double bound = std::sqrt(3.0) * kaiming_std(t, a, mode, "kaiming_uniform_");
   return uniform_(t, -bound, bound);
 }
@@ -90,6 +105,7 @@ Tensor& kaiming_uniform_(Tensor& t, double a, FanMode mode) {
 Tensor& kaiming_normal_(Tensor& t, double a, FanMode mode) {
   check_floating(t, "kaiming_normal_");
   (void)fans(t, "kaiming_normal_");
+  check_gain("kaiming_normal_", "a (the negative slope)", a, false);
   if (t.numel() == 0) return t;
   return normal_(t, 0, kaiming_std(t, a, mode, "kaiming_normal_"));
 }

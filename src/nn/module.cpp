@@ -153,8 +153,8 @@ Parameter& Parameter::operator=(const Tensor& value) {
   constexpr const char* kOp = "Parameter::operator=";
   TESSERA_CHECK(defined(), Error,
                 "[{}] this parameter is not registered (a layer built without bias, or a lazy "
-                "layer before its first call), so there is nothing to update; register one "
-                "with register_parameter()",
+                "layer before its first call), so there is nothing to update; build the layer "
+                "with it (e.g. with_bias = true), or call a lazy layer once first",
                 kOp);
   detail::check_defined(value, kOp, "value");
   if (value.is_same(*this)) return *this;

@@ -1,6 +1,8 @@
 // The parameter-free layers: activations, Flatten, Dropout.
 #include "core/check.h"
+#include "core/device_rules.h"
 #include "tessera/factories.h"
+#include "tessera/graph.h"
 #include "tessera/nn/activation.h"
 #include "tessera/nn/dropout.h"
 #include "tessera/nn/flatten.h"
@@ -34,6 +36,11 @@ Tensor Dropout::forward(const Tensor& x) {
   TESSERA_CHECK(is_floating(x.dtype()), DtypeError, "[Dropout] {} needs a floating input, got {}",
                 path(), dtype_name(x.dtype()));
   if (p == 1) return x * 0.0;
+  TESSERA_CHECK(!detail::is_capturing(x.device()), GraphCaptureError,
+                "[Dropout] {} draws a new mask at every call, which a graph {} is capturing "
+                "cannot repeat; capture the model in eval mode (model.eval()), or train it "
+                "without recording (TrainerOptions::graph = false, no --graph)",
+                path(), x.device().str());
   // The mask holds 0 or 1/(1-p), so the forward and the backward are one multiply each.
   // Drawn in float32 for half inputs: p is compared finely, whatever x's format.
   const Tensor keep = rand(x.shape(), {is_half(x.dtype()) ? kFloat32 : x.dtype(), x.device()}) >= p;

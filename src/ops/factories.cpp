@@ -233,13 +233,19 @@ double largest_below(double high, Dtype dtype) {
   return value(bits);
 }
 
-Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, double b,
-                     TensorOptions options, const char* op) {
+// Random draws are floating: checked before the ranges, whose messages assume it.
+Dtype floating_draw_dtype(const TensorOptions& options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
   TESSERA_CHECK(is_floating(dtype), DtypeError,
                 "[{}] draws floating-point values; got dtype {}. Use a floating dtype and "
                 "convert with .to() if needed",
                 op, dtype_name(dtype));
+  return dtype;
+}
+
+Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, double b,
+                     TensorOptions options, const char* op) {
+  const Dtype dtype = floating_draw_dtype(options, op);
   detail::check_not_capturing(device_of(options), op, "drawing random numbers");
   const bool uniform = kind == detail::RandomKind::kUniform;
   if (uniform) {  // uniform(-1e5, 1e5) in float16 drew -inf
@@ -268,15 +274,15 @@ Tensor randn(const Shape& shape, TensorOptions options) {
   return random_tensor(shape, detail::RandomKind::kNormal, 0, 1, options, "randn");
 }
 Tensor uniform(const Shape& shape, double low, double high, TensorOptions options) {
+  const Dtype d = floating_draw_dtype(options, "uniform");
   TESSERA_CHECK(low < high, Error, "[uniform] needs low < high; got low={}, high={}", low, high);
   // low + (high - low) * u: a span past the dtype's range fills inf (or NaN).
-  const Dtype d = options.dtype.value_or(kFloat32);
   const double most = d == kFloat64 ? std::numeric_limits<double>::max()
                                     : static_cast<double>(std::numeric_limits<float>::max());
   TESSERA_CHECK(std::isfinite(low) && std::isfinite(high) && high - low <= most, Error,
                 "[uniform] the range [{}, {}) spans more than {} holds (high - low = {}); "
                 "choose a narrower range",
-                low, high, is_floating(d) ? dtype_name(d) : "the dtype", high - low);
+                low, high, dtype_name(d), high - low);
   return random_tensor(shape, detail::RandomKind::kUniform, low, high, options, "uniform");
 }
 Tensor normal(const Shape& shape, double mean, double stddev, TensorOptions options) {

@@ -118,7 +118,11 @@ constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
 constexpr const char* kBatchSizeKey = "batch_size";
 constexpr const char* kOptimizerKey = "optimizer";
 constexpr const char* kDataOrderKey = "data_order";
-constexpr const char* kModelKey = "model";  // Module::str(): its layers
+// Module::str(): its layers. Not "model": `tessera train --save` names its model (e.g. "mlp")
+// there, so --load took a state's listing for another model, and --resume a --save file
+// for a state of another model.
+constexpr const char* kModelKey = "model_layers";
+constexpr const char* kLegacyModelKey = "model";  // how states saved the layers before
 
 // The first line where two texts differ, from each (empty past the end of one).
 std::pair<std::string, std::string> first_different_line(const std::string& a,
@@ -165,7 +169,12 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   io::printable(*batch));
   }
   // The model first: another model's file failed on the optimizer's options or a shape.
-  if (const auto model = saved(kModelKey)) {
+  std::optional<std::string> layers = saved(kModelKey);
+  if (const auto legacy = saved(kLegacyModelKey);
+      !layers && legacy && legacy->find('(') != std::string::npos) {
+    layers = legacy;  // a listing, not a command-line model name
+  }
+  if (const auto& model = layers) {
     const std::string now = tasks.front()->model().str();
     const auto [theirs, ours] = first_different_line(*model, now);
     TESSERA_CHECK(*model == now, Error,

@@ -75,6 +75,22 @@ TEST_P(Safetensors, RoundTripsEveryDtypeOntoAnyDevice) {
   }
 }
 
+// The bytes a load writes into a device are in the ledger: a logical CPU device's too (the
+// file was read straight into its memory, and nothing was counted).
+TEST_P(Safetensors, ALoadCountsTheBytesItWritesIntoTheDevice) {
+  TempDir dir;
+  save_safetensors(dir / "f.safetensors", {{"f", ones({1000}, device())}});
+  synchronize(device());
+  reset_transfer_stats();
+  (void)load_safetensors(dir / "f.safetensors", device());
+  const TransferStats stats = transfer_stats(device());
+  if (device().is_cpu() && !has_logical_cpu_devices()) {
+    EXPECT_EQ(stats.h2d_bytes, 0u) << "the plain CPU is the host: nothing moves";
+  } else {
+    EXPECT_EQ(stats.h2d_bytes, 4000u);
+  }
+}
+
 TEST_P(Safetensors, ReadsTheReferencePackagesFile) {
   const fs::path fixture =
       fs::path(TESSERA_TEST_FIXTURES) / "safetensors" / "reference.safetensors";

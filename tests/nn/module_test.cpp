@@ -449,6 +449,28 @@ TEST_P(Modules, InitializersHaveTheirStatisticsAndStayOnTheDevice) {
   EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>()) << "seeded initialization repeats";
 }
 
+// The initializers' own arguments are named when wrong (they were refused as "[uniform]
+// needs low < high; got low=1, high=-1", numbers the user never passed), and a gain of 0 or
+// uniform_(t, a, a) fill a constant, as PyTorch.
+TEST_P(Modules, InitializersNameTheirArguments) {
+  Tensor w = ones({3, 3}, device());
+  nn::init::xavier_uniform_(w, 0);
+  EXPECT_EQ(w.to_vector<double>(), std::vector<double>(9, 0.0));
+  nn::init::uniform_(w, 0.5, 0.5);
+  EXPECT_EQ(w.to_vector<double>(), std::vector<double>(9, 0.5));
+  expect_throw_with<Error>([&] { nn::init::xavier_uniform_(w, -1); },
+                           {"[xavier_uniform_] gain must be a finite number >= 0", "got -1"});
+  expect_throw_with<Error>([&] { nn::init::xavier_normal_(w, NAN); },
+                           {"[xavier_normal_] gain must be a finite number"});
+  expect_throw_with<Error>([&] { nn::init::kaiming_uniform_(w, INFINITY); },
+                           {"[kaiming_uniform_] a (the negative slope) must be a finite number"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)uniform({3}, 0, 1e39, {kInt32, device()});
+      },
+      {"[uniform] draws floating-point values; got dtype int32"});
+}
+
 // A module that registers what its test asks for.
 class Registering : public nn::Module {
  public:

@@ -67,7 +67,10 @@ class TESSERA_API DataLoader {
   /// Batches of any number of tensors (Batch::of): `tensors` are CPU tensors of any dtype
   /// with the same size N > 0 along dim 0, and batch i holds the same examples of each,
   /// as they are (mean and std apply to images only). ShapeError when the sizes differ or
-  /// N is 0, DeviceError for a tensor not on the CPU, Error for no tensor.
+  /// N is 0, DeviceError for a tensor not on the CPU, Error for no tensor. The tensors are a
+  /// data set in host memory: on a logical CPU device (cpu:i) too, whose memory the host
+  /// reads in place, so a batch is gathered into cpu (or into the devices split() names)
+  /// without a ledger entry, as a batch gathered from a file is.
   /// Both read the tensors themselves when they are contiguous (of the right dtype), not a
   /// copy: changes made to them in place between epochs (new labels) are seen from the next
   /// epoch on, an epoch beginning after such a change waiting once for their device's queue.

@@ -14,6 +14,7 @@
 
 namespace tessera::nn::init {
 
+/// Uniform in [low, high): low < high (Error otherwise), or low == high to fill that value.
 TESSERA_API Tensor& uniform_(Tensor& t, double low = 0, double high = 1);
 TESSERA_API Tensor& normal_(Tensor& t, double mean = 0, double stddev = 1);
 TESSERA_API Tensor& constant_(Tensor& t, double value);
@@ -21,7 +22,8 @@ TESSERA_API Tensor& zeros_(Tensor& t);
 TESSERA_API Tensor& ones_(Tensor& t);
 
 /// Glorot: uniform in +-gain*sqrt(6/(fan_in+fan_out)), or normal with std
-/// gain*sqrt(2/(fan_in+fan_out)). ShapeError for tensors of fewer than 2 dims.
+/// gain*sqrt(2/(fan_in+fan_out)). ShapeError for tensors of fewer than 2 dims; Error for a
+/// gain that is negative or not finite (0 fills zeros).
 TESSERA_API Tensor& xavier_uniform_(Tensor& t, double gain = 1);
 TESSERA_API Tensor& xavier_normal_(Tensor& t, double gain = 1);
 

@@ -60,12 +60,14 @@ class TESSERA_API Optimizer {
   virtual void set_capturable(bool on) { capturable_ = on; }
   bool capturable() const { return capturable_; }
 
-  /// The state that step() carries from one step to the next, as copies on the parameters'
-  /// devices, keyed "<parameter index>.<name>" ("0.momentum_buffer", "3.exp_avg"); a
-  /// parameter no step has reached yet has no entries. Options (lr, betas, ...) are not in
-  /// it: they come from the constructor and set_lr, as the program that resumes gives them.
-  /// Never waits for the device. SGD, Adam and AdamW implement it; the default throws Error,
-  /// so that an optimizer that cannot save its state is never resumed without it.
+  /// The state that step() carries from one step to the next, as copies on the devices it
+  /// lives on (where the parameters were at the first step: after moving the model,
+  /// load_state_dict(state_dict()) moves it to them), keyed "<parameter index>.<name>"
+  /// ("0.momentum_buffer", "3.exp_avg"); a parameter no step has reached yet has no entries.
+  /// Options (lr, betas, ...) are not in it: they come from the constructor and set_lr, as the
+  /// program that resumes gives them. Never waits for the device. SGD, Adam and AdamW implement it;
+  /// the default throws Error, so that an optimizer that cannot save its state is never resumed
+  /// without it.
   virtual OptimizerState state_dict() const;
   /// Copies `state` into this optimizer's state, on its parameters' devices (a tensor on
   /// another device is copied there explicitly). Every key is checked before anything
