@@ -43,6 +43,36 @@ std::string tick_label(double v) {
   return s == "-0" ? "0" : s;
 }
 
+Box least_covered(const std::vector<std::vector<std::pair<double, double>>>& series,
+                  const std::vector<Box>& candidates) {
+  std::vector<std::size_t> covered(candidates.size(), 0);
+  const auto count = [&](double x, double y) {
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      const Box& b = candidates[k];
+      covered[k] += x >= b.x && x <= b.x + b.w && y >= b.y && y <= b.y + b.h;
+    }
+  };
+  constexpr double kStep = 3;  // pixels between the points walked along a segment
+  for (const auto& points : series) {
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const auto [x1, y1] = points[i];
+      if (!std::isfinite(x1) || !std::isfinite(y1)) continue;
+      count(x1, y1);
+      if (i == 0) continue;
+      const auto [x0, y0] = points[i - 1];
+      if (!std::isfinite(x0) || !std::isfinite(y0)) continue;
+      const double length = std::hypot(x1 - x0, y1 - y0);
+      const int steps = static_cast<int>(std::min(length / kStep, 10000.0));
+      for (int s = 1; s < steps; ++s) {
+        const double t = static_cast<double>(s) / steps;
+        count(x0 + t * (x1 - x0), y0 + t * (y1 - y0));
+      }
+    }
+  }
+  const auto best = std::min_element(covered.begin(), covered.end());
+  return candidates[static_cast<std::size_t>(best - covered.begin())];
+}
+
 struct Canvas::Impl {
   std::filesystem::path path;
   const char* op;

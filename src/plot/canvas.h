@@ -24,6 +24,15 @@ std::vector<double> ticks(double span, int count, double min_step = 0);
 // A short tick label: 3 significant digits, never "-0".
 std::string tick_label(double v);
 
+struct Box {
+  double x, y, w, h;
+};
+// The first of `candidates` that the fewest points of `series` (polylines, walked every few
+// pixels, so a segment crossing a box counts too; non-finite points lift the pen) fall in:
+// where a legend hides the least of the data.
+Box least_covered(const std::vector<std::vector<std::pair<double, double>>>& series,
+                  const std::vector<Box>& candidates);
+
 class Canvas {
  public:
   // Throws Error naming `op` for an extension other than .svg or .png, IOError when the

@@ -79,13 +79,13 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
   if (!title.empty()) c.text(kWidth / 2, 18, title, 0.5, 0.5, 14);
 
   // Series: steps at x = (i + 1) / steps-per-epoch, epochs at x = epoch.
+  Points step_pts;
   if (!step_loss.empty()) {
-    Points pts;
     const double per_step = (ax.x_max - ax.x_min) / static_cast<double>(step_loss.size());
     for (std::size_t i = 0; i < step_loss.size(); ++i) {
-      pts.emplace_back(ax.px(ax.x_min + (i + 1) * per_step), ax.py(step_loss[i]));
+      step_pts.emplace_back(ax.px(ax.x_min + (i + 1) * per_step), ax.py(step_loss[i]));
     }
-    c.polyline(pts, kStepColor, 0.8, false);
+    c.polyline(step_pts, kStepColor, 0.8, false);
   }
   Points train, val, acc;
   for (const EpochMetrics& m : h) {
@@ -99,7 +99,8 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
     c.polyline(acc, kAccColor, 2, true);
   }
 
-  // Legend, on a white box over any series.
+  // Legend, on a white box where it hides the fewest points of the series (the top right
+  // covered the validation accuracy's last epochs in most runs).
   struct Item {
     const char* name;
     Rgb color;
@@ -111,12 +112,28 @@ void draw(Canvas& c, const std::vector<EpochMetrics>& h, const Tensor& steps,
                         {"validation accuracy", kAccColor, has_val}};
   int shown = 0;
   for (const Item& it : items) shown += it.shown;
-  c.rect(kWidth - kRight - 198, kTop + 6, 190, 18.0 * shown + 4, kWhite, true);
-  double y = kTop + 16;
+  const double w = 190, tall = 18.0 * shown + 4, inset = 8;
+  const double left = kLeft + inset, right = kWidth - kRight - inset - w;
+  const double top = kTop + 6, bottom = kHeight - kBottom - inset - tall;
+  const double middle = (top + bottom) / 2;
+  std::vector<Points> series{train};
+  if (has_val) {
+    series.push_back(val);
+    series.push_back(acc);
+  }
+  if (!step_loss.empty()) series.push_back(step_pts);
+  const detail::Box box = detail::least_covered(series, {{right, top, w, tall},
+                                                         {right, bottom, w, tall},
+                                                         {left, top, w, tall},
+                                                         {left, bottom, w, tall},
+                                                         {right, middle, w, tall},
+                                                         {left, middle, w, tall}});
+  c.rect(box.x, box.y, box.w, box.h, kWhite, true);
+  double y = box.y + 10;
   for (const Item& it : items) {
     if (!it.shown) continue;
-    c.line(kWidth - kRight - 190, y, kWidth - kRight - 166, y, it.color, 2);
-    c.text(kWidth - kRight - 158, y, it.name, 0, 0.5);
+    c.line(box.x + 8, y, box.x + 32, y, it.color, 2);
+    c.text(box.x + 40, y, it.name, 0, 0.5);
     y += 18;
   }
 }
