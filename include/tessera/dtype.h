@@ -2,6 +2,7 @@
 /// Element types.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <iosfwd>
 #include <string_view>
 
@@ -94,6 +95,14 @@ struct DtypeOf<float> {
 template <>
 struct DtypeOf<double> {
   static constexpr Dtype value = kFloat64;
+};
+// `long long` where std::int64_t is `long` (Linux): the same 64 bits, another C++ type, so
+// from_vector(std::vector<long long>) and to_vector<long long>() work too.
+template <typename T>
+  requires(std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8 &&
+           !std::is_same_v<T, std::int64_t>)
+struct DtypeOf<T> {
+  static constexpr Dtype value = kInt64;
 };
 template <typename T>
 inline constexpr Dtype dtype_of = DtypeOf<T>::value;

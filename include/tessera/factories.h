@@ -35,6 +35,11 @@ class TESSERA_API NestedList {
   NestedList(int v) : value_(v), integer_(v), kind_(Kind::kInt) {}
   NestedList(long v) : value_(static_cast<double>(v)), integer_(v), kind_(Kind::kInt) {}
   NestedList(long long v) : value_(static_cast<double>(v)), integer_(v), kind_(Kind::kInt) {}
+  /// Unsigned entries ({1u}, a size_t) must fit int64 (the widest integer dtype): Error
+  /// otherwise.
+  NestedList(unsigned v) : NestedList(static_cast<long long>(v)) {}
+  NestedList(unsigned long v) : NestedList(checked_signed(v)) {}
+  NestedList(unsigned long long v) : NestedList(checked_signed(v)) {}
   NestedList(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBool) {}
   NestedList(std::initializer_list<NestedList> items) : items_(items), kind_(Kind::kList) {}
 
@@ -46,6 +51,7 @@ class TESSERA_API NestedList {
   const std::vector<NestedList>& items() const { return items_; }
 
  private:
+  static long long checked_signed(unsigned long long v);
   double value_ = 0;
   std::int64_t integer_ = 0;
   std::vector<NestedList> items_;
@@ -72,6 +78,16 @@ Tensor from_vector(const std::vector<T>& data, const Shape& shape, TensorOptions
 /// A 1-D tensor from a vector.
 template <typename T>
 Tensor from_vector(const std::vector<T>& data, TensorOptions options = {}) {
+  return from_vector(data, Shape{static_cast<std::int64_t>(data.size())}, options);
+}
+/// std::vector<bool> packs its bits (it has no data()): bool tensors from it, a byte each.
+inline Tensor from_vector(const std::vector<bool>& data, const Shape& shape,
+                          TensorOptions options = {}) {
+  const std::vector<std::uint8_t> bytes(data.begin(), data.end());
+  if (!options.dtype) options.dtype = kBool;
+  return from_vector(bytes.data(), kBool, bytes.size(), shape, options);
+}
+inline Tensor from_vector(const std::vector<bool>& data, TensorOptions options = {}) {
   return from_vector(data, Shape{static_cast<std::int64_t>(data.size())}, options);
 }
 

@@ -32,6 +32,8 @@ void mpi_leave();
 // This rank had an error (`what`) that the other ranks may not have had: they may be waiting
 // for it in a collective, so mpi_leave must not wait for them for ever. The first is kept.
 void mpi_note_failure(const std::string& what);
+// Every rank made the same call since: the failure noted (if any) was got over.
+void mpi_clear_failure();
 // After an error on this rank, ends every rank of the world (MPI_Abort) so that none waits
 // for this one forever; returns when no world of two or more was joined.
 void mpi_abort(int code);

@@ -1,4 +1,5 @@
 // Joining and leaving MPI's world, and the communicators collectives run on.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,8 +35,10 @@
 // So every rank, leaving, first meets the others at a barrier on a communicator of its own
 // (`farewell`: no other call can be matched with it). A healthy rank waits there as long as
 // MPI_Finalize would; a rank that noted a failure waits kFarewellWait at most and then
-// ends the world (MPI_Abort), saying why. Ranks that all failed together (a refusal every
-// rank makes, or the same error everywhere) meet at once and finalize cleanly.
+// ends the world (MPI_Abort), saying why. Ranks that all failed together (the same error
+// everywhere) meet at once and finalize cleanly. Errors every rank throws at once by design
+// (a comparison across ranks found a difference: ops/rank_errors.h) are not noted, and a
+// note is dropped when every rank makes a collective call again (the ranks got over it).
 
 namespace tessera::distributed {
 namespace {
@@ -49,7 +52,8 @@ struct State {
   MPI_Comm host = MPI_COMM_NULL;
   MPI_Comm farewell = MPI_COMM_NULL;  // Note [Leaving after an error alone]
   std::mutex failure_mutex;           // not `mutex`: a join may hold that, waiting for other ranks
-  std::string failure;                // mpi_note_failure's first
+  std::string failure;                // mpi_note_failure's first since the last mpi_clear_failure
+  std::atomic<bool> failed{false};    // failure is not empty: read without the lock
   std::vector<MPI_Comm> lanes;
   std::string lanes_error;  // the ranks disagree on the lanes: every later join fails too
 };
@@ -199,6 +203,15 @@ void mpi_note_failure(const std::string& what) {
   State& s = state();
   std::lock_guard lock(s.failure_mutex);
   if (s.failure.empty()) s.failure = what.empty() ? "no message" : what;
+  s.failed.store(true);
+}
+
+void mpi_clear_failure() {
+  State& s = state();
+  if (!s.failed.load(std::memory_order_relaxed)) return;  // every collective's check calls this
+  std::lock_guard lock(s.failure_mutex);
+  s.failure.clear();
+  s.failed.store(false);
 }
 
 void mpi_abort(int code) {

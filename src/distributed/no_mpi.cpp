@@ -17,6 +17,8 @@ void mpi_leave() {}
 
 void mpi_note_failure(const std::string& /*what*/) {}
 
+void mpi_clear_failure() {}
+
 void mpi_abort(int /*code*/) {}
 
 std::string mpi_library_version() { return "no MPI (tessera was built without it)"; }

@@ -87,6 +87,15 @@ void flatten_nested(const NestedList& list, int depth, Shape& shape, bool& shape
 
 }  // namespace
 
+long long NestedList::checked_signed(unsigned long long v) {
+  TESSERA_CHECK(v <= static_cast<unsigned long long>(std::numeric_limits<std::int64_t>::max()),
+                DtypeError,
+                "[tensor] the entry {} does not fit int64, the widest integer dtype; pass it as "
+                "a double for a floating tensor",
+                v);
+  return static_cast<long long>(v);
+}
+
 Tensor tensor(const NestedList& values, TensorOptions options) {
   Shape shape;
   bool shape_known = false;

@@ -23,6 +23,7 @@
 #include "core/tensor_impl.h"
 #include "distributed/launcher.h"
 #include "distributed/mpi.h"
+#include "ops/rank_errors.h"
 
 namespace tessera {
 namespace {
@@ -135,58 +136,63 @@ void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kin
     std::copy(t->shape().begin(), t->shape().end(), mine.begin() + 6);
   }
   const std::vector<std::int64_t> all = distributed::mpi_exchange(mine);
-  if (refused) std::rethrow_exception(refused);
-  const auto field = [&](int r, std::size_t f) { return all[r * kFields + f]; };
-  for (int r = 0; r < pg.size(); ++r) {
-    TESSERA_CHECK(field(r, 1) == 0, Error,
-                  "[{}] rank {} refused its {} (its own error says why), so every rank stops "
-                  "at this collective",
-                  op, r, kind_name(field(r, 0)));
-  }
-  const auto shape = [&](int r) {
-    return Shape(all.begin() + r * kFields + 6, all.begin() + r * kFields + 6 + field(r, 5));
-  };
-  for (int r = 1; r < pg.size(); ++r) {
-    TESSERA_CHECK(field(r, 0) == field(0, 0), Error,
-                  "[{}] rank {} called {} while rank 0 called {}; every rank must make the "
-                  "same collectives in the same order",
-                  op, r, kind_name(field(r, 0)), kind_name(field(0, 0)));
-    TESSERA_CHECK(kind != kExchange || field(r, 2) == field(0, 2), Error,
-                  "[{}] rank {} exchanges {} value(s) but rank 0 exchanges {}; every rank must "
-                  "pass as many",
-                  op, r, field(r, 2), field(0, 2));
-    if (t == nullptr) continue;  // a barrier has nothing more to match
-    // An all_reduce's `root` is its ReduceKind: a sum on one rank and a mean on another gave
-    // each rank another result, silently.
-    const auto reduction = [](std::int64_t k) {
-      return static_cast<ReduceKind>(k) == ReduceKind::kMean ? "kMean" : "kSum";
+  // Every rank saw this table: what it makes one throw, it makes every one throw.
+  detail::on_every_rank([&] {
+    if (refused) std::rethrow_exception(refused);
+    const auto field = [&](int r, std::size_t f) { return all[r * kFields + f]; };
+    for (int r = 0; r < pg.size(); ++r) {
+      TESSERA_CHECK(field(r, 1) == 0, Error,
+                    "[{}] rank {} refused its {} (its own error says why), so every rank stops "
+                    "at this collective",
+                    op, r, kind_name(field(r, 0)));
+    }
+    const auto shape = [&](int r) {
+      return Shape(all.begin() + r * kFields + 6, all.begin() + r * kFields + 6 + field(r, 5));
     };
-    TESSERA_CHECK(
-        kind != static_cast<std::int64_t>(CollectiveKind::kAllReduce) || field(r, 2) == field(0, 2),
-        Error,
-        "[{}] rank {} reduces with ReduceKind::{} but rank 0 with ReduceKind::{}; "
-        "every rank must pass the same ReduceKind",
-        op, r, reduction(field(r, 2)), reduction(field(0, 2)));
-    TESSERA_CHECK(field(r, 2) == field(0, 2), Error,
-                  "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
-                  "must name the same root",
-                  op, r, field(r, 2), field(0, 2));
-    TESSERA_CHECK(pg.backend() != ProcessBackend::kMpi || field(r, 3) == field(0, 3), DeviceError,
-                  "[{}] rank {} passed a tensor on {} but rank 0 one on {}; MPI pairs each "
-                  "device's collectives with the same device of the other ranks, so every "
-                  "rank must use the same device for a collective",
-                  op, r, Device(t->device().kind(), static_cast<int>(field(r, 3))).str(),
-                  Device(t->device().kind(), static_cast<int>(field(0, 3))).str());
-    const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 4))); };
-    TESSERA_CHECK(field(r, 4) == field(0, 4), DtypeError,
-                  "[{}] rank {} passed a {} tensor but rank 0 passed {}; every rank must pass "
-                  "the same dtype (convert with .to(k...) first)",
-                  op, r, dtype(r), dtype(0));
-    TESSERA_CHECK(shape(r) == shape(0), ShapeError,
-                  "[{}] rank {} passed shape {} but rank 0 passed {}; every rank must pass the "
-                  "same shape",
-                  op, r, shape(r).str(), shape(0).str());
-  }
+    for (int r = 1; r < pg.size(); ++r) {
+      TESSERA_CHECK(field(r, 0) == field(0, 0), Error,
+                    "[{}] rank {} called {} while rank 0 called {}; every rank must make the "
+                    "same collectives in the same order",
+                    op, r, kind_name(field(r, 0)), kind_name(field(0, 0)));
+      TESSERA_CHECK(kind != kExchange || field(r, 2) == field(0, 2), Error,
+                    "[{}] rank {} exchanges {} value(s) but rank 0 exchanges {}; every rank must "
+                    "pass as many",
+                    op, r, field(r, 2), field(0, 2));
+      if (t == nullptr) continue;  // a barrier has nothing more to match
+      // An all_reduce's `root` is its ReduceKind: a sum on one rank and a mean on another gave
+      // each rank another result, silently.
+      const auto reduction = [](std::int64_t k) {
+        return static_cast<ReduceKind>(k) == ReduceKind::kMean ? "kMean" : "kSum";
+      };
+      TESSERA_CHECK(kind != static_cast<std::int64_t>(CollectiveKind::kAllReduce) ||
+                        field(r, 2) == field(0, 2),
+                    Error,
+                    "[{}] rank {} reduces with ReduceKind::{} but rank 0 with ReduceKind::{}; "
+                    "every rank must pass the same ReduceKind",
+                    op, r, reduction(field(r, 2)), reduction(field(0, 2)));
+      TESSERA_CHECK(field(r, 2) == field(0, 2), Error,
+                    "[{}] rank {} broadcasts from root {} but rank 0 from root {}; every rank "
+                    "must name the same root",
+                    op, r, field(r, 2), field(0, 2));
+      TESSERA_CHECK(pg.backend() != ProcessBackend::kMpi || field(r, 3) == field(0, 3), DeviceError,
+                    "[{}] rank {} passed a tensor on {} but rank 0 one on {}; MPI pairs each "
+                    "device's collectives with the same device of the other ranks, so every "
+                    "rank must use the same device for a collective",
+                    op, r, Device(t->device().kind(), static_cast<int>(field(r, 3))).str(),
+                    Device(t->device().kind(), static_cast<int>(field(0, 3))).str());
+      const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 4))); };
+      TESSERA_CHECK(field(r, 4) == field(0, 4), DtypeError,
+                    "[{}] rank {} passed a {} tensor but rank 0 passed {}; every rank must pass "
+                    "the same dtype (convert with .to(k...) first)",
+                    op, r, dtype(r), dtype(0));
+      TESSERA_CHECK(shape(r) == shape(0), ShapeError,
+                    "[{}] rank {} passed shape {} but rank 0 passed {}; every rank must pass the "
+                    "same shape",
+                    op, r, shape(r).str(), shape(0).str());
+    }
+  });
+  // Every rank is here, making the same call: a failure one noted before was got over.
+  distributed::mpi_clear_failure();
 }
 
 void run(const ProcessGroup& pg, CollectiveKind kind, const Tensor& in, const Tensor& out,
@@ -210,6 +216,18 @@ int ProcessGroup::launched_size() {
 int ProcessGroup::local_rank() { return distributed::launcher_local_rank(); }
 
 void ProcessGroup::abort_world(int code) { distributed::mpi_abort(code); }
+
+namespace {
+thread_local std::exception_ptr t_thrown_on_every_rank;
+}  // namespace
+
+void detail::mark_thrown_on_every_rank(const std::exception_ptr& error) {
+  t_thrown_on_every_rank = error;
+}
+
+bool detail::thrown_on_every_rank(const std::exception_ptr& error) {
+  return error != nullptr && error == t_thrown_on_every_rank;
+}
 
 void ProcessGroup::note_failure(const std::string& what) const {
   if (size_ > 1) distributed::mpi_note_failure(what);

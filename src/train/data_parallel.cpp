@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/code_names.h"
+#include "ops/rank_errors.h"
 #include "tessera/collectives.h"
 #include "tessera/nn/loss.h"
 #include "tessera/optim/clip.h"
@@ -198,11 +199,11 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
                                        order.seed, order.drop_last));
     describe("optimizer", task.optimizer().str());
     describe("model", task.model().str());
-    check_ranks_agree(*host, facts, named);
+    detail::on_every_rank([&] { check_ranks_agree(*host, facts, named); });
   }
   // Every batch, the short last one too, before anything trains (its size is known now).
   for (const std::int64_t b : {train.batch_length(0), train.batch_length(train.batches() - 1)}) {
-    check_splittable(b, ranks, k);
+    detail::on_every_rank([&] { check_splittable(b, ranks, k); });  // the ranks' sizes agree
   }
   // Every replica starts from rank 0's replica 0's values (parameters and buffers).
   const auto start_from_first = [&](const std::vector<Tensor>& one_per_replica) {
@@ -292,7 +293,9 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
   loop::drop_metrics_after(options_, metrics_file, done_before);
   // A rank that resumed alone would train other values (rank 0's were broadcast before).
-  if (group != nullptr) check_ranks_resumed_alike(*host, done_before, params[0]);
+  if (group != nullptr) {
+    detail::on_every_rank([&] { check_ranks_resumed_alike(*host, done_before, params[0]); });
+  }
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {
     capturable.push_back(
@@ -321,7 +324,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (const std::vector<data::Batch>& pieces :
          train.split(static_cast<std::int64_t>(rank), static_cast<std::int64_t>(ranks), devices_)) {
       const std::int64_t batch = train.batch_length(done);
-      check_splittable(batch, ranks, k);
+      detail::on_every_rank([&] { check_splittable(batch, ranks, k); });
       std::vector<std::int64_t> sizes;
       std::vector<data::Batch> on_devices;  // each replica's piece, on its device
       for (std::size_t r = 0; r < k; ++r) {
@@ -364,8 +367,11 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     }
     m.seconds = loop::seconds_since(start);
     history.push_back(m);
-    loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
-                       metrics_file);
+    // Its divergence check reads the loss reduced over the ranks: every rank throws alike.
+    detail::on_every_rank([&] {
+      loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
+                         metrics_file);
+    });
     // Every rank goes on from rank 0's generator, as a run resumed from rank 0's file would
     // (Note [Each rank's random numbers]): shards of different sizes draw different counts
     // of numbers. After the last epoch every rank is left with rank 0's state.

@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/device_registry.h"
+#include "ops/rank_errors.h"
 #include "tessera/autograd.h"
 #include "tessera/factories.h"
 #include "tessera/nn/loss.h"
@@ -266,11 +267,16 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
       return fit_replicas(task, train, val);
     } catch (const std::exception& e) {
       // The other ranks may be waiting for this one in an all-reduce: the exit must not wait
-      // for them for ever (Note [Leaving after an error alone] in mpi_world.cpp).
-      group->note_failure(std::string("Trainer::fit: ") + e.what());
+      // for them for ever (Note [Leaving after an error alone] in mpi_world.cpp), unless
+      // every rank threw this error at once.
+      if (!detail::thrown_on_every_rank(std::current_exception())) {
+        group->note_failure(std::string("Trainer::fit: ") + e.what());
+      }
       throw;
     } catch (...) {
-      group->note_failure("Trainer::fit: an exception that is not a std::exception");
+      if (!detail::thrown_on_every_rank(std::current_exception())) {
+        group->note_failure("Trainer::fit: an exception that is not a std::exception");
+      }
       throw;
     }
   }

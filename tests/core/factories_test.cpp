@@ -53,6 +53,27 @@ TEST_P(Factories, IntegerLiteralsKeepEveryBit) {
   expect_throw_with<DtypeError>([&] { tensor({big}, {device(), kInt32}); }, {"int32"});
 }
 
+// C++ types that did not compile: unsigned entries ({1u}, a size_t), std::vector<bool>
+// (packed bits, no data()) and long long (another type than std::int64_t on Linux).
+TEST_P(Factories, UnsignedEntriesBoolVectorsAndLongLongWork) {
+  const std::size_t n = 3;
+  const Tensor u = tensor({1u, 2u, n}, device());
+  EXPECT_EQ(u.dtype(), kInt64);
+  EXPECT_EQ(u.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2, 3}));
+  expect_throw_with<DtypeError>([&] { tensor({~0ULL}, device()); },
+                                {"[tensor] the entry 18446744073709551615 does not fit int64"});
+  const std::vector<bool> mask{true, false, true, true};
+  const Tensor b = from_vector(mask, {device()});
+  EXPECT_EQ(b.dtype(), kBool);
+  EXPECT_EQ(b.to_vector<bool>(), mask);
+  EXPECT_EQ(from_vector(mask, {2, 2}, {device(), kFloat32}).to_vector<float>(),
+            (std::vector<float>{1, 0, 1, 1}));
+  const std::vector<long long> wide{-1LL, 1LL << 40};
+  const Tensor w = from_vector(wide, {device()});
+  EXPECT_EQ(w.dtype(), kInt64);
+  EXPECT_EQ(w.to_vector<long long>(), wide);
+}
+
 TEST_P(Factories, AValueThatDoesNotFitTheDtypeIsRefused) {
   // Converting it would be undefined for integers (300 became 44 in uint8) or infinite.
   expect_throw_with<DtypeError>(
