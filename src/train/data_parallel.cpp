@@ -290,11 +290,23 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   };
   std::vector<optim::GradScaler*> scaler_of;
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
+  // A rank that resumed alone would train other values (rank 0's were broadcast before):
+  // refused before any rank loads its file, which would leave that rank's optimizer state
+  // and loader behind for a retry, and again after, for the values the files held.
+  if (group != nullptr) {
+    const int held = loop::epochs_to_resume(options_);
+    detail::on_every_rank([&] { check_ranks_resumed_alike(*host, held, {}); });
+  }
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
   loop::drop_metrics_after(options_, metrics_file, done_before);
-  // A rank that resumed alone would train other values (rank 0's were broadcast before).
   if (group != nullptr) {
     detail::on_every_rank([&] { check_ranks_resumed_alike(*host, done_before, params[0]); });
+    // Every rank walks rank 0's shuffle (seed + epochs begun): a loader that began another
+    // count of epochs on one rank (an evaluate() on rank 0 alone) shuffled it otherwise, and
+    // the ranks' shards overlapped.
+    const std::vector<std::int64_t> begun =
+        host->exchange({static_cast<std::int64_t>(train.epochs_begun())});
+    train.set_epoch(static_cast<std::uint64_t>(begun[0]));
   }
   std::vector<std::unique_ptr<loop::CapturableFor>> capturable;
   for (std::size_t r = 0; r < k; ++r) {

@@ -232,6 +232,14 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
   return done;
 }
 
+int epochs_to_resume(const TrainerOptions& options) {
+  if (options.resume_from.empty()) return 0;
+  const SafetensorsHeader header = read_safetensors_header(options.resume_from);
+  if (!header.metadata.contains(kEpochKey)) return 0;
+  return static_cast<int>(
+      metadata_count("Trainer", options.resume_from, header.metadata, kEpochKey, INT_MAX));
+}
+
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
                 const data::DataLoader& train, int epoch, bool lead) {
   if (options.state_path.empty() || !lead) return;

@@ -27,6 +27,9 @@ namespace tessera::train::loop {
 // the file holds (0 when there is no file to resume from).
 int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
            std::vector<optim::GradScaler*> scalers, data::DataLoader& train);
+// The epochs TrainerOptions::resume_from holds, from its header alone (0 without a file, or
+// for a file that does not say): what resume() would return, before it changes anything.
+int epochs_to_resume(const TrainerOptions& options);
 // Writes TrainerOptions::state_path after `epoch` (when set and `lead`), with `train`'s
 // count of epochs begun: a deliberate read of every parameter and state tensor.
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,

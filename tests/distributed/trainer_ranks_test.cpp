@@ -219,6 +219,32 @@ TEST_F(TrainerRanks, EachRankDrawsItsOwnRandomNumbers) {
   EXPECT_EQ(states[1], states[3]);
 }
 
+// A loader that began another count of epochs on one rank (rank 0 looked at a batch before
+// fit) shuffled with another seed there, and the ranks' shards overlapped: every rank now
+// walks rank 0's shuffle, so the run equals one process whose loader began the same epochs.
+TEST_F(TrainerRanks, EveryRankWalksRankZerosShuffle) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  const auto run = [&](const ProcessGroup* g, bool peek) {
+    const auto [images, labels] = random_images(24);
+    data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 3});
+    if (peek) (void)*loader.begin();  // begins epoch 0
+    manual_seed(0);
+    train::Classifier task(
+        [] { return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4)); },
+        [](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+          return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.3});
+        });
+    train::TrainerOptions o{.max_epochs = 2, .progress = false};
+    o.process_group = g;
+    train::Trainer(o).fit(task, loader);
+    AllowSync deliberate;
+    std::vector<std::vector<double>> out;
+    for (const Tensor& p : task.model().parameters()) out.push_back(p.to_vector<double>());
+    return out;
+  };
+  expect_same(run(&group(), group().rank() == 0), run(nullptr, true));
+}
+
 TEST_F(TrainerRanks, OnlyRankZeroWritesTheMetricsFile) {
   const auto dir = std::filesystem::temp_directory_path() /
                    fmt::format("tessera_ranks_{}", getppid());  // mpirun's pid: shared
