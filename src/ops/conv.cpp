@@ -40,6 +40,13 @@ std::int64_t out_extent(const char* op, const char* dim, std::int64_t size, int 
                 op, stride, pad, dim);
   // In int64: 2 * pad overflowed int for a padding of 2^30, and the message then said the
   // padded input was smaller than the kernel.
+  // The kernels index the padded input (and the window) in int: 2^30 of padding made them
+  // compute fewer output rows than the output has, leaving the rest unwritten.
+  constexpr std::int64_t kMostPadded = std::numeric_limits<int>::max() / 2;
+  TESSERA_CHECK(size + 2 * std::int64_t{pad} <= kMostPadded, ShapeError,
+                "[{}] the padded input along {} ({} + 2 x {}) is larger than the {} elements "
+                "the kernels index; use less padding",
+                op, dim, size, pad, kMostPadded);
   TESSERA_CHECK(size + 2 * std::int64_t{pad} >= kernel, ShapeError,
                 "[{}] the kernel ({} along {}) is larger than the padded input ({} + 2 x {}); "
                 "use a smaller kernel or more padding",

@@ -271,6 +271,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       {
         const AutocastGuard precision = loop::precision_scope(devices_[r], options_.precision);
         results.push_back(tasks[r]->training_step(shards[r]));
+        loop::check_step_result(results.back(), "training_step");
       }
       const double share = static_cast<double>(shards[r].examples()) / static_cast<double>(batch);
       scalers[r].scale(results.back().loss * share).backward();
@@ -318,6 +319,14 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
 
   if (group != nullptr) take_rank0_generator(*host);  // Note [Each rank's random numbers]
 
+  // Each step's loss: the replicas' and ranks' shares summed (every rank calls this at once).
+  const auto all_step_losses = [&] {
+    AllowSync deliberate;  // the fit's last reads, and its last exchange
+    Tensor total = logs[0].to_host();
+    for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
+    if (group != nullptr) host->all_reduce(total);  // each rank logged its shards' share
+    return total;
+  };
   std::vector<EpochMetrics> history;
   for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
@@ -380,23 +389,22 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     m.seconds = loop::seconds_since(start);
     history.push_back(m);
     // Its divergence check reads the loss reduced over the ranks: every rank throws alike.
-    detail::on_every_rank([&] {
-      loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
-                         metrics_file);
-    });
+    try {
+      detail::on_every_rank([&] {
+        loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
+                           metrics_file);
+      });
+    } catch (const NonFiniteError&) {
+      step_losses_ = all_step_losses();  // the diverged run's steps: which one went NaN
+      throw;
+    }
     // Every rank goes on from rank 0's generator, as a run resumed from rank 0's file would
     // (Note [Each rank's random numbers]): shards of different sizes draw different counts
     // of numbers. After the last epoch every rank is left with rank 0's state.
     if (group != nullptr) take_rank0_generator(*host);
     loop::save_state(options_, task, scalers[0], train, epoch, lead);
   }
-  Tensor total = logs[0].to_host();
-  for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
-  if (group != nullptr) {
-    AllowSync deliberate;     // the fit's last exchange
-    host->all_reduce(total);  // each rank logged its shards' share
-  }
-  step_losses_ = total;
+  step_losses_ = all_step_losses();
   return history;
 }
 

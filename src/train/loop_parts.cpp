@@ -91,8 +91,10 @@ void check_finite(const EpochMetrics& m, bool has_val) {
   const bool train_bad = !std::isfinite(m.train_loss);
   TESSERA_CHECK(!train_bad && !(has_val && !std::isfinite(m.val_loss)), NonFiniteError,
                 "[Trainer] training diverged in epoch {}: the {} loss is {} (a step's loss became "
-                "NaN or infinite). Stopped; the model's parameters are probably not finite. Try a "
-                "lower learning rate (--lr), gradient clipping (--clip), or a smaller batch",
+                "NaN or infinite). Stopped; the model's parameters are probably not finite. Check "
+                "the data first: a label outside [0, classes) or a NaN in the inputs makes the "
+                "loss NaN. Otherwise try a lower learning rate (--lr), gradient clipping "
+                "(TrainerOptions::gradient_clip_val, --clip), or a smaller batch",
                 m.epoch, train_bad ? "mean training" : "validation",
                 std::isnan(train_bad ? m.train_loss : m.val_loss) ? "NaN" : "infinite");
 }
@@ -230,6 +232,25 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
   train.set_epoch(loader_epochs != meta.end() ? count(kLoaderEpochsKey)
                                               : static_cast<std::uint64_t>(done));
   return done;
+}
+
+void check_step_result(const StepResult& r, const char* step) {
+  TESSERA_CHECK(r.loss.defined() && r.loss.numel() == 1 && is_floating(r.loss.dtype()), Error,
+                "[Trainer] {} must return the batch's mean loss as one floating value "
+                "(StepResult::loss), got {}",
+                step,
+                r.loss.defined() ? fmt::format("a {} tensor of shape {}",
+                                               dtype_name(r.loss.dtype()), r.loss.shape().str())
+                                 : std::string("an undefined tensor"));
+  TESSERA_CHECK(
+      !r.correct.defined() ||
+          (r.correct.numel() == 1 && !is_floating(r.correct.dtype()) && r.correct.dtype() != kBool),
+      Error,
+      "[Trainer] {} must return the count of correct predictions as one integer "
+      "(StepResult::correct, e.g. (argmax(logits, 1) == y).sum()), or none; got a {} "
+      "tensor of shape {}",
+      step, r.correct.defined() ? dtype_name(r.correct.dtype()) : "",
+      r.correct.defined() ? r.correct.shape().str() : "");
 }
 
 int epochs_to_resume(const TrainerOptions& options) {

@@ -85,17 +85,23 @@ class Progress {
   Clock::time_point start_;
 };
 
-// Running sums on the device for one pass over a loader.
+// Refuses a StepResult that breaks Task's contract (a loss that is not one floating value, a
+// correct count that is not one integer), naming the step (`step`: "training_step" or
+// "validation_step"): the errors came from the Trainer's own ops ("[add_] ...").
+void check_step_result(const StepResult& r, const char* step);
+
+// Running sums on the device for one pass over a loader, in float64: a float32 sum of a
+// float64 model's losses drifted by about 3e-6 over 20,000 steps.
 struct DeviceSums {
   Tensor loss, correct;
   std::int64_t examples = 0;
   bool has_correct = false;
-  explicit DeviceSums(Device d) : loss(zeros({}, d)), correct(zeros({}, {kInt64, d})) {}
+  explicit DeviceSums(Device d) : loss(zeros({}, {kFloat64, d})), correct(zeros({}, {kInt64, d})) {}
   void add(const StepResult& r, std::int64_t batch_size) {
     NoGradGuard no_grad;
-    loss.add_(r.loss.detach().to(kFloat32) * static_cast<double>(batch_size));
+    loss.add_(r.loss.detach().reshape({}).to(kFloat64) * static_cast<double>(batch_size));
     if (r.correct.defined()) {
-      correct.add_(r.correct);
+      correct.add_(r.correct.reshape({}));
       has_correct = true;
     }
     examples += batch_size;

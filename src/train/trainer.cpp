@@ -228,6 +228,7 @@ data::Batch Trainer::prepare_batch(const data::Batch& batch, Device device) cons
 EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
   check_has_batches(loader, "evaluation");
   nn::Module& model = task.model();
+  prepare_model(model);  // as fit() does: evaluate() alone met a model still on another device
   // The model goes back to the mode it had, also when a step throws: evaluate() between
   // fits, or on a model the user put in eval mode, must not switch dropout back on.
   struct RestoreMode {
@@ -246,7 +247,9 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
   for (const data::Batch& b : loader) {
     const data::Batch on_device = prepare_batch(b);
     const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
-    sums.add(task.validation_step(on_device), b.examples());
+    const StepResult r = task.validation_step(on_device);
+    loop::check_step_result(r, "validation_step");
+    sums.add(r, b.examples());
   }
   EpochMetrics m;
   std::tie(m.val_loss, m.val_acc) = sums.read();
@@ -254,6 +257,7 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
 }
 
 std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data::DataLoader* val) {
+  step_losses_ = Tensor();  // not the last fit's, if this one throws before it has any
   check_has_batches(train, "training");
   if (val != nullptr) check_has_batches(*val, "validation");
   // A group of one trains through its collectives, which move float32 and float64 only: a
@@ -297,6 +301,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     {
       const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
       r = task.training_step(batch);
+      loop::check_step_result(r, "training_step");
     }
     scaler.scale(r.loss).backward();
     if (options_.gradient_clip_val > 0) {
@@ -357,7 +362,13 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     }
     m.seconds = seconds_since(start);
     history.push_back(m);
-    loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
+    try {
+      loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
+    } catch (const NonFiniteError&) {
+      AllowSync deliberate;  // the diverged run's steps: which one went NaN
+      step_losses_ = log.to_host();
+      throw;
+    }
     loop::save_state(options_, task, scaler, train, epoch, true);
   }
   step_losses_ = log.to_host();

@@ -327,6 +327,25 @@ TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
   }
 }
 
+// Sizes past what the kernels index in int: 2^30 of padding left output rows unwritten
+// (their values were whatever the memory held), and a 46341 x 46341 average pooling window
+// divided by a negative area.
+TEST_P(Conv, SizesPastTheKernelsIndexAreRefusedOrExact) {
+  const Tensor x = ones({1, 1, 3, 3}, device());
+  const Tensor w = full({1, 1, 1, 1}, 2.0, device());
+  testing::expect_throw_with<ShapeError>(
+      [&] {
+        (void)conv2d(x, w, {}, {{1 << 30, 1}, {1 << 30, 0}});
+      },
+      {"[conv2d] the padded input along H (3 + 2 x 1073741824) is larger than", "less padding"});
+  const Tensor one = ones({1, 1, 1, 1}, {kFloat64, device()}).requires_grad_();
+  const Tensor y = avg_pool2d(one, {{46341, 46341}, {0, 0}, {23170, 23170}});
+  const double area = 46341.0 * 46341.0;
+  EXPECT_DOUBLE_EQ(y.to_vector<double>()[0], 1.0 / area);
+  sum(y).backward();
+  EXPECT_DOUBLE_EQ(one.grad().to_vector<double>()[0], 1.0 / area);
+}
+
 TESSERA_INSTANTIATE_DEVICE_SUITE(Conv);
 
 }  // namespace

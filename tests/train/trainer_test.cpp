@@ -205,9 +205,47 @@ TEST_P(TrainerOnDevice, StopsWhenTheLossDiverges) {
     testing::expect_throw_with<NonFiniteError>(
         [&] { trainer.fit(task, train_data); },
         {"[Trainer] training diverged in epoch 1: the mean training loss is NaN",
-         "lower learning rate (--lr), gradient clipping (--clip)"});
+         "a label outside [0, classes) or a NaN in the inputs",
+         "lower learning rate (--lr), gradient clipping (TrainerOptions::gradient_clip_val"});
   }
   set_memory_limit(device(), SIZE_MAX);
+  // The diverged run's step losses are kept (not the last good fit's, nor none): one per step
+  // of its epoch, the first finite (lr takes effect after it), a later one not.
+  ASSERT_TRUE(trainer.step_losses().defined());
+  const std::vector<float> steps = trainer.step_losses().to_vector<float>();
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_TRUE(std::isfinite(steps[0]));
+  EXPECT_FALSE(std::isfinite(steps[3]));
+}
+
+// A Task's StepResult is checked where the step returns it: a float count of correct
+// predictions was refused by "[add_] the result is float32 but self is int64", an op the user
+// never called; a loss of shape [1] (which backward() takes) failed the same way.
+class CountingInFloats : public train::Classifier {
+ public:
+  using Classifier::Classifier;
+  bool float_count = false;
+  train::StepResult training_step(const data::Batch& batch) override {
+    train::StepResult r = Classifier::training_step(batch);
+    r.loss = r.loss.reshape({1});
+    if (float_count) r.correct = r.correct.to(kFloat32);
+    return r;
+  }
+};
+
+TEST_P(TrainerOnDevice, AStepResultBreakingTheContractNamesTheStep) {
+  const auto [images, labels] = quadrant_images(32);
+  data::DataLoader loader(images, labels, {.batch_size = 16, .seed = 1});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  CountingInFloats task(net, opt);
+  train::Trainer trainer({.max_epochs = 1, .progress = false, .device = device()});
+  EXPECT_NO_THROW(trainer.fit(task, loader)) << "a one-element loss of shape [1] is a loss";
+  task.float_count = true;
+  testing::expect_throw_with<Error>(
+      [&] { trainer.fit(task, loader); },
+      {"[Trainer] training_step must return the count of correct predictions as one integer",
+       "got a float32 tensor of shape []"});
 }
 
 TEST_P(TrainerOnDevice, AStepCostsItsBatchCopiesAndNothingElse) {

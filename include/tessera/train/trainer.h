@@ -147,6 +147,13 @@ class TESSERA_API Classifier : public Task {
   std::unique_ptr<optim::Optimizer> owned_optimizer_;
 };
 
+/// One epoch's numbers. train_loss is the mean over the epoch's training examples of each
+/// step's loss (each batch weighted by its size, a short last batch too; with drop_last only
+/// the examples trained), taken as the steps ran, so with the weights changing during the
+/// epoch; train_acc the count of argmax == label over those examples, the same way.
+/// val_loss and val_acc are the same over the validation data after the epoch, with the
+/// epoch's final weights. Sums are kept in float64 on the device and read once per epoch.
+/// The metrics file writes null for a value that is NaN or infinite.
 struct TESSERA_API EpochMetrics {
   int epoch = 0;  ///< 1-based
   double train_loss = 0, train_acc = 0;
@@ -191,10 +198,13 @@ class TESSERA_API Trainer {
   std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train,
                                 data::DataLoader* val = nullptr);
 
-  /// Every training step's loss of the last fit(), float32 on the CPU.
+  /// Every training step's loss of the last fit(), float32 on the CPU; after a fit that threw,
+  /// the steps it ran (the step that went NaN, for a diverged run), or undefined when it threw
+  /// before its first epoch's end.
   const Tensor& step_losses() const { return step_losses_; }
 
-  /// Loss and accuracy of task.model() over `data` (evaluation mode, no graph).
+  /// Loss and accuracy of task.model() over `data` (evaluation mode, no graph), in val_loss
+  /// and val_acc (the other fields stay 0). Moves the model to device() first, as fit() does.
   EpochMetrics evaluate(Task& task, data::DataLoader& data);
 
  private:

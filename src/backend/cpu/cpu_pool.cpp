@@ -135,7 +135,7 @@ void pool_forward(PoolKind kind, const Tensor& x, const Tensor& out, const Tenso
   T* py = data_of<T>(out);
   i64* pi = data_of<i64>(indices);
   // A multiply per element, not a division (within 1 ulp of dividing by the window area).
-  const T inv_area = T(1) / static_cast<T>(w.kernel_h * w.kernel_w);
+  const T inv_area = T(1) / static_cast<T>(static_cast<double>(w.kernel_h) * w.kernel_w);
   const bool serial = out.numel() * w.kernel_h * w.kernel_w < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {
@@ -206,7 +206,7 @@ void pool_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
   const i64* pi = data_of<i64>(indices);
   T* pdx = data_of<T>(grad_x);
   // A multiply per element, not a division (within 1 ulp of dividing by the window area).
-  const T inv_area = T(1) / static_cast<T>(w.kernel_h * w.kernel_w);
+  const T inv_area = T(1) / static_cast<T>(static_cast<double>(w.kernel_h) * w.kernel_w);
   const bool serial = grad_x.numel() < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
   for (i64 pl = 0; pl < planes; ++pl) {

@@ -109,7 +109,7 @@ template <typename T>
 __global__ void pool_kernel(PoolKind kind, const T* __restrict__ x, T* __restrict__ out,
                             i64* __restrict__ indices, PoolShape s) {
   const i64 total = s.planes * s.oh * s.ow;
-  const T area = static_cast<T>(s.win.kernel_h * s.win.kernel_w);
+  const T area = static_cast<T>(static_cast<double>(s.win.kernel_h) * s.win.kernel_w);
   TESSERA_GRID_STRIDE(idx, total) {
     const i64 ox = idx % s.ow, oy = (idx / s.ow) % s.oh, pl = idx / (s.ow * s.oh);
     const i64 ys = oy * s.win.stride_h - s.win.pad_h, xs = ox * s.win.stride_w - s.win.pad_w;
@@ -149,7 +149,7 @@ __global__ void pool_backward_kernel(PoolKind kind, const T* __restrict__ grad_o
                                      const i64* __restrict__ indices, T* __restrict__ grad_x,
                                      PoolShape s) {
   const i64 total = s.planes * s.h * s.w;
-  const T area = static_cast<T>(s.win.kernel_h * s.win.kernel_w);
+  const T area = static_cast<T>(static_cast<double>(s.win.kernel_h) * s.win.kernel_w);
   TESSERA_GRID_STRIDE(idx, total) {
     const i64 xx = idx % s.w, y = (idx / s.w) % s.h, pl = idx / (s.w * s.h);
     const i64 flat = y * s.w + xx;
