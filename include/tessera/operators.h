@@ -8,14 +8,14 @@ inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-inline Tensor operator-(double a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-inline Tensor operator/(double a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+inline Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+inline Tensor operator-(Scalar a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+inline Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+inline Tensor operator/(Scalar a, const Tensor& b) { return div(a, b); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 
 inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
@@ -24,20 +24,20 @@ inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
 inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-inline Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
-inline Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
-inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+inline Tensor operator==(const Tensor& a, Scalar b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, Scalar b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, Scalar b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, Scalar b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, Scalar b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, Scalar b) { return ge(a, b); }
 
 inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
 inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
 inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
 inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
-inline Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
-inline Tensor& operator-=(Tensor& a, double b) { return a.sub_(b); }
-inline Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
-inline Tensor& operator/=(Tensor& a, double b) { return a.div_(b); }
+inline Tensor& operator+=(Tensor& a, Scalar b) { return a.add_(b); }
+inline Tensor& operator-=(Tensor& a, Scalar b) { return a.sub_(b); }
+inline Tensor& operator*=(Tensor& a, Scalar b) { return a.mul_(b); }
+inline Tensor& operator/=(Tensor& a, Scalar b) { return a.div_(b); }
 
 }  // namespace tessera

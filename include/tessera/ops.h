@@ -1,8 +1,10 @@
 #pragma once
 /// Ops on tensors. Every op checks that all its tensor operands live on one device, computes
 /// there and returns a result there; tensors on different devices throw DeviceMismatchError
-/// (tessera never copies silently). C++ scalars are always allowed. Binary ops broadcast
-/// like NumPy and promote dtypes (bool < uint8 < int32 < int64 < float32 < float64).
+/// (tessera never copies silently). C++ scalars are always allowed (scalar.h: an integer
+/// scalar keeps an integer tensor's dtype, a floating one gives float32). Binary ops
+/// broadcast like NumPy and promote dtypes (bool < uint8 < int32 < int64 < float32 <
+/// float64).
 /// Ops never wait for the device.
 #include <cstdint>
 #include <vector>
@@ -23,16 +25,17 @@ TESSERA_API Tensor div(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor pow(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor maximum(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor minimum(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor add(const Tensor& a, double b);
-TESSERA_API Tensor sub(const Tensor& a, double b);
-TESSERA_API Tensor sub(double a, const Tensor& b);
-TESSERA_API Tensor mul(const Tensor& a, double b);
-TESSERA_API Tensor div(const Tensor& a, double b);
-TESSERA_API Tensor div(double a, const Tensor& b);
-/// DtypeError for an integer tensor and a negative whole exponent (not an integer result).
-TESSERA_API Tensor pow(const Tensor& a, double exponent);
-TESSERA_API Tensor maximum(const Tensor& a, double b);
-TESSERA_API Tensor minimum(const Tensor& a, double b);
+TESSERA_API Tensor add(const Tensor& a, Scalar b);
+TESSERA_API Tensor sub(const Tensor& a, Scalar b);
+TESSERA_API Tensor sub(Scalar a, const Tensor& b);
+TESSERA_API Tensor mul(const Tensor& a, Scalar b);
+TESSERA_API Tensor div(const Tensor& a, Scalar b);
+TESSERA_API Tensor div(Scalar a, const Tensor& b);
+/// DtypeError for an integer tensor and a negative integer exponent (not an integer result;
+/// pow(x, -1.0) is float32).
+TESSERA_API Tensor pow(const Tensor& a, Scalar exponent);
+TESSERA_API Tensor maximum(const Tensor& a, Scalar b);
+TESSERA_API Tensor minimum(const Tensor& a, Scalar b);
 
 // ---- comparisons (bool results) ----
 TESSERA_API Tensor eq(const Tensor& a, const Tensor& b);
@@ -41,19 +44,19 @@ TESSERA_API Tensor lt(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor le(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor gt(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor ge(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor eq(const Tensor& a, double b);
-TESSERA_API Tensor ne(const Tensor& a, double b);
-TESSERA_API Tensor lt(const Tensor& a, double b);
-TESSERA_API Tensor le(const Tensor& a, double b);
-TESSERA_API Tensor gt(const Tensor& a, double b);
-TESSERA_API Tensor ge(const Tensor& a, double b);
+TESSERA_API Tensor eq(const Tensor& a, Scalar b);
+TESSERA_API Tensor ne(const Tensor& a, Scalar b);
+TESSERA_API Tensor lt(const Tensor& a, Scalar b);
+TESSERA_API Tensor le(const Tensor& a, Scalar b);
+TESSERA_API Tensor gt(const Tensor& a, Scalar b);
+TESSERA_API Tensor ge(const Tensor& a, Scalar b);
 
 /// cond ? a : b elementwise, broadcasting all three; cond must be bool.
 TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-/// A scalar promotes as in arithmetic: where(c, int_tensor, 0.5) is float32, a whole number
-/// keeps the integer dtype, and a whole number with a bool tensor gives int64.
-TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, double b);
-TESSERA_API Tensor where(const Tensor& cond, double a, const Tensor& b);
+/// A scalar promotes as in arithmetic: where(c, int_tensor, 0.0) is float32, an integer
+/// scalar keeps the integer dtype, and an integer scalar with a bool tensor gives int64.
+TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+TESSERA_API Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
 
 // ---- elementwise, unary (exp, log, sqrt, sigmoid, tanh promote integers to float32) ----
 TESSERA_API Tensor neg(const Tensor& a);

@@ -13,6 +13,7 @@
 #include "tessera/device.h"
 #include "tessera/dtype.h"
 #include "tessera/export.h"
+#include "tessera/scalar.h"
 #include "tessera/shape.h"
 
 namespace tessera {
@@ -121,7 +122,7 @@ class TESSERA_API Tensor {
   Tensor argmin(int dim, bool keepdim = false) const;
   Tensor norm() const;
   Tensor matmul(const Tensor& other) const;
-  Tensor pow(double exponent) const;
+  Tensor pow(Scalar exponent) const;
   Tensor neg() const;
   Tensor exp() const;
   Tensor log() const;
@@ -169,13 +170,13 @@ class TESSERA_API Tensor {
 
   // ---- in-place ops (same-device rule applies; return *this) ----
   Tensor& add_(const Tensor& other);
-  Tensor& add_(double value);
+  Tensor& add_(Scalar value);
   Tensor& sub_(const Tensor& other);
-  Tensor& sub_(double value);
+  Tensor& sub_(Scalar value);
   Tensor& mul_(const Tensor& other);
-  Tensor& mul_(double value);
+  Tensor& mul_(Scalar value);
   Tensor& div_(const Tensor& other);
-  Tensor& div_(double value);
+  Tensor& div_(Scalar value);
   Tensor& fill_(double value);
   Tensor& zero_();
 

@@ -17,10 +17,13 @@
 #include "tessera/ops.h"
 
 // Note [Scalar promotion]
-// C++ scalars arrive as double, so `x + 1` and `x + 1.0` look the same. A scalar changes an
-// integer or bool tensor's dtype only when it is not a whole number (int + 0.5 -> float32);
-// a whole-number scalar with a bool tensor gives int64, as in PyTorch. where() with a scalar
-// follows the same rule.
+// A Scalar (scalar.h) remembers whether it was written as an integer: as in PyTorch, an
+// integer scalar keeps an integer tensor's dtype (a bool tensor's becomes int64) and a
+// floating one makes it float32. When C++ scalars all arrived as double, a whole 128.0 kept
+// a uint8 image's dtype and `image - 128.0` wrapped. where() with a scalar follows the same
+// rule. Comparisons go by the value instead (the result is bool either way): a whole value
+// compares exactly in the integer dtype (int64 2^53 + 1 == 2^53.0 is false), a fractional
+// one in float32.
 
 namespace tessera {
 using detail::BinaryOp;
@@ -57,9 +60,12 @@ Dtype compute_dtype(BinaryOp op, Dtype promoted) {
   return promoted;
 }
 
-Dtype scalar_dtype(Dtype t, double scalar) {
+// `by_value`: comparisons (Note [Scalar promotion]).
+Dtype scalar_dtype(Dtype t, Scalar s, bool by_value) {
   if (is_floating(t)) return t;
-  if (scalar != std::floor(scalar) || !std::isfinite(scalar)) return kFloat32;
+  const double v = s.value();
+  const bool whole = v == std::floor(v) && std::isfinite(v);
+  if (by_value ? !whole : !s.integral()) return kFloat32;
   return t == kBool ? kInt64 : t;
 }
 
@@ -102,9 +108,10 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   return out;
 }
 
-Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, double s, bool scalar_first) {
+Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, Scalar scalar, bool scalar_first) {
   detail::check_defined(a, name);
-  const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), s));
+  const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), scalar, detail::is_comparison(op)));
+  const double s = scalar.value();
   check_bool_arithmetic(op, dtype, name);
   detail::check_scalar_fits_integer(name, s, dtype);
   const bool grad = detail::needs_grad(a);
@@ -180,8 +187,8 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
   }
   // A half self computes in float32 (Note [Half precision]), or wider when other is; a
   // floating self computes in other's dtype when that is wider.
-  const Dtype compute = is_half(self.dtype()) ? compute_dtype(op, promote_types(kFloat32, promoted))
-                                              : promoted;
+  const Dtype compute =
+      is_half(self.dtype()) ? compute_dtype(op, promote_types(kFloat32, promoted)) : promoted;
   if (compute != self.dtype() && is_floating(compute)) [[unlikely]] {
     NoGradGuard internal;
     const Tensor x = self.to(compute);
@@ -197,11 +204,13 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
   return self;
 }
 
-Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, double s) {
+Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, Scalar scalar) {
   detail::check_defined(self, name);
   detail::check_inplace(name, {&self});
   detail::check_writable(self, name);
-  check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), s)), self.dtype());
+  check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), scalar, false)),
+                       self.dtype());
+  const double s = scalar.value();
   check_bool_arithmetic(op, self.dtype(), name);
   detail::check_scalar_fits_integer(name, s, self.dtype());  // t.mul_(1e30): undefined
   if (is_half(self.dtype())) [[unlikely]] {                  // Note [Half precision]
@@ -230,24 +239,24 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op(BinaryOp::kMinimum, "minimum", a, b);
 }
-Tensor add(const Tensor& a, double b) { return scalar_op(BinaryOp::kAdd, "add", a, b, false); }
-Tensor sub(const Tensor& a, double b) { return scalar_op(BinaryOp::kSub, "sub", a, b, false); }
-Tensor sub(double a, const Tensor& b) { return scalar_op(BinaryOp::kSub, "sub", b, a, true); }
-Tensor mul(const Tensor& a, double b) { return scalar_op(BinaryOp::kMul, "mul", a, b, false); }
-Tensor div(const Tensor& a, double b) { return scalar_op(BinaryOp::kDiv, "div", a, b, false); }
-Tensor div(double a, const Tensor& b) { return scalar_op(BinaryOp::kDiv, "div", b, a, true); }
-Tensor pow(const Tensor& a, double e) {
+Tensor add(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kAdd, "add", a, b, false); }
+Tensor sub(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kSub, "sub", a, b, false); }
+Tensor sub(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::kSub, "sub", b, a, true); }
+Tensor mul(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kMul, "mul", a, b, false); }
+Tensor div(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kDiv, "div", a, b, false); }
+Tensor div(Scalar a, const Tensor& b) { return scalar_op(BinaryOp::kDiv, "div", b, a, true); }
+Tensor pow(const Tensor& a, Scalar e) {
   detail::check_defined(a, "pow", "self");
-  TESSERA_CHECK(e >= 0 || is_floating(scalar_dtype(a.dtype(), e)), DtypeError,
-                "[pow] a {} tensor to the power {} is not an integer; convert it first, as in "
-                "pow(x.to(kFloat32), {})",
-                dtype_name(a.dtype()), e, e);
+  TESSERA_CHECK(e.value() >= 0 || is_floating(scalar_dtype(a.dtype(), e, false)), DtypeError,
+                "[pow] an {} tensor to the power {} is not an integer; convert it first, as in "
+                "pow(x.to(kFloat32), {}), or give a floating exponent ({}.0)",
+                dtype_name(a.dtype()), e.value(), e.value(), e.value());
   return scalar_op(BinaryOp::kPow, "pow", a, e, false);
 }
-Tensor maximum(const Tensor& a, double b) {
+Tensor maximum(const Tensor& a, Scalar b) {
   return scalar_op(BinaryOp::kMaximum, "maximum", a, b, false);
 }
-Tensor minimum(const Tensor& a, double b) {
+Tensor minimum(const Tensor& a, Scalar b) {
   return scalar_op(BinaryOp::kMinimum, "minimum", a, b, false);
 }
 
@@ -257,12 +266,12 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kLt, "l
 Tensor le(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kLe, "le", a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kGt, "gt", a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_op(BinaryOp::kGe, "ge", a, b); }
-Tensor eq(const Tensor& a, double b) { return scalar_op(BinaryOp::kEq, "eq", a, b, false); }
-Tensor ne(const Tensor& a, double b) { return scalar_op(BinaryOp::kNe, "ne", a, b, false); }
-Tensor lt(const Tensor& a, double b) { return scalar_op(BinaryOp::kLt, "lt", a, b, false); }
-Tensor le(const Tensor& a, double b) { return scalar_op(BinaryOp::kLe, "le", a, b, false); }
-Tensor gt(const Tensor& a, double b) { return scalar_op(BinaryOp::kGt, "gt", a, b, false); }
-Tensor ge(const Tensor& a, double b) { return scalar_op(BinaryOp::kGe, "ge", a, b, false); }
+Tensor eq(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kEq, "eq", a, b, false); }
+Tensor ne(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kNe, "ne", a, b, false); }
+Tensor lt(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kLt, "lt", a, b, false); }
+Tensor le(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kLe, "le", a, b, false); }
+Tensor gt(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kGt, "gt", a, b, false); }
+Tensor ge(const Tensor& a, Scalar b) { return scalar_op(BinaryOp::kGe, "ge", a, b, false); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Device device =
@@ -288,23 +297,27 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-// The scalar promotes as in arithmetic (Note [Scalar promotion]): where(c, int64, 0.5) is
+// The scalar promotes as in arithmetic (Note [Scalar promotion]): where(c, int64, 0.0) is
 // float32, where(c, bool, 2) int64.
-Tensor where(const Tensor& cond, const Tensor& a, double b) {
+Tensor where(const Tensor& cond, const Tensor& a, Scalar scalar) {
+  const double b = scalar.value();
   detail::check_defined(a, "where", "self");
   detail::check_defined(cond, "where", "condition");
   // Before the scalar becomes a tensor on self's device, which a mismatch would then blame.
   detail::common_device("where", {{"condition", &cond}, {"self", &a}});
-  detail::check_scalar_fits("where", b, scalar_dtype(a.dtype(), b));  // named where, not full
-  return where(cond, a, full({}, b, {scalar_dtype(a.dtype(), b), a.device()}));
+  const Dtype dtype = scalar_dtype(a.dtype(), scalar, false);
+  detail::check_scalar_fits("where", b, dtype);  // named where, not full
+  return where(cond, a, full({}, b, {dtype, a.device()}));
 }
 
-Tensor where(const Tensor& cond, double a, const Tensor& b) {
+Tensor where(const Tensor& cond, Scalar scalar, const Tensor& b) {
+  const double a = scalar.value();
   detail::check_defined(b, "where", "other");
   detail::check_defined(cond, "where", "condition");
   detail::common_device("where", {{"condition", &cond}, {"other", &b}});
-  detail::check_scalar_fits("where", a, scalar_dtype(b.dtype(), a));
-  return where(cond, full({}, a, {scalar_dtype(b.dtype(), a), b.device()}), b);
+  const Dtype dtype = scalar_dtype(b.dtype(), scalar, false);
+  detail::check_scalar_fits("where", a, dtype);
+  return where(cond, full({}, a, {dtype, b.device()}), b);
 }
 
 Tensor neg(const Tensor& a) { return unary_op(UnaryOp::kNeg, "neg", a, false); }
@@ -320,10 +333,10 @@ Tensor& Tensor::add_(const Tensor& o) { return inplace_op(BinaryOp::kAdd, "add_"
 Tensor& Tensor::sub_(const Tensor& o) { return inplace_op(BinaryOp::kSub, "sub_", *this, o); }
 Tensor& Tensor::mul_(const Tensor& o) { return inplace_op(BinaryOp::kMul, "mul_", *this, o); }
 Tensor& Tensor::div_(const Tensor& o) { return inplace_op(BinaryOp::kDiv, "div_", *this, o); }
-Tensor& Tensor::add_(double v) { return inplace_scalar(BinaryOp::kAdd, "add_", *this, v); }
-Tensor& Tensor::sub_(double v) { return inplace_scalar(BinaryOp::kSub, "sub_", *this, v); }
-Tensor& Tensor::mul_(double v) { return inplace_scalar(BinaryOp::kMul, "mul_", *this, v); }
-Tensor& Tensor::div_(double v) { return inplace_scalar(BinaryOp::kDiv, "div_", *this, v); }
+Tensor& Tensor::add_(Scalar v) { return inplace_scalar(BinaryOp::kAdd, "add_", *this, v); }
+Tensor& Tensor::sub_(Scalar v) { return inplace_scalar(BinaryOp::kSub, "sub_", *this, v); }
+Tensor& Tensor::mul_(Scalar v) { return inplace_scalar(BinaryOp::kMul, "mul_", *this, v); }
+Tensor& Tensor::div_(Scalar v) { return inplace_scalar(BinaryOp::kDiv, "div_", *this, v); }
 
 namespace {
 

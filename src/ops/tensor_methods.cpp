@@ -27,7 +27,7 @@ Tensor Tensor::argmin() const { return tessera::argmin(*this); }
 Tensor Tensor::argmin(int dim, bool keepdim) const { return tessera::argmin(*this, dim, keepdim); }
 Tensor Tensor::norm() const { return tessera::norm(*this); }
 Tensor Tensor::matmul(const Tensor& other) const { return tessera::matmul(*this, other); }
-Tensor Tensor::pow(double exponent) const { return tessera::pow(*this, exponent); }
+Tensor Tensor::pow(Scalar exponent) const { return tessera::pow(*this, exponent); }
 Tensor Tensor::neg() const { return tessera::neg(*this); }
 Tensor Tensor::exp() const { return tessera::exp(*this); }
 Tensor Tensor::log() const { return tessera::log(*this); }

@@ -105,25 +105,24 @@ TEST_P(Factories, AValueThatDoesNotFitTheDtypeIsRefused) {
   expect_throw_with<DtypeError>([&] { lt(ints, 3e9); }, {"[lt]", "3000000000", "int32"});
   expect_throw_with<DtypeError>(
       [&] {
-        add(tensor({1}, {device(), kUInt8}), 256.0);
+        add(tensor({1}, {device(), kUInt8}), 256);
       },
       {"[add]", "uint8"});
   EXPECT_EQ(lt(ints, 2.5).to_vector<bool>(), (std::vector<bool>{true, true}));
   EXPECT_EQ(lt(tensor({1.0}, device()), 1e300).item<bool>(), true);  // float32 compares as before
   // In place too: t.mul_(1e30) converted 1e30 to int64 (undefined) and stored garbage.
   Tensor longs = tensor({5, 2}, device());
-  expect_throw_with<DtypeError>([&] { longs.mul_(1e30); }, {"[mul_]", "does not fit int64",
-                                                            "convert the tensor with "
-                                                            ".to(kFloat64)"});
+  expect_throw_with<DtypeError>([&] { longs.mul_(1e30); },
+                                {"[mul_] the result is float32 but self is int64"});
   Tensor int32s = tensor({1, 2}, {device(), kInt32});
-  expect_throw_with<DtypeError>([&] { int32s.add_(3e9); },
+  expect_throw_with<DtypeError>([&] { int32s.add_(3'000'000'000LL); },
                                 {"[add_]", "does not fit int32", ".to(kInt64) or .to(kFloat64)"});
   EXPECT_EQ(longs.to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 2}));  // untouched
   // where() names itself, not the full() it makes the scalar with.
   const Tensor cond = tensor({true, false}, device());
   expect_throw_with<DtypeError>(
       [&] {
-        where(cond, tensor({1, 2}, {device(), kUInt8}), -1.0);
+        where(cond, tensor({1, 2}, {device(), kUInt8}), -1);
       },
       {"[where] the value -1 does not fit uint8"});
   expect_throw_with<DtypeError>(

@@ -162,7 +162,20 @@ TEST_P(Elementwise, NonContiguousOperands) {
 TEST_P(Elementwise, ScalarOpsAndPromotion) {
   const Tensor i = tensor({1, 2, 3}, device());
   EXPECT_EQ(i.dtype(), kInt64);
-  EXPECT_EQ((i + 1.0).dtype(), kInt64);
+  // An integer scalar keeps the integer dtype, a floating one makes it float32 (scalar.h):
+  // a whole 128.0 kept a uint8 image's dtype, and image - 128.0 wrapped.
+  EXPECT_EQ((i + 1).dtype(), kInt64);
+  EXPECT_EQ((i + 1.0).dtype(), kFloat32);
+  const Tensor image = tensor({0, 100, 200, 255}, {device(), kUInt8});
+  EXPECT_EQ(((image - 128.0) / 128.0).to_vector<float>(),
+            (std::vector<float>{-1.0f, -0.21875f, 0.5625f, 0.9921875f}));
+  EXPECT_EQ((image * 2.0).to_vector<float>(), (std::vector<float>{0, 200, 400, 510}));
+  EXPECT_EQ((image * 2).dtype(), kUInt8);
+  EXPECT_EQ((tensor({1000000}, {device(), kInt32}) * 3000.0).item<double>(), 3e9);
+  EXPECT_EQ(maximum(i, 2.0).dtype(), kFloat32);
+  EXPECT_EQ(maximum(i, 2).dtype(), kInt64);
+  EXPECT_TRUE((tensor({(std::int64_t{1} << 53) + 1}, device()) != 9007199254740992.0).item<bool>())
+      << "a whole value compares exactly in the integer dtype";
   EXPECT_EQ((i * 0.5).dtype(), kFloat32);
   EXPECT_EQ((i / 2.0).dtype(), kFloat32);  // true division
   EXPECT_EQ((i / i).dtype(), kFloat32);
@@ -171,11 +184,12 @@ TEST_P(Elementwise, ScalarOpsAndPromotion) {
             kFloat64);
   EXPECT_EQ((i > 1.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
   EXPECT_EQ((i * 0.5).to_vector<double>(), (std::vector<double>{0.5, 1, 1.5}));
-  EXPECT_EQ((10.0 - i).to_vector<int>(), (std::vector<int>{9, 8, 7}));
+  EXPECT_EQ((10 - i).to_vector<std::int64_t>(), (std::vector<std::int64_t>{9, 8, 7}));
   EXPECT_EQ((6.0 / i).to_vector<double>(), (std::vector<double>{6, 3, 2}));
   const Tensor b = tensor({true, false}, device());
   EXPECT_EQ(b.dtype(), kBool);
-  EXPECT_EQ((b + 1.0).dtype(), kInt64);
+  EXPECT_EQ((b + 1).dtype(), kInt64);
+  EXPECT_EQ((b + 1.0).dtype(), kFloat32);
   expect_throw_with<DtypeError>([&] { (void)(b - b); }, {"[sub]", "bool", ".to(kInt64)"});
   expect_throw_with<DtypeError>([&] { (void)(-b); }, {"[neg]", "bool"});
   EXPECT_EQ(exp(i).dtype(), kFloat32);
@@ -274,8 +288,9 @@ TEST_P(Elementwise, WhereAndComparisons) {
   EXPECT_EQ(left.dtype(), kFloat32);
   EXPECT_EQ(left.to_vector<float>(), (std::vector<float>{1, 0.5}));
   EXPECT_EQ(right.to_vector<float>(), (std::vector<float>{0.5, 2}));
-  EXPECT_EQ(where(cond, ints, 7.0).dtype(), kInt64);
-  const Tensor bools = where(cond, tensor({true, true}, device()), 2.0);
+  EXPECT_EQ(where(cond, ints, 7).dtype(), kInt64);
+  EXPECT_EQ(where(cond, ints, 7.0).dtype(), kFloat32);
+  const Tensor bools = where(cond, tensor({true, true}, device()), 2);
   EXPECT_EQ(bools.dtype(), kInt64);
   EXPECT_EQ(bools.to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 2}));
   // A half tensor compares with the scalar as its dtype holds it, as a float32 one does.
@@ -370,15 +385,16 @@ TEST_P(Elementwise, IntegerPowersAreExact) {
   EXPECT_EQ(pow(base, exponent).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{4052555153018976267LL, -32, 7766279631452241920LL, 1, 0, 1,
                                        -1, 1}));
-  EXPECT_EQ(pow(tensor({3}, device()), 39.0).item<std::int64_t>(), 4052555153018976267LL);
+  EXPECT_EQ(pow(tensor({3}, device()), 39).item<std::int64_t>(), 4052555153018976267LL);
   // A negative power truncates toward zero: 0 for every base but 1 and -1, 0 included.
   EXPECT_EQ(pow(tensor({2, 0, -7}, {device(), kInt32}), tensor({-1, -1, -2}, {device(), kInt32}))
                 .to_vector<std::int32_t>(),
             (std::vector<std::int32_t>{0, 0, 0}));
-  EXPECT_EQ(pow(tensor({5}, {device(), kUInt8}), 3.0).to_vector<std::uint8_t>(),
+  EXPECT_EQ(pow(tensor({5}, {device(), kUInt8}), 3).to_vector<std::uint8_t>(),
             (std::vector<std::uint8_t>{125}));
-  expect_throw_with<DtypeError>([&] { pow(tensor({7}, device()), -1.0); },
-                                {"[pow]", "int64", "-1", "to(kFloat32)"});
+  expect_throw_with<DtypeError>([&] { pow(tensor({7}, device()), -1); },
+                                {"[pow]", "int64", "-1", "to(kFloat32)", "(-1.0)"});
+  EXPECT_FLOAT_EQ(pow(tensor({4}, device()), -1.0).item<float>(), 0.25f);
   EXPECT_EQ(pow(tensor({4}, device()), -0.5).to_vector<float>(), (std::vector<float>{0.5f}));
 }
 
