@@ -4,7 +4,9 @@
 /// (tessera never copies silently). C++ scalars are always allowed (scalar.h: an integer
 /// scalar keeps an integer tensor's dtype, a floating one gives float32). Binary ops
 /// broadcast like NumPy and promote dtypes (bool < uint8 < int32 < int64 < float32 <
-/// float64).
+/// float64). A 0-dim tensor promotes like any other (PyTorch lets a dimensioned operand's
+/// dtype win over a 0-dim one of the same kind: float32 x * a float64 0-dim tensor is
+/// float64 here, float32 there).
 /// Ops never wait for the device.
 #include <cstdint>
 #include <vector>
