@@ -106,10 +106,11 @@ TESSERA_API Tensor zeros_like(const Tensor& t, TensorOptions options = {});
 TESSERA_API Tensor ones_like(const Tensor& t, TensorOptions options = {});
 TESSERA_API Tensor full_like(const Tensor& t, double value, TensorOptions options = {});
 
-/// [0, end) and [start, end) by step, 1-D. The dtype defaults to int64 when all arguments
-/// are integral, else float32. Throws Error for step 0 or a step of the wrong sign.
-TESSERA_API Tensor arange(double end, TensorOptions options = {});
-TESSERA_API Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+/// [0, end) and [start, end) by step, 1-D. The dtype defaults to int64 when every argument
+/// is written as an integer (scalar.h), else float32: arange(5) is int64, arange(5.0) float32.
+/// Throws Error for step 0 or a step of the wrong sign.
+TESSERA_API Tensor arange(Scalar end, TensorOptions options = {});
+TESSERA_API Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptions options = {});
 
 /// Uniform in [0, 1) and standard normal values from the default generator (manual_seed).
 /// Floating dtypes only (DtypeError otherwise).

@@ -3,28 +3,75 @@
 /// was written as an integer or as a floating value decides the result's dtype, as in
 /// PyTorch: an integer scalar keeps an integer tensor's dtype (int_tensor + 1 is int64 for an
 /// int64 tensor; a bool tensor gives int64), a floating one makes it float32
-/// (uint8_image - 128.0 is float32, not wrapped uint8). A floating tensor keeps its dtype
-/// either way. Comparisons (x == 2.0) compare exactly, whatever the scalar's type.
+/// (uint8_image - 128.0 is float32, not wrapped uint8), and a bool scalar keeps a bool
+/// tensor bool (mask * false). A floating tensor keeps its dtype either way. Integers keep
+/// every bit (a 64-bit constant past 2^53 too). Comparisons (x == 2.0) compare exactly,
+/// whatever the scalar's type.
 #include <concepts>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace tessera {
 
 class Scalar {
  public:
+  enum class Kind { kBool, kInteger, kFloating };
+
+  Scalar(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBool) {}  // NOLINT
   template <typename T>
-    requires std::integral<T>
-  Scalar(T v) : value_(static_cast<double>(v)), integral_(true) {}  // NOLINT: implicit
+    requires(std::integral<T> && !std::same_as<T, bool>)
+  Scalar(T v) : value_(static_cast<double>(v)), kind_(Kind::kInteger) {  // NOLINT: implicit
+    if constexpr (std::is_signed_v<T>) {
+      integer_ = static_cast<std::int64_t>(v);
+      exact_ = true;
+    } else {
+      exact_ = static_cast<unsigned long long>(v) <=
+               static_cast<unsigned long long>(std::numeric_limits<std::int64_t>::max());
+      integer_ = exact_ ? static_cast<std::int64_t>(v) : 0;
+    }
+  }
   template <typename T>
     requires std::floating_point<T>
-  Scalar(T v) : value_(static_cast<double>(v)), integral_(false) {}  // NOLINT: implicit
+  Scalar(T v) : value_(static_cast<double>(v)), kind_(Kind::kFloating) {}  // NOLINT: implicit
+  /// An unscoped enum's constant (enum { kBatch = 32 }) is the integer it stands for.
+  template <typename T>
+    requires(std::is_enum_v<T> && std::is_convertible_v<T, std::underlying_type_t<T>>)
+  Scalar(T v) : Scalar(static_cast<std::underlying_type_t<T>>(v)) {}  // NOLINT: implicit
+
+  /// Anything else that converts to a number: a std::atomic<int> or another wrapper of an
+  /// integer type (value_type) is that integer, a type with operator double() a floating value.
+  template <typename T>
+    requires(!std::is_arithmetic_v<T> && !std::is_enum_v<T> &&
+             std::is_convertible_v<const T&, double>)
+  Scalar(const T& v) : Scalar(converted(v)) {}  // NOLINT: implicit
 
   double value() const { return value_; }
-  /// Written as an integer (1, a size_t, true), not as a floating value (1.0).
-  bool integral() const { return integral_; }
+  Kind kind() const { return kind_; }
+  /// Written as an integer or a bool (1, a size_t, true), not as a floating value (1.0).
+  bool integral() const { return kind_ != Kind::kFloating; }
+  /// An integral scalar's value, every bit of it, when it fits int64 (exact_integer()).
+  std::int64_t integer() const { return integer_; }
+  bool exact_integer() const { return integral() && exact_; }
 
  private:
+  template <typename T>
+  static auto converted(const T& v) {
+    if constexpr (requires { typename T::value_type; }) {
+      if constexpr (std::is_arithmetic_v<typename T::value_type>) {
+        return static_cast<typename T::value_type>(v);
+      } else {
+        return static_cast<double>(v);
+      }
+    } else {
+      return static_cast<double>(v);
+    }
+  }
+
   double value_;
-  bool integral_;
+  std::int64_t integer_ = 0;
+  Kind kind_;
+  bool exact_ = true;
 };
 
 }  // namespace tessera

@@ -21,6 +21,7 @@ struct Edge {
   std::shared_ptr<Node> node;
   std::shared_ptr<TensorImpl> leaf;
   std::shared_ptr<Storage> leaf_storage;
+  std::uint32_t leaf_rebinds = 0;  // TensorImpl::rebinds then
 };
 
 // A tensor a formula reads at backward time, and its storage's version when it was saved.
@@ -33,6 +34,7 @@ struct SavedVersion {
   Shape shape;
   Dtype dtype = kFloat32;
   std::weak_ptr<TensorImpl> tensor;
+  std::uint32_t rebinds = 0;  // the tensor's TensorImpl::rebinds then
 };
 
 // One recorded op: given the gradient of its output, the gradients of its inputs (an

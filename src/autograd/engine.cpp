@@ -109,7 +109,7 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
     if (s.tensor == nullptr || !s.tensor->defined()) continue;
     const TensorImpl& t = impl_of(*s.tensor);
     node->saved.push_back(
-        {s.role, t.storage, t.storage->version, t.shape, t.dtype, s.tensor->impl_ptr()});
+        {s.role, t.storage, t.storage->version, t.shape, t.dtype, s.tensor->impl_ptr(), t.rebinds});
   }
   node->output_shape = out.shape();
   node->output_dtype = out.dtype();
@@ -122,6 +122,7 @@ void record(const char* name, const Tensor& out, std::initializer_list<const Ten
       } else {
         edge.leaf = t->impl_ptr();
         edge.leaf_storage = edge.leaf->storage;
+        edge.leaf_rebinds = edge.leaf->rebinds;
       }
     }
     node->next.push_back(std::move(edge));
@@ -179,13 +180,12 @@ constexpr const char* kMovedFix =
 void check_saved_versions(const Node& n) {
   for (const SavedVersion& s : n.saved) {
     const std::shared_ptr<TensorImpl> now = s.tensor.lock();
-    TESSERA_CHECK(now == nullptr || now->storage == s.storage, Error,
+    TESSERA_CHECK(now == nullptr || (now->storage == s.storage && now->rebinds == s.rebinds), Error,
                   "[backward] {} saved its {} ({} {} on {}) for the backward pass, but that "
-                  "tensor was moved to other memory afterwards (now {} {} on {}), so its "
+                  "tensor was moved, converted or replaced afterwards (now {} {} on {}), so its "
                   "gradient would be computed from other values. {}",
                   n.name, s.role, dtype_name(s.dtype), s.shape.str(), s.storage->device.str(),
-                  dtype_name(now->dtype), now->shape.str(), now->storage->device.str(),
-                  kMovedFix);
+                  dtype_name(now->dtype), now->shape.str(), now->storage->device.str(), kMovedFix);
     TESSERA_CHECK(s.storage->version == s.version, Error,
                   "[backward] {} saved its {} ({} {} on {}) for the backward pass, but it was "
                   "written in place afterwards (version {}, now {}), so its gradient would be "
@@ -201,11 +201,14 @@ void check_saved_versions(const Node& n) {
 void check_leaves_in_place(const Node& n) {
   for (std::size_t i = 0; i < n.next.size(); ++i) {
     const Edge& e = n.next[i];
-    if (!e.leaf || e.leaf->storage == e.leaf_storage) continue;
+    if (!e.leaf || (e.leaf->storage == e.leaf_storage && e.leaf->rebinds == e.leaf_rebinds)) {
+      continue;
+    }
     const Device was = e.leaf_storage->device, now = e.leaf->storage->device;
     const std::string message = fmt::format(
         "[backward] {}'s input {} is a tensor that requires grad ({} on {} when {} ran), but "
-        "it was moved or replaced afterwards (now {} {} on {}), so the gradient backward() "
+        "it was moved, converted or replaced afterwards (now {} {} on {}), so the gradient "
+        "backward() "
         "computed belongs to the tensor it was. {}",
         n.name, i, e.leaf->shape.str(), was.str(), n.name, dtype_name(e.leaf->dtype),
         e.leaf->shape.str(), now.str(), kMovedFix);
@@ -332,7 +335,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     Tensor g = std::move(grads[n]);
     grads.erase(n);
     std::vector<Tensor> inputs(n->next.size());
-    if (g.defined()) {  // else no gradient reached this node: its inputs get none from it
+    if (g.defined()) {           // else no gradient reached this node: its inputs get none from it
       check_saved_versions(*n);  // again: a grad-ready hook may have written since the start
       inputs = n->backward(g);
       TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),

@@ -65,6 +65,10 @@ struct TensorImpl {
   std::int64_t offset = 0;  // in elements
   Dtype dtype = kFloat32;
   bool contiguous = true;  // cached: strides are the row-major strides of shape
+  // How many times Module::to or a parameter assignment pointed this tensor at other memory
+  // or another layout (nn/module.cpp's rebind): autograd refuses a graph recorded before
+  // (Note [Saved tensors] in autograd/engine.cpp).
+  std::uint32_t rebinds = 0;
 
   char* data() const {
     return static_cast<char*>(storage->data) + offset * static_cast<std::int64_t>(itemsize(dtype));

@@ -29,6 +29,7 @@ void rebind(const Tensor& dst, const Tensor& src) {
   d.offset = s.offset;
   d.dtype = s.dtype;
   d.contiguous = s.contiguous;
+  ++d.rebinds;
 }
 
 // Converts every tensor of `tensors` with `convert` (skipping those `convert` leaves alone)

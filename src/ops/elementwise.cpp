@@ -1,12 +1,15 @@
 // Front end of the elementwise ops: device rule, dtype promotion, broadcasting, then the
 // backend kernel. See Note [Scalar promotion].
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
 #include "core/device_rules.h"
+#include "core/dispatch.h"
 #include "core/scalar_range.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
@@ -21,9 +24,11 @@
 // integer scalar keeps an integer tensor's dtype (a bool tensor's becomes int64) and a
 // floating one makes it float32. When C++ scalars all arrived as double, a whole 128.0 kept
 // a uint8 image's dtype and `image - 128.0` wrapped. where() with a scalar follows the same
-// rule. Comparisons go by the value instead (the result is bool either way): a whole value
-// compares exactly in the integer dtype (int64 2^53 + 1 == 2^53.0 is false), a fractional
-// one in float32.
+// rule. A bool scalar keeps a bool tensor bool (mask * false). Comparisons go by the value
+// instead (the result is bool either way): a whole value compares exactly in the integer
+// dtype (int64 2^53 + 1 == 2^53.0 is false), one outside the dtype has one answer for every
+// element (uint8 < 256), a fractional one compares in float32. An integer scalar past 2^53
+// (which a double rounds) reaches the kernels as a 0-dim tensor of the tensor's dtype.
 
 namespace tessera {
 using detail::BinaryOp;
@@ -66,7 +71,47 @@ Dtype scalar_dtype(Dtype t, Scalar s, bool by_value) {
   const double v = s.value();
   const bool whole = v == std::floor(v) && std::isfinite(v);
   if (by_value ? !whole : !s.integral()) return kFloat32;
+  if (t == kBool && !by_value && s.kind() == Scalar::Kind::kBool) return kBool;  // mask * false
   return t == kBool ? kInt64 : t;
+}
+
+// An integer scalar a double cannot hold (past 2^53: a hash constant, INT64_MAX) goes to an
+// integer tensor's op as a 0-dim tensor of that dtype, which keeps every bit; nullopt for
+// every other scalar (its double is exact).
+std::optional<Tensor> exact_integer_operand(const char* name, const Tensor& t, Scalar s) {
+  constexpr std::int64_t kExact = std::int64_t{1} << 53;
+  if (!s.exact_integer() || is_floating(t.dtype()) || t.dtype() == kBool) return std::nullopt;
+  if (s.integer() >= -kExact && s.integer() <= kExact) return std::nullopt;
+  detail::check_integer_fits(name, s.integer(), t.dtype());
+  return tensor({s.integer()}, {t.dtype(), t.device()}).reshape({});
+}
+
+// A comparison of an integer tensor with a whole value outside its dtype has one answer for
+// every element (uint8 < 256: all true): nullopt otherwise.
+std::optional<bool> comparison_outside_range(BinaryOp op, Dtype dtype, double s) {
+  if (!detail::is_comparison(op) || is_floating(dtype)) return std::nullopt;
+  double lowest = 0, highest = 1;
+  detail::dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    lowest = static_cast<double>(std::numeric_limits<T>::lowest());
+    highest = static_cast<double>(std::numeric_limits<T>::max());
+  });
+  // int64's bounds round to +-2^63 in a double: a value there is outside too, or equal to
+  // INT64_MIN, which exact_integer_operand handles first.
+  const bool above = s > highest || (dtype == kInt64 && s >= 0x1p63);
+  const bool below = s < lowest;
+  if (!above && !below) return std::nullopt;
+  switch (op) {
+    case BinaryOp::kEq:
+      return false;
+    case BinaryOp::kNe:
+      return true;
+    case BinaryOp::kLt:
+    case BinaryOp::kLe:
+      return above;
+    default:  // kGt, kGe
+      return below;
+  }
 }
 
 Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
@@ -112,6 +157,21 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, Scalar scalar, 
   detail::check_defined(a, name);
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), scalar, detail::is_comparison(op)));
   const double s = scalar.value();
+  // (An int64 scalar always fits an int64 tensor: its double may round to 2^63.)
+  if (!(scalar.exact_integer() && dtype == kInt64)) {
+    if (const auto answer = comparison_outside_range(op, dtype, s)) {
+      return full(a.shape(), *answer ? 1.0 : 0.0, {kBool, a.device()});
+    }
+  }
+  if (const auto exact = exact_integer_operand(name, a, scalar)) {
+    return scalar_first ? binary_op(op, name, *exact, a) : binary_op(op, name, a, *exact);
+  }
+  // An exponent float32 does not hold (16777217 became even, 1e-50 became 0) is applied in
+  // float64, and the result rounded once.
+  if (op == BinaryOp::kPow && is_floating(dtype) && dtype != kFloat64 && std::isfinite(s) &&
+      static_cast<double>(static_cast<float>(s)) != s) [[unlikely]] {
+    return scalar_op(op, name, a.to(kFloat64), scalar, scalar_first).to(dtype);
+  }
   check_bool_arithmetic(op, dtype, name);
   detail::check_scalar_fits_integer(name, s, dtype);
   const bool grad = detail::needs_grad(a);
@@ -206,6 +266,9 @@ Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& ot
 
 Tensor& inplace_scalar(BinaryOp op, const char* name, Tensor& self, Scalar scalar) {
   detail::check_defined(self, name);
+  if (const auto exact = exact_integer_operand(name, self, scalar)) {
+    return inplace_op(op, name, self, *exact);
+  }
   detail::check_inplace(name, {&self});
   detail::check_writable(self, name);
   check_inplace_result(name, compute_dtype(op, scalar_dtype(self.dtype(), scalar, false)),
@@ -303,6 +366,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar scalar) {
   const double b = scalar.value();
   detail::check_defined(a, "where", "self");
   detail::check_defined(cond, "where", "condition");
+  if (const auto exact = exact_integer_operand("where", a, scalar)) return where(cond, a, *exact);
   // Before the scalar becomes a tensor on self's device, which a mismatch would then blame.
   detail::common_device("where", {{"condition", &cond}, {"self", &a}});
   const Dtype dtype = scalar_dtype(a.dtype(), scalar, false);
@@ -314,6 +378,7 @@ Tensor where(const Tensor& cond, Scalar scalar, const Tensor& b) {
   const double a = scalar.value();
   detail::check_defined(b, "where", "other");
   detail::check_defined(cond, "where", "condition");
+  if (const auto exact = exact_integer_operand("where", b, scalar)) return where(cond, *exact, b);
   detail::common_device("where", {{"condition", &cond}, {"other", &b}});
   const Dtype dtype = scalar_dtype(b.dtype(), scalar, false);
   detail::check_scalar_fits("where", a, dtype);

@@ -176,9 +176,10 @@ Tensor full_like(const Tensor& t, double value, TensorOptions o) {
   return full(t.shape(), value, like(t, o));
 }
 
-Tensor arange(double end, TensorOptions options) { return arange(0, end, 1, options); }
+Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }
 
-Tensor arange(double start, double end, double step, TensorOptions options) {
+Tensor arange(Scalar start_in, Scalar end_in, Scalar step_in, TensorOptions options) {
+  const double start = start_in.value(), end = end_in.value(), step = step_in.value();
   TESSERA_CHECK(
       step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), Error,
       "[arange] needs finite start, end and a non-zero step; got start={}, end={}, step={}", start,
@@ -186,7 +187,9 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   TESSERA_CHECK((end - start) * step >= 0, Error,
                 "[arange] step {} goes away from end: start={}, end={}; flip the step's sign", step,
                 start, end);
-  const bool integral =
+  // As PyTorch: int64 when every argument was written as an integer (arange(5.0) is float32).
+  const bool integral = start_in.integral() && end_in.integral() && step_in.integral();
+  const bool whole =
       start == std::floor(start) && end == std::floor(end) && step == std::floor(step);
   const double count = std::ceil((end - start) / step);
   // Converted only when it fits: arange(1e300) converted 1e300 to int64 (undefined) and
@@ -202,7 +205,7 @@ Tensor arange(double start, double end, double step, TensorOptions options) {
   if (n > 0 && !is_floating(dtype)) {
     detail::check_scalar_fits("arange", start, dtype);
     double last = start + static_cast<double>(n - 1) * step;
-    if (integral && n > 1) {
+    if (whole && n > 1) {
       // In int64, as the kernels count: in double 2^63 - 1 rounds up to 2^63, past int64.
       std::int64_t exact = 0;
       TESSERA_CHECK(std::abs(step) < 9.2e18 &&

@@ -354,9 +354,10 @@ TEST_P(Autograd, ALeafMovedOrReplacedBetweenForwardAndBackwardIsRefused) {
       NoGradGuard no_grad;
       lin.weight.mul_(10.0);
     }
-    expect_throw_with<Error>([&] { y.backward(); },
-                             {"[backward] mul's input 1 is a tensor that requires grad",
-                              "moved or replaced afterwards", "Run backward() before moving"});
+    expect_throw_with<Error>(
+        [&] { y.backward(); },
+        {"[backward] mul's input 1 is a tensor that requires grad",
+         "moved, converted or replaced afterwards", "Run backward() before moving"});
     EXPECT_FALSE(x.grad().defined());
   }
   {  // a frozen weight (no edge, only saved) converted to float64
@@ -367,7 +368,14 @@ TEST_P(Autograd, ALeafMovedOrReplacedBetweenForwardAndBackwardIsRefused) {
     lin.to(kFloat64);
     expect_throw_with<Error>([&] { y.backward(); },
                              {"[backward] mul saved its other (float32 [1, 2]",
-                              "moved to other memory afterwards (now float64 [1, 2]"});
+                              "converted or replaced afterwards (now float64 [1, 2]"});
+  }
+  {  // re-pointed at its own memory in another layout (the storage is the same)
+    nn::Linear lin(2, 2, /*with_bias=*/false, device());
+    Tensor x = tensor({{1.0, 0.0}, {0.0, 0.0}}, device()).requires_grad_();
+    Tensor y = sum(mul(x, lin.weight));
+    lin.weight = lin.weight.detach().t();
+    expect_throw_with<Error>([&] { y.backward(); }, {"[backward] mul's input 1"});
   }
   if (num_cpu_devices() < 2 || device().kind() != DeviceKind::kCpu) return;
   // To another logical device: the weight's gradient landed on the old one.

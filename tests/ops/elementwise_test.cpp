@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "support/device_test.h"
 
@@ -172,6 +173,20 @@ TEST_P(Elementwise, ScalarOpsAndPromotion) {
   EXPECT_EQ((image * 2.0).to_vector<float>(), (std::vector<float>{0, 200, 400, 510}));
   EXPECT_EQ((image * 2).dtype(), kUInt8);
   EXPECT_EQ((tensor({1000000}, {device(), kInt32}) * 3000.0).item<double>(), 3e9);
+  // Integers keep every bit past 2^53 (a double rounded them), INT64_MAX included; a bool
+  // scalar keeps a bool tensor bool.
+  const Tensor big = tensor({1LL, 9007199254740993LL}, device());
+  EXPECT_EQ((big == 9007199254740993LL).to_vector<bool>(), (std::vector<bool>{false, true}));
+  EXPECT_EQ((big - 9007199254740993LL).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{-9007199254740992LL, 0}));
+  EXPECT_EQ(minimum(big, std::numeric_limits<std::int64_t>::max()).to_vector<std::int64_t>(),
+            big.to_vector<std::int64_t>());
+  const Tensor mask = tensor({true, false}, device());
+  EXPECT_EQ((mask * false).dtype(), kBool);
+  EXPECT_EQ(where(mask, mask, false).to_vector<bool>(), (std::vector<bool>{true, false}));
+  // An exponent float32 does not hold is applied in float64.
+  EXPECT_EQ(pow(full({1}, -1.0, device()), 16777217).item<float>(), -1.0f);
+  EXPECT_EQ(pow(zeros({1}, {device(), kInt32}), 1e-50).item<float>(), 0.0f);
   EXPECT_EQ(maximum(i, 2.0).dtype(), kFloat32);
   EXPECT_EQ(maximum(i, 2).dtype(), kInt64);
   EXPECT_TRUE((tensor({(std::int64_t{1} << 53) + 1}, device()) != 9007199254740992.0).item<bool>())

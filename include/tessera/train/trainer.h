@@ -200,9 +200,9 @@ class TESSERA_API Trainer {
   std::vector<EpochMetrics> fit(Task& task, data::DataLoader& train,
                                 data::DataLoader* val = nullptr);
 
-  /// Every training step's loss of the last fit(), float32 on the CPU; after a fit that threw,
-  /// the steps it ran (the step that went NaN, for a diverged run), or undefined when it threw
-  /// before its first epoch's end.
+  /// Every training step's loss of the last fit(), float32 on the CPU; after a fit that
+  /// diverged (NonFiniteError), the steps it ran, to find the one that went NaN; undefined
+  /// after a fit that threw otherwise.
   const Tensor& step_losses() const { return step_losses_; }
 
   /// Loss and accuracy of task.model() over `data` (evaluation mode, no graph), in val_loss
