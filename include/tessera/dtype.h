@@ -2,9 +2,9 @@
 /// Element types.
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <iosfwd>
 #include <string_view>
+#include <type_traits>
 
 #include "tessera/export.h"
 
