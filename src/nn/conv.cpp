@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/tensor_impl.h"
 
 namespace tessera::nn {
 namespace {
@@ -42,9 +43,14 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Con
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
+  detail::check_defined(x, "Conv2d", "input");
   TESSERA_CHECK(x.dim() == 4 && x.size(1) == in_channels, ShapeError,
-                "[Conv2d] {} expects inputs [N, {}, H, W], got shape {}", path(), in_channels,
-                x.shape().str());
+                "[Conv2d] {} expects inputs [N, {}, H, W], got shape {}; {}", path(), in_channels,
+                x.shape().str(),
+                x.dim() == 3 ? "for one image, add the batch dim with x.unsqueeze(0)"
+                : x.dim() == 4
+                    ? fmt::format("the layer was built for {} input channels", in_channels)
+                    : std::string("reshape the input to [N, C, H, W]"));
   return conv2d(x, weight, bias, conv);
 }
 

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/code_names.h"
 #include "core/device_rules.h"
+#include "core/tensor_impl.h"
 #include "ops/fused_ops.h"
 #include "ops/layer_dtypes.h"
 #include "tessera/autocast.h"
@@ -71,6 +72,7 @@ void check_input_dtype(const Module& m, const Tensor& x, Dtype params) {
 
 Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       std::int64_t in_features) {
+  detail::check_defined(x, m.type_name().c_str(), "input");
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in_features, ShapeError,
                 "[{}] {} expects inputs whose last dim is in_features={}, got shape {}; flatten "
                 "or reshape the input (e.g. with nn::Flatten)",
@@ -168,9 +170,12 @@ LazyLinear::LazyLinear(std::int64_t out, bool with_bias)
 
 Tensor LazyLinear::forward(const Tensor& x) {
   if (!built()) {
+    detail::check_defined(x, "LazyLinear", "input");
     TESSERA_CHECK(x.dim() >= 1 && x.size(-1) > 0, ShapeError,
-                  "[LazyLinear] {} cannot take in_features from an input of shape {}", path(),
-                  x.shape().str());
+                  "[LazyLinear] {} cannot take in_features from an input of shape {}: its last "
+                  "dim is the features, and must be at least 1; reshape the input (e.g. with "
+                  "nn::Flatten)",
+                  path(), x.shape().str());
     // A half input under autocast is autocast's output, not the model's dtype: parameters stay
     // float32 there (autocast.h), as PyTorch's LazyLinear builds them.
     const bool autocast_output = is_half(x.dtype()) && autocast_dtype(x.device().kind());

@@ -315,7 +315,21 @@ TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
       },
       {"[max_pool2d] padding (1073741824, 0) must be at most half the kernel"});
   expect_throw_with<ShapeError>([&] { nn::Conv2d(4, 2, 3, {}, true, d)(x); },
-                                {"Conv2d expects inputs [N, 4, H, W]", "[2, 3, 8, 8]"});
+                                {"Conv2d expects inputs [N, 4, H, W]", "[2, 3, 8, 8]",
+                                 "the layer was built for 4 input channels"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::Conv2d(3, 2, 3, {}, true, d)(ones({3, 8, 8}, d));
+      },
+      {"[3, 8, 8]", "x.unsqueeze(0)"});
+  expect_throw_with<Error>([&] { nn::Conv2d(3, 2, 3, {}, true, d)(Tensor()); },
+                           {"[Conv2d]", "'input'"});
+  expect_throw_with<Error>([&] { nn::Linear(3, 2, true, d)(Tensor()); }, {"[Linear]", "'input'"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        nn::LazyLinear(2)(ones({2, 0}, d));
+      },
+      {"[LazyLinear]", "[2, 0]", "nn::Flatten"});
   if (available_devices().size() > 1) {
     const Device other =
         available_devices()[0] == d ? available_devices()[1] : available_devices()[0];
