@@ -291,17 +291,18 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   };
   std::vector<optim::GradScaler*> scaler_of;
   for (optim::GradScaler& s : scalers) scaler_of.push_back(&s);
-  // A rank that resumed alone would train other values (rank 0's were broadcast before):
-  // refused before any rank loads its file, which would leave that rank's optimizer state
-  // and loader behind for a retry, and again after, for the values the files held.
+  // A rank that resumed alone, or from another file of the same epoch (a stale copy on one
+  // host), would train other values (rank 0's were broadcast before): refused before any
+  // rank loads its file, which would leave that rank's optimizer state and loader behind
+  // for a retry. Files with the same bytes load the same values.
   if (group != nullptr) {
     const int held = loop::epochs_to_resume(options_);
-    detail::on_every_rank([&] { check_ranks_resumed_alike(*host, held, {}); });
+    const std::uint64_t digest = held > 0 ? loop::resume_file_digest(options_) : 0;
+    detail::on_every_rank([&] { check_ranks_resume_alike(*host, held, digest); });
   }
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
   loop::drop_metrics_after(options_, metrics_file, done_before);
   if (group != nullptr) {
-    detail::on_every_rank([&] { check_ranks_resumed_alike(*host, done_before, params[0]); });
     // Every rank walks rank 0's shuffle (seed + epochs begun): a loader that began another
     // count of epochs on one rank (an evaluate() on rank 0 alone) shuffled it otherwise, and
     // the ranks' shards overlapped.

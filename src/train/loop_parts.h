@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -30,6 +31,10 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
 // The epochs TrainerOptions::resume_from holds, from its header alone (0 without a file, or
 // for a file that does not say): what resume() would return, before it changes anything.
 int epochs_to_resume(const TrainerOptions& options);
+// A fingerprint of TrainerOptions::resume_from's bytes (0 without a file): two ranks that
+// resume from different files of the same epoch count learn it before either loads one.
+// IOError when the file cannot be read.
+std::uint64_t resume_file_digest(const TrainerOptions& options);
 // Writes TrainerOptions::state_path after `epoch` (when set and `lead`), with `train`'s
 // count of epochs begun: a deliberate read of every parameter and state tensor.
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,

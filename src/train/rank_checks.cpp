@@ -93,21 +93,11 @@ void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
   }
 }
 
-void check_ranks_resumed_alike(const ProcessGroup& group, int done,
-                               const std::vector<Tensor>& params) {
-  // The values loaded too, not only the epochs: ranks resuming from different files of the
-  // same epoch (a stale copy on one host) trained on, each with its own parameters. One
-  // read of the parameters at the start.
-  std::uint64_t values = 1469598103934665603ULL;  // FNV-1a over the values' bits
-  if (done > 0) {
-    AllowSync deliberate;
-    for (const Tensor& p : params) {
-      for (const double v : p.to_vector<double>()) {
-        values = (values ^ std::bit_cast<std::uint64_t>(v)) * 1099511628211ULL;
-      }
-    }
-  }
-  const std::vector<std::int64_t> all = gather(group, {done, std::bit_cast<std::int64_t>(values)});
+void check_ranks_resume_alike(const ProcessGroup& group, int done, std::uint64_t file_digest) {
+  // The files' bytes too, not only the epochs: ranks resuming from different files of the
+  // same epoch (a stale copy on one host) trained on, each with its own parameters.
+  const std::uint64_t digest = done > 0 ? file_digest : 0;
+  const std::vector<std::int64_t> all = gather(group, {done, std::bit_cast<std::int64_t>(digest)});
   const std::size_t ranks = all.size() / 2;
   for (std::size_t r = 1; r < ranks; ++r) {
     const std::int64_t theirs = all[2 * r], first = all[0];
@@ -122,8 +112,8 @@ void check_ranks_resumed_alike(const ProcessGroup& group, int done,
   }
   for (std::size_t r = 1; r < ranks; ++r) {
     TESSERA_CHECK(all[2 * r + 1] == all[1], Error,
-                  "[Trainer] rank {} resumed after epoch {} as rank 0 did, but with other "
-                  "parameter values (from another training state file); give every rank the "
+                  "[Trainer] rank {} resumes after epoch {} as rank 0 does, but from another "
+                  "training state file (its bytes differ from rank 0's); give every rank the "
                   "same file to resume from (--resume)",
                   r, all[0]);
   }

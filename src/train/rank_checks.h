@@ -30,10 +30,9 @@ struct RunFacts {
 void check_ranks_agree(const ProcessGroup& group, const RunFacts& facts,
                        const std::vector<std::pair<std::string, Tensor>>& params);
 
-// Throws Error on every rank unless every rank resumed after the same number of epochs
-// (`done`: 0 for a rank that did not resume) with the same values of `params` (this rank's
-// replica 0's, read once when it resumed). Host work only, but for that read.
-void check_ranks_resumed_alike(const ProcessGroup& group, int done,
-                               const std::vector<Tensor>& params);
+// Before loading: throws Error on every rank unless every rank is to resume after the same
+// number of epochs (`done`, from the file's header; 0 for a rank that does not resume) from
+// a file with the same bytes (`file_digest`, loop::resume_file_digest). Host work only.
+void check_ranks_resume_alike(const ProcessGroup& group, int done, std::uint64_t file_digest);
 
 }  // namespace tessera::train
