@@ -15,7 +15,31 @@ std::string pool_repr(const Pool2dOptions& o) {
                      o.stride[1] == 0 ? o.kernel[1] : o.stride[1], o.padding[0], o.padding[1]);
 }
 
+// At construction, not at the first call (max_pool2d and avg_pool2d check them there too).
+void check_pool(const char* layer, const Pool2dOptions& o) {
+  TESSERA_CHECK(o.kernel[0] > 0 && o.kernel[1] > 0 && o.stride[0] >= 0 && o.stride[1] >= 0 &&
+                    o.padding[0] >= 0 && o.padding[1] >= 0,
+                ShapeError,
+                "[{}] kernel sizes must be positive, strides positive (or 0 for the kernel "
+                "size) and padding non-negative, got kernel_size=({}, {}), stride=({}, {}), "
+                "padding=({}, {})",
+                layer, o.kernel[0], o.kernel[1], o.stride[0], o.stride[1], o.padding[0],
+                o.padding[1]);
+  TESSERA_CHECK(2 * std::int64_t{o.padding[0]} <= o.kernel[0] &&
+                    2 * std::int64_t{o.padding[1]} <= o.kernel[1],
+                ShapeError, "[{}] padding ({}, {}) must be at most half the kernel ({}x{})", layer,
+                o.padding[0], o.padding[1], o.kernel[0], o.kernel[1]);
+}
+
 }  // namespace
+
+MaxPool2d::MaxPool2d(Pool2dOptions options) : Module("MaxPool2d"), options(options) {
+  check_pool("MaxPool2d", options);
+}
+
+AvgPool2d::AvgPool2d(Pool2dOptions options) : Module("AvgPool2d"), options(options) {
+  check_pool("AvgPool2d", options);
+}
 
 Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Conv2dOptions conv,
                bool with_bias, TensorOptions options)

@@ -352,6 +352,16 @@ TEST_P(Modules, LayerArgumentsAreCheckedAtConstruction) {
         nn::Conv2d(1, 2, {3, 3}, {.padding = {1, -1}});
       },
       {"padding=(1, -1)"});
+  // Pools too, at construction: MaxPool2d(0) was accepted until its first forward.
+  expect_throw_with<ShapeError>(
+      [] { nn::MaxPool2d(0); },
+      {"[MaxPool2d] kernel sizes must be positive", "kernel_size=(0, 0)"});
+  expect_throw_with<ShapeError>([] { nn::AvgPool2d(2, -1); }, {"[AvgPool2d]", "stride=(-1, -1)"});
+  expect_throw_with<ShapeError>(
+      [] { nn::AvgPool2d(2, 0, 2); },
+      {"[AvgPool2d] padding (2, 2) must be at most half the kernel (2x2)"});
+  EXPECT_EQ(nn::MaxPool2d(3, 0, 1).extra_repr(),
+            "kernel_size=(3, 3), stride=(3, 3), padding=(1, 1)");
 }
 
 // A tensor registered under two names (tied weights) is one parameter: listed once, stepped

@@ -36,7 +36,9 @@ class TESSERA_API MaxPool2d : public Module {
   explicit MaxPool2d(int kernel_size, int stride = 0, int padding = 0)
       : MaxPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {
   }
-  explicit MaxPool2d(Pool2dOptions options) : Module("MaxPool2d"), options(options) {}
+  /// ShapeError for a kernel that is not positive, a negative stride (0 = the kernel) or
+  /// padding, or padding over half the kernel.
+  explicit MaxPool2d(Pool2dOptions options);
   Tensor forward(const Tensor& x) override { return max_pool2d(x, options); }
   std::string extra_repr() const override;
 
@@ -48,7 +50,7 @@ class TESSERA_API AvgPool2d : public Module {
   explicit AvgPool2d(int kernel_size, int stride = 0, int padding = 0)
       : AvgPool2d(Pool2dOptions{{kernel_size, kernel_size}, {stride, stride}, {padding, padding}}) {
   }
-  explicit AvgPool2d(Pool2dOptions options) : Module("AvgPool2d"), options(options) {}
+  explicit AvgPool2d(Pool2dOptions options);  ///< ShapeError as MaxPool2d
   Tensor forward(const Tensor& x) override { return avg_pool2d(x, options); }
   std::string extra_repr() const override;
 
