@@ -126,6 +126,15 @@ struct Bf16Gemm {
   dnnl::matmul primitive;
 };
 
+// Note [One primitive on several threads]
+// One primitive per layout serves every device's queue and user thread, and they run it at
+// once (two logical devices training one bfloat16 model, two user threads). With oneDNN's
+// default, library-managed scratchpad (2.x built without concurrent execution, as Debian's
+// is), each primitive owns one scratchpad, so two runs at once wrote each other's partial
+// sums: about one product in two was wrong, by as much as the values themselves. Each call
+// now hands the primitive a scratchpad of its own thread (scratchpad_mode::user), which
+// oneDNN documents as safe to execute from several threads at once.
+
 // The primitive of `key`, made on first use; safe from every device's thread.
 const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
   static std::mutex mutex;
@@ -142,7 +151,10 @@ const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
   const md weights({key.k, key.n}, dt::bf16,
                    key.tb ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
   const md dst({key.m, key.n}, key.float32_out ? dt::f32 : dt::bf16, dnnl::memory::dims{key.n, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), cpu_engine());
+  // Note [One primitive on several threads]: the caller's scratchpad, not the primitive's.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, cpu_engine());
   dnnl::matmul primitive(pd);
   return made.emplace(key, Bf16Gemm{std::move(pd), std::move(primitive)}).first->second;
 }
@@ -163,12 +175,19 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
     const Bf16Gemm& gemm = bf16_gemm(key);
     const dnnl::matmul::primitive_desc& pd = gemm.pd;
     dnnl::stream stream(cpu_engine());
+    // This thread's scratchpad (Note [One primitive on several threads]), grown as needed.
+    thread_local std::vector<std::byte> scratch;
+    const dnnl::memory::desc scratch_desc = pd.scratchpad_desc();
+    if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
+    const dnnl::memory scratchpad(scratch_desc, cpu_engine(), scratch.data());
     for (i64 bi = 0; bi < batches; ++bi) {
       dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
       dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
       dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * out_item);
-      gemm.primitive.execute(
-          stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+      gemm.primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_DST, dst},
+                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
     }
     stream.wait();
   } catch (const dnnl::error& e) {
