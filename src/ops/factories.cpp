@@ -178,7 +178,51 @@ Tensor full_like(const Tensor& t, double value, TensorOptions o) {
 
 Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }
 
+namespace {
+
+// arange of integers one of which a double cannot hold (past 2^53), into an integer dtype:
+// counted and computed in integers (Note [Scalar promotion] in elementwise.cpp). In double,
+// arange(2^53 + 1, 2^53 + 5) began at 2^53 and arange(INT64_MAX - 3, INT64_MAX) was empty.
+Tensor arange_exact(std::int64_t start, std::int64_t end, std::int64_t step, Dtype dtype,
+                    Device device) {
+  TESSERA_CHECK(step != 0, Error, "[arange] needs a non-zero step; got start={}, end={}, step=0",
+                start, end);
+  const __int128 span = static_cast<__int128>(end) - start;
+  TESSERA_CHECK(span == 0 || (span > 0) == (step > 0), Error,
+                "[arange] step {} goes away from end: start={}, end={}; flip the step's sign", step,
+                start, end);
+  const __int128 n128 = span == 0 ? 0 : (span + (step > 0 ? step - 1 : step + 1)) / step;
+  const auto n = static_cast<std::int64_t>(n128);  // at most 2^64 / 2^53: fits
+  if (n == 0) return make_output({0}, dtype, device, "arange");
+  const __int128 offset = static_cast<__int128>(n - 1) * step;  // last - start
+  TESSERA_CHECK(offset <= std::numeric_limits<std::int64_t>::max() &&
+                    offset >= std::numeric_limits<std::int64_t>::min(),
+                Error,
+                "[arange] start={}, end={}, step={}: the values span more than int64 holds; "
+                "make the range shorter",
+                start, end, step);
+  detail::check_integer_fits("arange", start, dtype);
+  detail::check_integer_fits("arange", static_cast<std::int64_t>(start + offset), dtype);
+  // i * step + start, each op exact in int64 (a scalar past 2^53 goes in as a 0-dim tensor).
+  const Tensor i = arange(0, n, 1, {kInt64, device});
+  return (i * step + start).to(dtype);
+}
+
+}  // namespace
+
 Tensor arange(Scalar start_in, Scalar end_in, Scalar step_in, TensorOptions options) {
+  if (start_in.exact_integer() && end_in.exact_integer() && step_in.exact_integer()) {
+    constexpr std::int64_t kExact = std::int64_t{1} << 53;
+    const auto beyond = [](const Scalar& v) {
+      return v.integer() < -kExact || v.integer() > kExact;
+    };
+    const Dtype dtype = dtype_of_options(options, kInt64);
+    if (!is_floating(dtype) && dtype != kBool &&
+        (beyond(start_in) || beyond(end_in) || beyond(step_in))) {
+      return arange_exact(start_in.integer(), end_in.integer(), step_in.integer(), dtype,
+                          device_of(options));
+    }
+  }
   const double start = start_in.value(), end = end_in.value(), step = step_in.value();
   TESSERA_CHECK(
       step != 0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), Error,

@@ -170,6 +170,11 @@ Tensor Tensor::permute(const Shape& dims) const {
   Shape s, st;
   bool seen[kMaxDims] = {};
   for (int i = 0; i < r; ++i) {
+    // In int64 first: a dim past int's range was cut to its low bits ((1 << 32) + 1 was 1).
+    TESSERA_CHECK(dims[i] >= -r && dims[i] < r, ShapeError,
+                  "[permute] dim {} of {} is out of range for a tensor with {} dims (shape {}): "
+                  "dims count from 0 to {}, or from -{} back",
+                  dims[i], dims.str(), r, shape().str(), r - 1, r);
     const int d = wrap_dim(static_cast<int>(dims[i]), r, "permute");
     TESSERA_CHECK(!seen[d], ShapeError, "[permute] dims {} repeat dim {}", dims.str(), d);
     seen[d] = true;
@@ -311,6 +316,16 @@ Tensor Tensor::expand(const Shape& target) const {
                   shape().str(), target.str(), i, have, want);
     s[i] = want;
     st[i] = (j >= 0 && have == want) ? impl_->strides[j] : 0;
+  }
+  // A view of more than 2^63 elements counted INT64_MAX of them, and reductions over it
+  // summed nothing (sum 0, max -inf) as if it were empty.
+  std::int64_t count = 1;
+  for (int i = 0; i < n && count != 0; ++i) {
+    TESSERA_CHECK(s[i] == 0 || !__builtin_mul_overflow(count, s[i], &count), ShapeError,
+                  "[expand] cannot expand shape {} to {}: the view would hold more than 2^63 "
+                  "elements",
+                  shape().str(), target.str());
+    if (s[i] == 0) count = 0;
   }
   return with_expand_grad(*this, make_view(*this, s, st, impl_->offset));
 }

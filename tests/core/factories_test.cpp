@@ -279,6 +279,28 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
   EXPECT_EQ(arange(9007199254740992LL, 9007199254740996LL, 1, device()).to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{9007199254740992, 9007199254740993, 9007199254740994,
                                        9007199254740995}));
+  // Integers past 2^53 are counted and computed in integers: in double the first began at
+  // 2^53 and the others were empty.
+  EXPECT_EQ(arange(9007199254740993LL, 9007199254740997LL, 1, device()).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{9007199254740993, 9007199254740994, 9007199254740995,
+                                       9007199254740996}));
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(arange(kMax - 3, kMax, 1, device()).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{kMax - 3, kMax - 2, kMax - 1}));
+  EXPECT_EQ(arange(kMax, kMax - 3, -1, device()).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{kMax, kMax - 1, kMax - 2}));
+  EXPECT_EQ(arange(kMax, 0, -(1LL << 62), device()).to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{kMax, kMax - (1LL << 62)}));
+  EXPECT_EQ(arange(100000000000000001LL, 100000000000000002LL, 1, device()).numel(), 1);
+  expect_throw_with<Error>(
+      [&] { (void)arange(std::numeric_limits<std::int64_t>::min(), kMax, 1LL << 62, device()); },
+      {"[arange] start=-9223372036854775808, end=9223372036854775807, step=4611686018427387904: "
+       "the values span more than int64 holds"});
+  expect_throw_with<Error>(
+      [&] {
+        (void)arange(1LL << 60, (1LL << 60) + 2, 1, {kInt32, device()});
+      },
+      {"[arange] the value 1152921504606846976 does not fit int32"});
   expect_throw_with<Error>(
       [&] {
         (void)arange(0, 6e9, 1e9, {kInt32, device()});

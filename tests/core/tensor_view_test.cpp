@@ -102,6 +102,20 @@ TEST_P(TensorView, ViewErrorsNameOpAndValues) {
   expect_throw_with<ShapeError>([&] { t.permute({0, 0}); }, {"[permute]", "repeat dim 0"});
   expect_throw_with<ShapeError>([&] { t.permute({0}); }, {"[permute]", "2 dims"});
   expect_throw_with<ShapeError>([&] { t.expand({4, 3}); }, {"[expand]", "[2, 3] to [4, 3]"});
+  // A dim past int's range was cut to its low bits: (1 << 32) + 1 permuted as 1.
+  expect_throw_with<ShapeError>(
+      [&] {
+        t.permute({(1LL << 32) + 1, 0});
+      },
+      {"[permute] dim 4294967297 of [4294967297, 0] is out of range", "2 dims",
+       "from 0 to 1, or from -2 back"});
+  // A view of over 2^63 elements counted INT64_MAX of them; sum() of it was 0.
+  expect_throw_with<ShapeError>(
+      [&] {
+        ones({1}, device()).expand({1LL << 32, 1LL << 32});
+      },
+      {"[expand] cannot expand shape [1] to [4294967296, 4294967296]", "more than 2^63"});
+  EXPECT_EQ(ones({1}, device()).expand({1LL << 40, 0, 1LL << 40}).numel(), 0);
   expect_throw_with<ShapeError>([&] { t.slice(0, 0, 1, 0); }, {"[slice]", "step must be positive"});
   expect_throw_with<ShapeError>([&] { zeros({}, device()).select(0, 0); }, {"[select]", "0-dim"});
   expect_throw_with<ShapeError>(
