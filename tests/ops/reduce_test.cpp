@@ -1,7 +1,13 @@
 // Reductions on every device against a float64 host reference: every dim subset of a 3-D
 // tensor, keepdim on and off, non-contiguous inputs, size-1 and zero-size dims, integer and
 // bool sums, NaN propagation, argmax ties, and each error message.
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "support/device_test.h"
@@ -330,6 +336,38 @@ TEST_P(Reduce, ErrorMessages) {
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Reduce);
+
+// A kernel's own memory (here a float32 sum's float64 sums, twice the output) comes from
+// operator new, not the device's allocator: running out of it threw a bare std::bad_alloc
+// (or ended the process, allocated inside an OpenMP region). Run in a child whose address
+// space is capped 256 MiB above what it uses: the 128 MiB output fits, its 256 MiB of sums
+// do not.
+TEST(ReduceMemory, AKernelOutOfScratchMemoryThrowsOutOfMemoryErrorNamingTheOp) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer reserves far more address space than any cap leaves";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto run = [] {
+    const Tensor x = ones({1, 1}).expand({std::int64_t{1} << 25, 2});
+    std::ifstream statm("/proc/self/statm");
+    std::uint64_t pages = 0;
+    statm >> pages;
+    const rlim_t cap = pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t{256} << 20);
+    const rlimit limit{cap, cap};
+    setrlimit(RLIMIT_AS, &limit);
+    try {
+      const Tensor s = sum(x, {1});
+      std::fprintf(stderr, "no error: %g\n", s[0].item<double>());
+    } catch (const OutOfMemoryError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      std::_Exit(0);
+    }
+    std::_Exit(1);
+  };
+  EXPECT_EXIT(run(), ::testing::ExitedWithCode(0),
+              "\\[sum\\] out of memory on cpu.*could not allocate its scratch memory");
+#endif
+}
 
 TEST(ReduceInfinity, RowsOfInfinitiesReduceToInfinity) {
   const Tensor neg = full({3}, -INFINITY);

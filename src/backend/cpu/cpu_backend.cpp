@@ -14,6 +14,7 @@
 
 #include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_threads.h"
+#include "backend/cpu/scratch_memory.h"
 #include "core/check.h"
 #include "core/tensor_impl.h"
 #include "tessera/graph.h"
@@ -394,6 +395,14 @@ void CpuBackendBase::fill_from_host(int index, std::vector<Tensor> outputs, Host
     const InlineThreads threads(kernel_threads());
     fill(outputs);
   }
+}
+
+void throw_scratch_out_of_memory(const char* op, Device device) {
+  throw OutOfMemoryError(fmt::format(
+      "[{}] out of memory on {}: the kernel could not allocate its scratch memory on the host "
+      "(about the size of its input or output, per thread for some). Free tensors you no "
+      "longer need, use smaller batches, or use fewer threads (TESSERA_CPU_THREADS)",
+      op, device.str()));
 }
 
 }  // namespace tessera::detail

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_reducers.h"
+#include "backend/cpu/scratch_memory.h"
 #include "backend/cpu/strided_loop.h"
 #include "core/check.h"
 #include "core/dispatch.h"
@@ -109,22 +110,21 @@ void run_parallel(const Layout& l, const T* in, typename R::Acc* acc, i64 slots,
     run_layout<R>(l, in, acc, 0);
     return;
   }
-  // unique_ptr rather than vector: vector<bool> has no data().
-  std::vector<std::unique_ptr<Acc[]>> partial(static_cast<std::size_t>(threads));
-#pragma omp parallel
-  {
-    const i64 nt = omp_get_num_threads(), t = omp_get_thread_num(), size = l.sizes[reduced];
-    const i64 begin = size * t / nt, end = size * (t + 1) / nt;
-    if (begin < end) {
-      partial[t] = std::make_unique<Acc[]>(static_cast<std::size_t>(slots));
-      std::fill(partial[t].get(), partial[t].get() + slots, R::identity());
-      std::array<i64, 3> off;
-      const Layout sub = narrow_layout(l, reduced, begin, end, off);
-      run_layout<R>(sub, in + off[0], partial[t].get(), off[2]);
-    }
+  // One partial result per chunk of the reduced dim, allocated before the parallel region:
+  // an allocation that failed inside it ended the process (std::terminate) instead of
+  // throwing. unique_ptr rather than vector: vector<bool> has no data().
+  const i64 size = l.sizes[reduced];
+  const i64 chunks = std::min<i64>(threads, size);
+  const auto partial = std::make_unique<Acc[]>(static_cast<std::size_t>(chunks * slots));
+  std::fill(partial.get(), partial.get() + chunks * slots, R::identity());
+#pragma omp parallel for schedule(static)
+  for (i64 c = 0; c < chunks; ++c) {
+    std::array<i64, 3> off;
+    const Layout sub = narrow_layout(l, reduced, size * c / chunks, size * (c + 1) / chunks, off);
+    run_layout<R>(sub, in + off[0], partial.get() + c * slots, off[2]);
   }
-  for (const std::unique_ptr<Acc[]>& part : partial) {
-    if (!part) continue;
+  for (i64 c = 0; c < chunks; ++c) {
+    const Acc* part = partial.get() + c * slots;
     for (i64 k = 0; k < slots; ++k) acc[k] = R::combine(acc[k], part[k]);
   }
 }
@@ -183,41 +183,68 @@ void reduce_typed(const Tensor& in, std::uint32_t mask, const Tensor& out) {
   }
 }
 
+// The op a user called, for a message.
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kArgMax:
+      return "argmax";
+    case ReduceOp::kArgMin:
+      return "argmin";
+    case ReduceOp::kSumSquares:
+      return "sum of squares";
+    case ReduceOp::kNorm:
+      return "norm";
+  }
+  return "reduction";
+}
+
+void reduce_any(ReduceOp op, std::uint32_t dim_mask, const Tensor& in, const Tensor& out) {
+  dispatch_dtype(in.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    switch (op) {
+      case ReduceOp::kSum:
+        return reduce_typed<SumReducer<T, false, false>, T>(in, dim_mask, out);
+      case ReduceOp::kMax:
+        return reduce_typed<ExtremumReducer<T, true>, T>(in, dim_mask, out);
+      case ReduceOp::kMin:
+        return reduce_typed<ExtremumReducer<T, false>, T>(in, dim_mask, out);
+      case ReduceOp::kArgMax:
+        return reduce_typed<ArgReducer<T, true>, T>(in, dim_mask, out);
+      case ReduceOp::kArgMin:
+        return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
+      case ReduceOp::kMean:
+      case ReduceOp::kSumSquares:
+      case ReduceOp::kNorm:
+        if constexpr (std::is_floating_point_v<T>) {
+          if (op == ReduceOp::kMean) {
+            return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
+          }
+          if (op == ReduceOp::kNorm) {
+            return reduce_typed<SumReducer<T, true, false, true>, T>(in, dim_mask, out);
+          }
+          return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
+        }
+        TESSERA_INTERNAL_ASSERT(false, "mean/norm of a non-floating tensor reached the kernel");
+    }
+  });
+}
+
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) {
   launch_with(
       out.device().index(),
       [op, dim_mask](const Tensor& in, const Tensor& out) {
-        dispatch_dtype(in.dtype(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          switch (op) {
-            case ReduceOp::kSum:
-              return reduce_typed<SumReducer<T, false, false>, T>(in, dim_mask, out);
-            case ReduceOp::kMax:
-              return reduce_typed<ExtremumReducer<T, true>, T>(in, dim_mask, out);
-            case ReduceOp::kMin:
-              return reduce_typed<ExtremumReducer<T, false>, T>(in, dim_mask, out);
-            case ReduceOp::kArgMax:
-              return reduce_typed<ArgReducer<T, true>, T>(in, dim_mask, out);
-            case ReduceOp::kArgMin:
-              return reduce_typed<ArgReducer<T, false>, T>(in, dim_mask, out);
-            case ReduceOp::kMean:
-            case ReduceOp::kSumSquares:
-            case ReduceOp::kNorm:
-              if constexpr (std::is_floating_point_v<T>) {
-                if (op == ReduceOp::kMean) {
-                  return reduce_typed<SumReducer<T, false, true>, T>(in, dim_mask, out);
-                }
-                if (op == ReduceOp::kNorm) {
-                  return reduce_typed<SumReducer<T, true, false, true>, T>(in, dim_mask, out);
-                }
-                return reduce_typed<SumReducer<T, true, false>, T>(in, dim_mask, out);
-              }
-              TESSERA_INTERNAL_ASSERT(false,
-                                      "mean/norm of a non-floating tensor reached the kernel");
-          }
-        });
+        with_scratch_memory(reduce_op_name(op), out.device(),
+                            [&] { reduce_any(op, dim_mask, in, out); });
       },
       in, out);
 }

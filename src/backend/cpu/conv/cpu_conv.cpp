@@ -6,6 +6,7 @@
 #include "backend/cpu/conv/direct_conv.h"
 #include "backend/cpu/conv/im2col_conv.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/scratch_memory.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
@@ -54,8 +55,10 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   launch_with(
       out.device().index(),
       [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
-        dispatch_floating(out.dtype(), [&](auto tag) {
-          conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
+        with_scratch_memory("conv2d", out.device(), [&] {
+          dispatch_floating(out.dtype(), [&](auto tag) {
+            conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
+          });
         });
       },
       x, weight, bias, out);
@@ -68,9 +71,11 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Te
       x.device().index(),
       [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
           const Tensor& grad_weight, const Tensor& grad_bias) {
-        dispatch_floating(x.dtype(), [&](auto tag) {
-          conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
-                                                      grad_bias, w);
+        with_scratch_memory("conv2d_backward", x.device(), [&] {
+          dispatch_floating(x.dtype(), [&](auto tag) {
+            conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
+                                                        grad_bias, w);
+          });
         });
       },
       x, weight, grad_out, grad_x, grad_weight, grad_bias);
