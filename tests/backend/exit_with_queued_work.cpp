@@ -5,6 +5,7 @@
 // exit. Without the exit drain, OpenBLAS or oneDNN was torn down under a queued kernel
 // (SIGSEGV: 1 run in 4 on the devices' queues, every run on a side stream).
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessera/tessera.h"
@@ -17,6 +18,15 @@ int main(int argc, char** argv) {
     StreamGuard guard(new_stream(d));
     Tensor b = a;
     for (int i = 0; i < 40; ++i) b = b.matmul(a) * (1.0 / 200);
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "other-thread") {
+    std::thread worker([] {
+      const Device d = available_devices().back();
+      Tensor a = ones({256, 256}, d);
+      for (int i = 0; i < 200; ++i) a = a.matmul(a) * 0.001;
+    });
+    worker.join();
     return 0;
   }
   std::vector<Tensor> kept;

@@ -218,5 +218,16 @@ TEST(WorkQueueAtExit, AProgramEndingWithWorkQueuedOnASideStreamExitsCleanly) {
   }
 }
 
+// The same with the work queued by a thread the main thread joined, main queueing nothing
+// itself: only the main thread's own first launch armed the exit drain (SIGSEGV, 2 runs in 3).
+TEST(WorkQueueAtExit, AProgramEndingWithWorkAnotherThreadQueuedExitsCleanly) {
+  const std::string command = "TESSERA_CPU_DEVICES=2 " +
+                              testing::helper_program(TESSERA_TEST_EXIT_WITH_QUEUED_WORK) +
+                              " other-thread";
+  for (int run = 0; run < 8; ++run) {
+    EXPECT_EQ(std::system(command.c_str()), 0) << command << ", run " << run;  // NOLINT
+  }
+}
+
 }  // namespace
 }  // namespace tessera

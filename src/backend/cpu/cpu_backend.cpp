@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -107,9 +108,19 @@ const KernelLevel& chosen_level() {
 
 const char* cpu_kernel_isa() { return chosen_level().name; }
 
+namespace {
+// The backend once made, for the exit drain, which must not make one (Note [Exit with work
+// queued]).
+std::atomic<CpuBackendBase*> g_made{nullptr};
+}  // namespace
+
 CpuBackendBase& cpu_backend_impl() {
   // Never destroyed: tensors in static storage may be freed after main returns.
-  static CpuBackendBase* backend = chosen_level().make();
+  static CpuBackendBase* backend = [] {
+    CpuBackendBase* made = chosen_level().make();
+    g_made.store(made, std::memory_order_release);
+    return made;
+  }();
   return *backend;
 }
 
@@ -147,11 +158,14 @@ WorkQueue* CpuBackendBase::queue(int index) {
 // handler, so the main thread, on its first launch or its first entry into a side stream,
 // makes one whose destructor waits for every queue, side streams' too (the atexit handler of
 // Note [CPU side streams] came too late when a side stream made the first oneDNN call: a
-// program that left matmuls queued there crashed at exit). Other threads that launch work
-// are not waited for when they end.
+// program that left matmuls queued there crashed at exit). The main thread also makes it
+// when the library is loaded, before main: a program whose main thread queued nothing
+// itself, but joined a thread that left work queued, crashed at exit two runs in three.
+// Every device's queues are drained, whichever thread queued the work.
 struct DrainWhenMainReturns {
   ~DrainWhenMainReturns() {
-    if (::gettid() == ::getpid()) cpu_backend_impl().drain_queues();
+    if (::gettid() != ::getpid()) return;
+    if (CpuBackendBase* backend = g_made.load(std::memory_order_acquire)) backend->drain_queues();
   }
 };
 
@@ -159,6 +173,14 @@ void CpuBackendBase::drain_when_main_returns() {
   thread_local const DrainWhenMainReturns drain_at_exit;
   (void)drain_at_exit;
 }
+
+namespace {
+// Loaded with the program (not dlopen'ed from another thread): armed on the main thread.
+[[maybe_unused]] const bool g_drain_armed_at_load = [] {
+  if (::gettid() == ::getpid()) CpuBackendBase::drain_when_main_returns();
+  return true;
+}();
+}  // namespace
 
 std::uint64_t CpuBackendBase::run_ahead(int index) {
   drain_when_main_returns();  // Note [Exit with work queued]
