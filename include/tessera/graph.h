@@ -43,13 +43,15 @@ class TESSERA_API GraphCaptureError : public Error {
 /// `record` changed on the host (a GradScaler's progress through its step).
 class TESSERA_API Graph {
  public:
-  /// Records the work that `record` queues on `device` without running it. While it
-  /// records, other threads must not use the device. Throws DeviceError for a missing
+  /// Records the work that `record` queues on `device` without running it. Only the
+  /// calling thread's work is recorded: on CPU devices other threads' work runs as usual
+  /// meanwhile, while on a GPU other threads must not use the device (CUDA records the
+  /// stream, whoever issues on it). Throws DeviceError for a missing
   /// device, GraphCaptureError when `record` waits for the device (reads a value), copies
   /// between the host and the device (or between two GPUs, or two queued CPU devices), runs
   /// a GPU's first NCCL collective (which makes its communicator) or one over several GPUs,
-  /// draws random numbers or enters a StreamGuard, or when a capture is already under way;
-  /// the device is then usable as before.
+  /// draws random numbers or enters a StreamGuard, or when a capture is already under way
+  /// on the device (on any thread); the device is then usable as before.
   static Graph capture(Device device, const std::function<void()>& record);
   /// Records the work `record` queues on several devices of one kind at once, for example
   /// the replicas of a data-parallel step and the collectives between them; a replay runs

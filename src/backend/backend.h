@@ -226,8 +226,11 @@ class Backend {
     return nullptr;
   }
   virtual void abort_capture(const std::vector<int>& /*indices*/) {}
-  // Whether a capture is in progress on the device (any thread).
+  // Whether the device records what the calling thread issues: a capture is in progress
+  // on it (on the CPU: begun by this thread; other threads' work runs as usual).
   virtual bool capturing(int /*index*/) const { return false; }
+  // Whether any thread is capturing on the device (captures do not nest).
+  virtual bool capturing_on_any_thread(int index) const { return capturing(index); }
 
   // Kernels. Inputs of elementwise kernels are already broadcast (expanded) to out's shape
   // and converted to the compute dtype; out is freshly allocated or an in-place target.

@@ -71,9 +71,10 @@ Graph Graph::capture(const std::vector<Device>& devices, const std::function<voi
                 "one graph per device",
                 devices.size(), devices.front().str(), most);
   for (const Device d : devices) {
-    TESSERA_CHECK(!backend.capturing(d.index()), GraphCaptureError,
-                  "[Graph::capture] {} is already capturing a graph; captures do not nest",
-                  d.str());
+    TESSERA_CHECK(!backend.capturing_on_any_thread(d.index()), GraphCaptureError,
+                  "[Graph::capture] {} is already capturing a graph{}; captures do not nest, "
+                  "and a device records one graph at a time",
+                  d.str(), backend.capturing(d.index()) ? "" : " on another thread");
     TESSERA_CHECK(backend.current_stream(d.index()) == 0, GraphCaptureError,
                   "[Graph::capture] this thread is inside a StreamGuard for {}; capture on the "
                   "default stream (outside the guard)",

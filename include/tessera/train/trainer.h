@@ -60,7 +60,9 @@ struct TESSERA_API TrainerOptions {
   /// runs eagerly (it creates the optimizer's state) and a shorter batch always does; the
   /// optimizer is made capturable for the fit (Optimizer::set_capturable). A step that
   /// draws random numbers on the host (dropout) or reads a value throws GraphCaptureError at
-  /// the recording. On a GPU a graph holds one device: with several GPUs, DeviceError.
+  /// the recording. On a GPU a graph holds one device: with several GPUs, DeviceError. A
+  /// device records one graph at a time: a fit recording its step on a device another
+  /// thread is recording on throws GraphCaptureError (fits on other devices run alongside).
   bool graph = false;
   /// The precision of the training and validation steps: kFloat32, or kBFloat16 / kFloat16
   /// to run them under AutocastGuard (autocast.h): matmul, linear and conv in the half type,

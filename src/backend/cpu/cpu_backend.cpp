@@ -258,9 +258,7 @@ DeviceInfo CpuBackendBase::info(int index) const {
 }
 
 void* CpuBackendBase::allocate(int index, std::size_t bytes, FirstWriter first) {
-  if (capturing_[index].load(std::memory_order_acquire) &&
-      capture_thread_[index].load(std::memory_order_relaxed) == std::this_thread::get_id())
-      [[unlikely]] {
+  if (capturing_[index].load(std::memory_order_relaxed) && records_here(index)) [[unlikely]] {
     return allocators_[index]->allocate_for_graph(bytes);  // Note [Memory of CPU graphs]
   }
   // Note [Memory freed in queue order]: an op's output is written first by a kernel this
@@ -349,11 +347,11 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
     launch_with(
         device, [](const Tensor& from, const Tensor& to) { copy_kernel(from, to); }, src, dst);
   };
-  if (s == d || (inline_devices && capturing_[d].load(std::memory_order_relaxed))) {
+  if (s == d || (inline_devices && capturing(d))) {
     copy_on(d);
     return;
   }
-  if (inline_devices && capturing_[s].load(std::memory_order_relaxed)) {
+  if (inline_devices && capturing(s)) {
     // The source's recording: at capture time src holds nothing yet, and a replay must copy
     // what the replay wrote there.
     copy_on(s);
@@ -389,7 +387,7 @@ void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {
   const int s = src.device().index(), d = dst.device().index();
   WorkQueue* qs = s != d ? stream_queue(s) : nullptr;
   WorkQueue* qd = stream_queue(d);
-  if (qs == nullptr || qd == nullptr || capturing_[d].load(std::memory_order_relaxed)) {
+  if (qs == nullptr || qd == nullptr || capturing(d)) {
     launch(d, [src, dst] { copy_kernel(src, dst); });
     return;
   }

@@ -84,7 +84,11 @@ class CpuBackendBase : public Backend {
   void begin_capture(const std::vector<int>& indices) override;
   std::unique_ptr<CapturedWork> end_capture(const std::vector<int>& indices) override;
   void abort_capture(const std::vector<int>& indices) override;
+  // Note [Captures and other threads]: this thread's capture only.
   bool capturing(int index) const override {
+    return capturing_[index].load(std::memory_order_relaxed) && records_here(index);
+  }
+  bool capturing_on_any_thread(int index) const override {
     return capturing_[index].load(std::memory_order_acquire);
   }
 
@@ -93,7 +97,7 @@ class CpuBackendBase : public Backend {
   // while the device records a graph, keeps it for the graph instead.
   template <typename F>
   void launch(int index, F&& kernel) {
-    if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
+    if (capturing_[index].load(std::memory_order_relaxed) && records_here(index)) [[unlikely]] {
       record(index, std::function<void()>(std::forward<F>(kernel)));
       return;
     }
@@ -110,7 +114,7 @@ class CpuBackendBase : public Backend {
   // capturing the handles in the lambda when the device has no queue (no refcount traffic).
   template <typename F, typename... Ts>
   void launch_with(int index, F kernel, const Ts&... tensors) {
-    if (capturing_[index].load(std::memory_order_relaxed)) [[unlikely]] {
+    if (capturing_[index].load(std::memory_order_relaxed) && records_here(index)) [[unlikely]] {
       (keep_for_graph(index, tensors), ...);
       record(index, [kernel, held = std::tuple{borrow(tensors)...}] { std::apply(kernel, held); });
       return;
@@ -183,8 +187,15 @@ class CpuBackendBase : public Backend {
   // captured together without queues share one, so their work keeps its order).
   std::array<std::atomic<bool>, kMaxDevicesPerKind> capturing_{};
   std::array<std::shared_ptr<Recording>, kMaxDevicesPerKind> recordings_;
-  // The thread recording on each device: its allocations come from the graph's pool.
+  // The thread recording on each device: its work is recorded and its allocations come from
+  // the graph's pool (Note [Captures and other threads]).
   std::array<std::atomic<std::thread::id>, kMaxDevicesPerKind> capture_thread_{};
+  // Whether the calling thread is the one capturing on `index`, given that a capture is on.
+  // Acquire: a thread that sees the capture begun sees its thread's id, not a former one.
+  bool records_here(int index) const {
+    return capturing_[index].load(std::memory_order_acquire) &&
+           capture_thread_[index].load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
 
   // Side streams of each device (cpu_streams.cpp). queues[id] (1..kSideStreams) is made
   // once and never destroyed; joins[id] is the ticket of queues[id] the default stream must

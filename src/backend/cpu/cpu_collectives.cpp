@@ -143,7 +143,7 @@ void CpuBackend::collective(const CollectiveCall& call) {
     const auto all_chunks = [call, k] {
       for (int j = 0; j < k; ++j) run_chunk_any(call, j);
     };
-    if (k == 1 || capturing_[first].load(std::memory_order_relaxed)) {
+    if (k == 1 || capturing(first)) {
       // One kernel on the device's current stream (or in the devices' shared recording).
       launch(first, all_chunks);
       return;

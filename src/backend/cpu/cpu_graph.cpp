@@ -41,6 +41,13 @@
 // recording, which keeps the order the host issued their kernels in, as eager inline
 // execution does, and replay it on the calling thread.
 //
+// Note [Captures and other threads]
+// A capture records what the capturing thread issues. Other threads' work on the device
+// runs as usual meanwhile: it went into the capturing thread's graph (run at no defined
+// time, and again at every replay, writing that thread's tensors), it raced the capture's
+// end on the recording (SIGSEGV), and its host reads and copies were refused in the name of
+// a capture it never made. A second capture on the device, from any thread, is refused.
+//
 // What a replay cannot repeat (a read on the host, a copy from the host, a copy between two
 // queues, which orders them by tickets of one moment) is refused at capture, by the front
 // end (check_not_capturing) and again here for the backend's own paths.
