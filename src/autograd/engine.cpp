@@ -337,6 +337,11 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
     std::vector<Tensor> inputs(n->next.size());
     if (g.defined()) {           // else no gradient reached this node: its inputs get none from it
       check_saved_versions(*n);  // again: a grad-ready hook may have written since the start
+      // A gradient wider than the node's output (a float64 target promoted the loss, a
+      // bfloat16 layer under autocast joined a float32 residual) is the output's dtype for
+      // its formula, as in PyTorch: conv2d's and the pools' kernels read a float64 gradient
+      // as float32 values (wrong gradients, silently), and matmul's refused to mix dtypes.
+      if (g.dtype() != n->output_dtype) g = g.to(n->output_dtype);
       inputs = n->backward(g);
       TESSERA_INTERNAL_ASSERT(inputs.size() == n->next.size(),
                               "{} returned {} gradients for {} inputs", n->name, inputs.size(),

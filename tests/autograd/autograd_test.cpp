@@ -150,6 +150,31 @@ TEST_P(Autograd, GradientsHaveTheirTensorsDtype) {
                                 {"[set_grad]", "float32", "float64", ".to(kFloat64)"});
 }
 
+// A gradient wider than the output it flows into (a float64 target promoting a float32
+// model's loss) is cast to that output's dtype before the node's formula, as in PyTorch:
+// conv2d's and the pools' kernels read the float64 gradient as float32 values (w's gradient
+// was 5 instead of 32, the pools' all zeros) and matmul's backward refused to mix dtypes.
+TEST_P(Autograd, AGradientWiderThanItsNodesOutputIsCastToIt) {
+  const Tensor x = ones({1, 1, 3, 3}, device());
+  const Tensor w = ones({1, 1, 2, 2}, device()).requires_grad_();
+  nn::mse_loss(conv2d(x, w), zeros({1, 1, 2, 2}, {kFloat64, device()}), nn::Reduction::kSum)
+      .backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), std::vector<double>(4, 32.0));
+  Tensor y = tensor({1.f, 2.f, 3.f, 4.f}, device()).reshape({1, 1, 2, 2}).requires_grad_();
+  const Tensor target = zeros({1, 1, 1, 1}, {kFloat64, device()});
+  nn::mse_loss(max_pool2d(y), target, nn::Reduction::kSum).backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), (std::vector<double>{0, 0, 0, 8}));
+  y.set_grad(Tensor());
+  nn::mse_loss(avg_pool2d(y), target, nn::Reduction::kSum).backward();
+  EXPECT_EQ(y.grad().to_vector<double>(), std::vector<double>(4, 1.25));  // 2 * 2.5 / 4
+  const Tensor a = tensor({1.f, 2.f, 3.f, 4.f}, device()).reshape({2, 2}).requires_grad_();
+  const Tensor b = tensor({1.f, 0.f, 0.f, 1.f}, device()).reshape({2, 2}).requires_grad_();
+  (matmul(a, b) * ones({2, 2}, {kFloat64, device()})).sum().backward();
+  EXPECT_EQ(a.grad().dtype(), kFloat32);
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{4, 4, 6, 6}));
+}
+
 TEST_P(Autograd, LinearRegressionRecoversItsWeightsWithoutTransfers) {
   manual_seed(3);
   const Tensor true_w = tensor({{2.0}, {-3.4}}, device());
