@@ -1,7 +1,10 @@
 #pragma once
 /// The random number generator behind rand/randn: counter-based (Philox 4x32-10), so the
 /// values depend only on the seed and on how many numbers were drawn before, never on the
-/// device, the thread count or the order in which threads run.
+/// device or on how many threads a kernel runs on. There is one default generator for the
+/// whole process, as PyTorch's: user threads that draw at the same time (two threads each
+/// building and seeding a model) take numbers from one sequence in whatever order they run.
+/// Draw from one thread (or seed and draw under a mutex of your own) to repeat a run.
 #include <cstdint>
 
 #include "tessera/export.h"
