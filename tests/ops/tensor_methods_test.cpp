@@ -102,6 +102,14 @@ TEST_P(TensorMethods, DiagAndTraceDifferentiate) {
   Tensor v = tensor({1.0, 2.0}, device()).requires_grad_();
   (diag(v) * tensor({{3.0, 5.0}, {7.0, 11.0}}, device())).sum().backward();
   EXPECT_EQ(v.grad().to_vector<float>(), (std::vector<float>{3, 11}));
+  // Out of memory, the message names diag and the matrix (it named a comparison inside).
+  const Tensor big = ones({1000}, device());
+  synchronize(device());
+  set_memory_limit(device(), memory_stats(device()).in_use + 1000000);
+  expect_throw_with<OutOfMemoryError>([&] { (void)diag(big); },
+                                      {"[diag] the 1000 x 1000 matrix of a 1000-value vector: ",
+                                       "out of memory on " + device().str()});
+  set_memory_limit(device(), SIZE_MAX);
 }
 
 TEST_P(TensorMethods, DiagKeepsNonFiniteValuesWhereTheyAreAndTheDtype) {
