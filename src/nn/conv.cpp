@@ -61,9 +61,14 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, std::array<int, 2> kernel, Con
                 dtype_name(*options.dtype));
   const std::int64_t fan_in = in * kernel[0] * kernel[1];
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  weight = register_parameter("weight",
-                              uniform({out, in, kernel[0], kernel[1]}, -bound, bound, options));
-  if (with_bias) bias = register_parameter("bias", uniform({out}, -bound, bound, options));
+  try {
+    weight = register_parameter("weight",
+                                uniform({out, in, kernel[0], kernel[1]}, -bound, bound, options));
+    if (with_bias) bias = register_parameter("bias", uniform({out}, -bound, bound, options));
+  } catch (const OutOfMemoryError& e) {  // named the layer, not the uniform() it calls
+    throw OutOfMemoryError(fmt::format("[Conv2d] weight [{}, {}, {}, {}]: {}", out, in, kernel[0],
+                                       kernel[1], e.what()));
+  }
 }
 
 Tensor Conv2d::forward(const Tensor& x) {

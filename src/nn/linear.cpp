@@ -33,13 +33,19 @@ void check_features(const char* layer, std::int64_t in, std::int64_t out) {
 
 // PyTorch's default: kaiming_uniform(a=sqrt(5)) on the weight, which is uniform in
 // +-1/sqrt(fan_in), and the same bound for the bias.
-Tensor init_uniform(const Shape& shape, std::int64_t fan_in, TensorOptions options) {
+Tensor init_uniform(const char* layer, const Shape& shape, std::int64_t fan_in,
+                    TensorOptions options) {
   TESSERA_CHECK(!options.dtype || is_floating(*options.dtype), DtypeError,
-                "[Linear] parameters are floating-point, got dtype {}; make the layer float32 "
+                "[{}] parameters are floating-point, got dtype {}; make the layer float32 "
                 "(the default), float64 or a half type",
-                dtype_name(*options.dtype));
+                layer, dtype_name(*options.dtype));
   const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  return uniform(shape, -bound, bound, options);
+  try {
+    return uniform(shape, -bound, bound, options);
+  } catch (const OutOfMemoryError& e) {  // named the layer, not the uniform() it calls
+    throw OutOfMemoryError(
+        fmt::format("[{}] a parameter of shape {}: {}", layer, shape.str(), e.what()));
+  }
 }
 
 // The dtype autocast runs a linear layer in on these tensors' device, or nullopt: autocast on
@@ -151,8 +157,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 Linear::Linear(std::int64_t in, std::int64_t out, bool with_bias, TensorOptions options)
     : Module("Linear"), in_features(in), out_features(out) {
   check_features("Linear", in, out);
-  weight = register_parameter("weight", init_uniform({out, in}, in, options));
-  if (with_bias) bias = register_parameter("bias", init_uniform({out}, in, options));
+  weight = register_parameter("weight", init_uniform("Linear", {out, in}, in, options));
+  if (with_bias) bias = register_parameter("bias", init_uniform("Linear", {out}, in, options));
 }
 
 Tensor Linear::forward(const Tensor& x) {
@@ -190,9 +196,11 @@ Tensor LazyLinear::forward(const Tensor& x) {
                   path(), device.str(), x.device().str(), detail::device_code(device),
                   detail::device_code(x.device()));
     check_input_dtype(*this, x, dtype);
-    weight = register_parameter("weight", init_uniform({out_features, in}, in, {dtype, device}));
+    weight = register_parameter(
+        "weight", init_uniform("LazyLinear", {out_features, in}, in, {dtype, device}));
     if (has_bias_)
-      bias = register_parameter("bias", init_uniform({out_features}, in, {dtype, device}));
+      bias = register_parameter("bias",
+                                init_uniform("LazyLinear", {out_features}, in, {dtype, device}));
     in_features = in;
   }
   return linear_forward(*this, x, weight, bias, in_features);

@@ -352,6 +352,15 @@ TEST_P(Modules, LayerArgumentsAreCheckedAtConstruction) {
         nn::Conv2d(1, 2, {3, 3}, {.padding = {1, -1}});
       },
       {"padding=(1, -1)"});
+  // Out of memory, a layer's message names the layer and the parameter (it named uniform).
+  synchronize(device());
+  set_memory_limit(device(), memory_stats(device()).in_use + 1000);
+  expect_throw_with<OutOfMemoryError>(
+      [&] { nn::Linear(100, 100, true, device()); },
+      {"[Linear] a parameter of shape [100, 100]: ", "out of memory on " + device().str()});
+  expect_throw_with<OutOfMemoryError>([&] { nn::Conv2d(8, 8, 3, {}, true, device()); },
+                                      {"[Conv2d] weight [8, 8, 3, 3]: ", "out of memory"});
+  set_memory_limit(device(), SIZE_MAX);
   // Pools too, at construction: MaxPool2d(0) was accepted until its first forward.
   expect_throw_with<ShapeError>(
       [] { nn::MaxPool2d(0); },
