@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
@@ -37,16 +38,20 @@ namespace {
 
 // `in_use`: the bytes in use that the request was measured against (other threads may
 // allocate and free meanwhile: a count read again could contradict `why`); by default, now.
+// `over_limit`: the limit refused it (not the device), so raising the limit is a fix.
 [[noreturn]] void throw_oom(Device device, std::size_t bytes, const char* op, const char* why,
-                            std::optional<std::size_t> in_use = std::nullopt) {
+                            bool over_limit, std::optional<std::size_t> in_use = std::nullopt) {
   const DeviceCounters& c = counters(device);
   const std::string report = backend_of(device).memory_report(device.index());
   throw OutOfMemoryError(fmt::format(
       "[{}] out of memory on {}: tried to allocate {} ({} bytes); {} in use, limit {}, {}{}{}. "
-      "Free tensors you no longer need, use smaller batches, or raise the limit with "
-      "set_memory_limit({}, bytes).",
+      "Free tensors you no longer need{}.",
       op, device.str(), format_bytes(bytes), bytes, format_bytes(in_use.value_or(c.in_use.load())),
-      format_bytes(c.limit.load()), why, report.empty() ? "" : "; ", report, device.str()));
+      format_bytes(c.limit.load()), why, report.empty() ? "" : "; ", report,
+      over_limit ? fmt::format(", use smaller batches, or raise the limit with "
+                               "set_memory_limit({}, bytes)",
+                               device_code(device))
+                 : " or use smaller batches"));
 }
 
 }  // namespace
@@ -59,23 +64,23 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
   // and in_use + bytes wrapped around 2^64: a request of 2^64 - 4 bytes got a 0-byte block.
   constexpr std::size_t kMostAnyDeviceHolds = std::size_t{1} << 62;
   if (bytes > kMostAnyDeviceHolds) {
-    throw_oom(device, bytes, op, "no device holds 2^62 bytes or more");
+    throw_oom(device, bytes, op, "no device holds 2^62 bytes or more", false);
   }
   const std::size_t limit = c.limit.load(std::memory_order_relaxed);
-  if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit");
+  if (bytes > limit) throw_oom(device, bytes, op, "the request alone exceeds the limit", true);
   // Counted only if it fits (an add undone after the check made another thread's request
   // that did fit fail meanwhile).
   std::size_t before = c.in_use.load(std::memory_order_relaxed);
   do {
     if (bytes > 0 && before + bytes > limit) {  // nothing cannot pass a limit
-      throw_oom(device, bytes, op, "the request does not fit under the limit", before);
+      throw_oom(device, bytes, op, "the request does not fit under the limit", true, before);
     }
   } while (!c.in_use.compare_exchange_weak(before, before + bytes));
   if (bytes > 0 && pinned) {
     data = cuda_backend()->allocate_pinned(bytes);
     if (data == nullptr) {
       c.in_use.fetch_sub(bytes);
-      throw_oom(device, bytes, op, "no page-locked host memory is left for it");
+      throw_oom(device, bytes, op, "no page-locked host memory is left for it", false);
     }
   } else if (bytes > 0) {
     Backend& backend = backend_of(device);
@@ -88,7 +93,7 @@ Storage::Storage(Device device_in, std::size_t bytes_in, const char* op, bool pi
     }
     if (data == nullptr) {
       c.in_use.fetch_sub(bytes);
-      throw_oom(device, bytes, op, "the device has no memory left for it");
+      throw_oom(device, bytes, op, "the device has no memory left for it", false);
     }
   }
   c.allocations.fetch_add(1, std::memory_order_relaxed);

@@ -30,6 +30,7 @@
 #include "io/printable.h"
 #include "io/safetensors_header.h"
 #include "io/safetensors_reader.h"
+#include "io/safetensors_writer.h"
 
 namespace tessera {
 namespace {
@@ -289,10 +290,11 @@ Header read_header(std::ifstream& in, const std::filesystem::path& path) {
 
 }  // namespace
 
-void save_safetensors(const std::filesystem::path& path,
-                      const std::map<std::string, Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata,
-                      const SafetensorsSaveOptions& options) {
+namespace {
+
+// `refusal`: null to save non-finite values, else whose refusal it is.
+void save(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
+          const std::map<std::string, std::string>& metadata, const io::NonFiniteRefusal* refusal) {
   TESSERA_CHECK(!path.empty(), Error,
                 "[save_safetensors] the path is empty; give the name of the file to write");
   for (const auto& [key, value] : metadata) {
@@ -352,7 +354,7 @@ void save_safetensors(const std::filesystem::path& path,
     host.resize(t.nbytes());
     detail::read_to_host(t, host.data(), t.dtype(), "save_safetensors",
                          std::source_location::current());
-    if (!options.allow_non_finite && is_floating(t.dtype())) {
+    if (refusal != nullptr && is_floating(t.dtype())) {
       const auto n = static_cast<std::size_t>(t.numel());
       const std::int64_t bad = t.dtype() == kFloat32   ? first_non_finite<float>(host.data(), n)
                                : t.dtype() == kFloat64 ? first_non_finite<double>(host.data(), n)
@@ -360,15 +362,34 @@ void save_safetensors(const std::filesystem::path& path,
                                    ? first_non_finite<detail::BFloat16>(host.data(), n)
                                    : first_non_finite<detail::Float16>(host.data(), n);
       TESSERA_CHECK(bad < 0, NonFiniteError,
-                    "[save_safetensors] '{}': tensor '{}' holds a non-finite value (NaN or "
-                    "infinity) at element {} of {}; nothing was written and the file is as it "
-                    "was. A diverged training run? Lower the learning rate or clip the "
-                    "gradients, or pass allow_non_finite to save such values anyway",
-                    io::printable(path.string()), escaped(name), bad, n);
+                    "[{}] '{}': tensor '{}' holds a non-finite value (NaN or infinity) at "
+                    "element {} of {}; nothing was written and the file is as it was. A "
+                    "diverged training run? Lower the learning rate or clip the gradients{}{}",
+                    refusal->op, io::printable(path.string()), escaped(name), bad, n,
+                    refusal->keep_fix != nullptr ? ", or " : "",
+                    refusal->keep_fix != nullptr ? refusal->keep_fix : "");
     }
     file.write(host.data(), host.size());
   }
   file.commit();
+}
+
+}  // namespace
+
+void save_safetensors(const std::filesystem::path& path,
+                      const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata,
+                      const SafetensorsSaveOptions& options) {
+  const io::NonFiniteRefusal refusal{
+      "save_safetensors", "leave SafetensorsSaveOptions::allow_non_finite on to save them"};
+  save(path, tensors, metadata, options.allow_non_finite ? nullptr : &refusal);
+}
+
+void io::save_safetensors_refusing_non_finite(const std::filesystem::path& path,
+                                              const std::map<std::string, Tensor>& tensors,
+                                              const std::map<std::string, std::string>& metadata,
+                                              const NonFiniteRefusal& refusal) {
+  save(path, tensors, metadata, &refusal);
 }
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path, Device device) {

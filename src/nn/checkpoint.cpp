@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "io/safetensors_reader.h"
+#include "io/safetensors_writer.h"
 #include "nn/file_state_check.h"
 #include "tessera/safetensors.h"
 #include "tessera/sync_guard.h"
@@ -12,7 +13,13 @@ namespace tessera::nn {
 
 void save_checkpoint(const Module& module, const std::filesystem::path& path,
                      const std::map<std::string, std::string>& metadata, bool allow_non_finite) {
-  save_safetensors(path, module.state_dict(), metadata, {.allow_non_finite = allow_non_finite});
+  if (allow_non_finite) {
+    save_safetensors(path, module.state_dict(), metadata);
+  } else {
+    io::save_safetensors_refusing_non_finite(
+        path, module.state_dict(), metadata,
+        {"save_checkpoint", "pass allow_non_finite = true to save them anyway"});
+  }
 }
 
 std::map<std::string, std::string> load_checkpoint(Module& module,

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/check.h"
+#include "io/safetensors_writer.h"
 #include "nn/file_state_check.h"
 #include "tessera/safetensors.h"
 #include "train/state_metadata.h"
@@ -51,7 +52,8 @@ void save_training_state(const std::filesystem::path& path, const nn::Module& mo
   }
   meta.emplace(kTrainingStateKey, std::string("1"));
   meta.emplace(kEpochKey, std::to_string(epoch));
-  save_safetensors(path, tensors, meta, {.allow_non_finite = false});
+  // No way to keep them: a run resumed from a diverged state would diverge again.
+  io::save_safetensors_refusing_non_finite(path, tensors, meta, {"save_training_state", nullptr});
 }
 
 std::map<std::string, std::string> load_training_state(const std::filesystem::path& path,

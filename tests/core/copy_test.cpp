@@ -1,6 +1,8 @@
 // Explicit copies: to() is a no-op on the same device, copy_to() always copies, copy_()
 // crosses devices, and every crossing is counted in the transfer ledger. Memory accounting
 // proves what allocates.
+#include <fmt/format.h>
+
 #include "support/device_test.h"
 
 namespace tessera {
@@ -188,7 +190,12 @@ TEST_P(Copy, MemoryLimitGivesAClearOutOfMemoryError) {
   expect_throw_with<OutOfMemoryError>(
       [&] { empty({1000}, device()); },
       {"[empty] out of memory on " + device().str(), "tried to allocate 3.91 KiB (4000 bytes)",
-       "limit", "set_memory_limit", "reserved by tessera", "largest"});
+       "limit", "reserved by tessera", "largest",
+       // As code: set_memory_limit(cpu:1, bytes) did not compile.
+       device().is_cuda() ? fmt::format("set_memory_limit(gpu({}), bytes)", device().index())
+       : device().index() == 0
+           ? std::string("set_memory_limit(cpu(), bytes)")
+           : fmt::format("set_memory_limit(cpu({}), bytes)", device().index())});
   // Existing tensors are intact and the device keeps working after the throw.
   set_memory_limit(device(), SIZE_MAX);
   EXPECT_EQ(sum(ones({3}, device())).item<float>(), 3.0f);

@@ -369,10 +369,20 @@ TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
   net.tensor("0.bias").fill_(std::nan(""));
   expect_throw_with<NonFiniteError>(
       [&] { nn::save_checkpoint(net, path); },
-      {"[save_safetensors]",
+      {"[save_checkpoint]",
        "tensor '0.bias' holds a non-finite value (NaN or infinity) at "
        "element 0 of 2; nothing was written and the file is as it was",
-       "allow_non_finite"});
+       "pass allow_non_finite = true to save them anyway"});
+  // A training state has no such option: the message named one it lacks.
+  optim::SGD sgd(net.parameters(), {.lr = 0.1});
+  try {
+    train::save_training_state(dir / "state.safetensors", net, sgd, nullptr, 1);
+    ADD_FAILURE() << "expected NonFiniteError";
+  } catch (const NonFiniteError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("[save_training_state] ", 0), 0u) << message;
+    EXPECT_EQ(message.find("allow_non_finite"), std::string::npos) << message;
+  }
   EXPECT_EQ(read_bytes(path), good);
   EXPECT_EQ(names_in(dir.path()), std::set<std::string>{"net.safetensors"});
   net.tensor("0.bias").fill_(0).narrow(0, 1, 1).fill_(INFINITY);
