@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/check.h"
@@ -17,7 +18,9 @@ Optimizer::Optimizer(std::vector<Tensor> params, const char* name)
     : params_(std::move(params)), name_(name) {
   TESSERA_CHECK(!params_.empty(), Error,
                 "[{}] got an empty parameter list; pass the tensors to optimize, e.g. "
-                "module.parameters()",
+                "module.parameters(). A model whose layers are lazy (LazyLinear) has none "
+                "until its first forward: run one batch through it first, or give Classifier "
+                "a make_optimizer and let Trainer::fit build it",
                 name_);
   std::unordered_map<const detail::TensorImpl*, std::size_t> seen;
   for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -98,6 +101,15 @@ void Optimizer::load_state_dict(const OptimizerState&) {
 // resuming program passes them (and may mean to change lr); a file that carried them would
 // silently override the command line.
 
+namespace {
+
+// "an Adam" (the message said "a Adam").
+const char* article(const char* name) {
+  return std::string_view("AEIOUaeiou").find(name[0]) != std::string_view::npos ? "an" : "a";
+}
+
+}  // namespace
+
 std::pair<std::size_t, std::string> Optimizer::parse_state_key(
     const char* op, const std::string& key, const std::vector<std::string>& names) const {
   const std::size_t dot = key.find('.');
@@ -109,12 +121,12 @@ std::pair<std::size_t, std::string> Optimizer::parse_state_key(
   for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
   TESSERA_CHECK(dot != std::string::npos && dot > 0 && ec == std::errc() && ptr == end, Error,
                 "[{}] unknown key '{}': {} state keys are '<parameter index>.<name>' with name "
-                "one of {}. Load a state_dict saved from a {}",
-                op, key, name_, known, name_);
+                "one of {}. Load a state_dict saved from {} {}",
+                op, key, name_, known, article(name_), name_);
   TESSERA_CHECK(std::find(names.begin(), names.end(), name) != names.end(), Error,
                 "[{}] unknown key '{}': {} keeps {} per parameter, not '{}'. Was the state "
-                "saved from another kind of optimizer? Load it into a {} built with the same "
-                "settings",
+                "saved from another kind of optimizer? Load it into the kind that saved it, "
+                "built with the same settings, or build a fresh {} without loading it",
                 op, key, name_, known, name, name_);
   TESSERA_CHECK(index < params_.size(), Error,
                 "[{}] key '{}' names parameter {} but this {} has {} parameters. Build the "

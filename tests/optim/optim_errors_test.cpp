@@ -59,7 +59,8 @@ TEST_P(OptimErrors, NonFloatingParameter) {
 
 TEST_P(OptimErrors, EmptyOrRepeatedParameters) {
   expect_throw_with<Error>([&] { optim::SGD(std::vector<Tensor>{}); },
-                           {"[SGD] got an empty parameter list", "module.parameters()"});
+                           {"[SGD] got an empty parameter list", "module.parameters()",
+                            "lazy (LazyLinear) has none until its first forward"});
   const Tensor p = param();
   expect_throw_with<Error>(
       [&] {

@@ -171,9 +171,12 @@ TEST_P(OptimState, RefusesMismatchesAndChangesNothing) {
   expect_throw_with<Error>(
       [&] { sgd.load_state_dict(with("0.exp_avg", buf0)); },
       {"[SGD.load_state_dict] unknown key '0.exp_avg'",
-       "SGD keeps momentum_buffer, momentum_unwritten per parameter", "another kind of optimizer"});
+       "SGD keeps momentum_buffer, momentum_unwritten per parameter", "another kind of optimizer",
+       // It said to load it into an SGD, which the user had just done.
+       "Load it into the kind that saved it"});
   expect_throw_with<Error>([&] { sgd.load_state_dict(with("momentum", buf0)); },
-                           {"unknown key 'momentum'", "'<parameter index>.<name>'"});
+                           {"unknown key 'momentum'", "'<parameter index>.<name>'",
+                            "Load a state_dict saved from a SGD"});
   expect_throw_with<Error>(
       [&] { sgd.load_state_dict(with("2.momentum_buffer", buf0)); },
       {"key '2.momentum_buffer' names parameter 2 but this SGD has 2 parameters"});
