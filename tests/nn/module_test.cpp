@@ -554,7 +554,14 @@ TEST_P(Modules, LinearRefusesOperandsOfDifferentDtypes) {
         nn::linear(x, w, ones({2}, {kFloat64, device()}));
       },
       {"[linear] input, weight and bias must share one dtype",
-       "input bfloat16, weight bfloat16, bias float64"});
+       "input bfloat16, weight bfloat16, bias float64", "convert the bias with .to(kBFloat16)"});
+  // The odd one out is named, and converted to the others' dtype (the advice was always the
+  // weight's dtype, which left an odd weight as it was).
+  expect_throw_with<DtypeError>(
+      [&] {
+        nn::linear(ones({2, 2}, {kFloat64, device()}), w, ones({2}, {kFloat64, device()}));
+      },
+      {"weight bfloat16, bias float64; convert the weight with .to(kFloat64)"});
   expect_throw_with<DtypeError>(
       [&] {
         nn::linear(x, w, ones({2}, {kInt64, device()}));
@@ -565,7 +572,8 @@ TEST_P(Modules, LinearRefusesOperandsOfDifferentDtypes) {
         nn::linear(ones({2, 2}, device()), w);
       },  // named linear, not matmul
       {"[linear] input, weight and bias must share one dtype, got input float32, weight "
-       "bfloat16;"});
+       "bfloat16; convert the input with .to(kBFloat16), or the layer's parameters with "
+       ".to(kFloat32)"});
   EXPECT_EQ(nn::linear(x, w, ones({2}, {kBFloat16, device()})).dtype(), kBFloat16);
 }
 
