@@ -1,11 +1,15 @@
 // Front end of matmul: numpy.matmul shapes lowered to the backend's batched [B, M, K] x
 // [B, K, N] form without copying when the operands' layouts allow. See Note [Matmul operands].
 #include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/backend.h"
 #include "core/check.h"
+#include "core/code_names.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
@@ -79,10 +83,18 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 "{} and other {}; "
                 "convert with .to(kFloat32)",
                 dtype_name(a.dtype()), dtype_name(b.dtype()));
-  TESSERA_CHECK(a.dtype() == b.dtype(), DtypeError,
-                "[matmul] operands have different dtypes: self {} and other {}; matmul does not "
-                "promote, so convert one with .to(kFloat32) or .to(kFloat64)",
-                dtype_name(a.dtype()), dtype_name(b.dtype()));
+  if (a.dtype() != b.dtype()) [[unlikely]] {
+    // To the dtype both promote to: bfloat16 with float16 needs both converted (the advice
+    // to convert one to float32 left the other as it was).
+    const Dtype common = promote_types(a.dtype(), b.dtype());
+    const std::string which = common != a.dtype() && common != b.dtype() ? "both"
+                              : common != a.dtype()                      ? "self"
+                                                                         : "other";
+    throw DtypeError(fmt::format(
+        "[matmul] operands have different dtypes: self {} and other {}; matmul does not "
+        "promote, so convert {} with .to({})",
+        dtype_name(a.dtype()), dtype_name(b.dtype()), which, detail::dtype_code(common)));
+  }
   TESSERA_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError,
                 "[matmul] both operands need at least 1 dim, got shapes {} and {}; use mul for "
                 "scalars",

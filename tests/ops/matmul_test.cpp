@@ -209,7 +209,14 @@ TEST_P(Matmul, ErrorMessages) {
       [&] {
         matmul(f, ones({3, 2}, {kFloat64, device()}));
       },
-      {"[matmul]", "different dtypes", "self float32", "other float64", ".to("});
+      {"[matmul]", "different dtypes", "self float32", "other float64",
+       "convert self with .to(kFloat64)"});
+  // Neither operand's dtype holds the other's: both are converted.
+  expect_throw_with<DtypeError>(
+      [&] {
+        matmul(ones({2, 2}, {kBFloat16, device()}), ones({2, 2}, {kFloat16, device()}));
+      },
+      {"self bfloat16 and other float16", "convert both with .to(kFloat32)"});
 }
 
 TEST_P(Matmul, OperandsOnDifferentDevicesThrow) {
