@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "tessera/dtype.h"
 
 namespace tessera::detail {
 namespace {
@@ -31,12 +33,32 @@ IntegerRange range_of(Dtype dtype) {
   }
 }
 
+// Whether `op` makes a tensor (its dtype is an option to ask for), rather than combining a
+// value with a tensor that exists (which .to() converts). A factory told users to convert a
+// tensor it had not made.
+bool is_factory(const char* op) {
+  for (const char* factory : {"tensor", "full", "zeros", "ones", "arange", "uniform", "rand",
+                              "randn", "normal", "full_like"}) {
+    if (std::strcmp(op, factory) == 0) return true;
+  }
+  return false;
+}
+
+// "ask for kInt64 or kFloat64 in its options", "convert the tensor with .to(kFloat64)".
+std::string wider_dtype_fix(const char* op, Dtype dtype) {
+  const bool integer = !is_floating(dtype) && dtype != kInt64;
+  if (is_factory(op)) {
+    return fmt::format("ask for a wider dtype in its options ({}kFloat64)",
+                       integer ? "kInt64 or " : "");
+  }
+  return fmt::format("use a wider dtype (convert the tensor with {}.to(kFloat64))",
+                     integer ? ".to(kInt64) or " : "");
+}
+
 [[noreturn]] void refuse(const char* op, const std::string& value, Dtype dtype,
                          const IntegerRange& r) {
-  throw DtypeError(
-      fmt::format("[{}] the value {} does not fit {} ({}); use a wider dtype "
-                  "(convert the tensor with {}.to(kFloat64))",
-                  op, value, dtype_name(dtype), r.text, dtype == kInt64 ? "" : ".to(kInt64) or "));
+  throw DtypeError(fmt::format("[{}] the value {} does not fit {} ({}); {}", op, value,
+                               dtype_name(dtype), r.text, wider_dtype_fix(op, dtype)));
 }
 
 // The smallest magnitude that rounds to infinity in a floating dtype: its largest finite
@@ -72,9 +94,8 @@ void check_scalar_fits(const char* op, double value, Dtype dtype) {
   check_scalar_fits_integer(op, value, dtype);
   if (!is_floating(dtype) || !std::isfinite(value)) return;
   TESSERA_CHECK(std::abs(value) < overflow_at(dtype), DtypeError,
-                "[{}] the value {} does not fit {}: it would round to infinity; use a wider "
-                "dtype",
-                op, value, dtype_name(dtype));
+                "[{}] the value {} does not fit {}: it would round to infinity; {}", op, value,
+                dtype_name(dtype), wider_dtype_fix(op, dtype));
 }
 
 double stored_value(double value, Dtype dtype) {

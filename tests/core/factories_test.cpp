@@ -311,7 +311,21 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
       [&] {
         (void)arange(0, 6e9, 1e9, {kInt32, device()});
       },
-      {"[arange] the value 5000000000 does not fit int32"});
+      {"[arange] the value 5000000000 does not fit int32",
+       // A factory's fix is its options: it said to convert a tensor it had not made.
+       "ask for a wider dtype in its options (kInt64 or kFloat64)"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)full({2}, 300, {kUInt8, device()});
+      },
+      {"[full] the value 300 does not fit uint8", "in its options"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)full({2}, 1e6, {kFloat16, device()});
+      },
+      {"[full]",
+       "round to infinity; ask for a wider dtype in its "
+       "options (kFloat64)"});
   const Tensor top = arange(9223372036854774784LL, 9223372036854775807LL, 512, {kInt64, device()});
   EXPECT_EQ(top.to_vector<std::int64_t>(),
             (std::vector<std::int64_t>{9223372036854774784, 9223372036854775296}))
