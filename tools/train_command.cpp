@@ -24,6 +24,17 @@
 namespace tessera::tools {
 namespace {
 
+// `text` as one shell word: mkdir -p my dir made two directories. Plain when it is safe.
+std::string shell_quoted(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-./+,:@%") == std::string::npos;
+  if (plain) return text;
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 struct TrainArgs {
   std::string model = "mlp";
   int epochs = 10;
@@ -92,7 +103,7 @@ void check_output_path(const std::string& flag, const std::string& path) {
     throw IOError(
         fmt::format("[train] {} '{}': the directory '{}' does not exist; create it "
                     "(mkdir -p {}) or choose another path. Nothing was trained",
-                    flag, path, dir.string(), dir.string()));
+                    flag, path, dir.string(), shell_quoted(dir.string())));
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     throw IOError(
