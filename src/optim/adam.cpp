@@ -108,8 +108,7 @@ void Adam::load_state_dict(const OptimizerState& state) {
       check_state_tensor(op, key, value, Shape{}, kFloat64);
       t[i] = value;
     } else {
-      check_state_tensor(op, key, value, params_[i].shape(), params_[i].dtype());
-      (name == "exp_avg" ? m : v)[i] = value;
+      (name == "exp_avg" ? m : v)[i] = loaded_buffer(op, key, value, params_[i]);
     }
   }
   std::vector<double> counts(params_.size(), 0);

@@ -50,8 +50,8 @@ Tensor GradScaler::scale(const Tensor& loss) {
   TESSERA_CHECK(loss.defined(), Error, "[GradScaler.scale] the loss is an undefined tensor");
   if (!options_.enabled) return loss;
   TESSERA_CHECK(loss.dtype() == kFloat32 || loss.dtype() == kFloat64, DtypeError,
-                "[GradScaler.scale] the loss is {}; scale a float32 or float64 loss (autocast "
-                "computes losses in float32)",
+                "[GradScaler.scale] the loss is {}; scale a float32 or float64 loss "
+                "(scaler.scale(loss.to(kFloat32)); autocast computes losses in float32)",
                 dtype_name(loss.dtype()));
   if (!scale_.defined()) {
     // A replay would make the first scale again, resetting its growth and backoff.

@@ -148,6 +148,17 @@ void Optimizer::check_state_tensor(const char* op, const std::string& key, const
                 op, key, dtype_name(t.dtype()), dtype_name(dtype));
 }
 
+Tensor Optimizer::loaded_buffer(const char* op, const std::string& key, const Tensor& t,
+                                const Tensor& param) {
+  if (t.defined() && t.dtype() != param.dtype() && is_floating(t.dtype()) &&
+      is_floating(param.dtype())) {
+    check_state_tensor(op, key, t, param.shape(), t.dtype());
+    return t.to(param.dtype());
+  }
+  check_state_tensor(op, key, t, param.shape(), param.dtype());
+  return t;
+}
+
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }

@@ -65,8 +65,7 @@ void SGD::load_state_dict(const OptimizerState& state) {
   for (const auto& [key, t] : state) {
     const auto [i, name] = parse_state_key(kOp, key, {"momentum_buffer", "momentum_unwritten"});
     if (name == "momentum_buffer") {
-      check_state_tensor(kOp, key, t, params_[i].shape(), params_[i].dtype());
-      buffers[i] = t;
+      buffers[i] = loaded_buffer(kOp, key, t, params_[i]);
     } else {
       check_state_tensor(kOp, key, t, Shape{}, kFloat32);
       unwritten[i] = t;

@@ -279,7 +279,8 @@ TEST_P(Scaler, MisuseIsRefusedWithTheFix) {
       [&] {
         (void)scaler.scale(zeros({}, {kInt64, device()}));
       },
-      {"[GradScaler.scale] the loss is int64", "float32 or float64"});
+      {"[GradScaler.scale] the loss is int64", "float32 or float64",
+       "scaler.scale(loss.to(kFloat32))"});
   start(scaler, device());
   expect_throw_with<Error>(
       [&] { scaler.update(); },

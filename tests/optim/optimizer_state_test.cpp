@@ -155,6 +155,27 @@ TEST_P(OptimState, LoadsStateFromAnotherDeviceByCopying) {
   }
 }
 
+// A half-precision copy of a float32 run resumes its optimizer too: a floating buffer of
+// another floating dtype is converted to its parameter's, as PyTorch does (it was refused).
+TEST_P(OptimState, BuffersOfAnotherFloatingDtypeAreConverted) {
+  std::vector<Tensor> params = make_params();
+  optim::Adam adam(params, {.lr = 0.01});
+  set_grads(params, 0);
+  adam.step();
+  std::vector<Tensor> halves;
+  for (const Tensor& p : params) halves.push_back(p.detach().to(kFloat16).requires_grad_());
+  optim::Adam half(halves, {.lr = 0.01});
+  half.load_state_dict(adam.state_dict());
+  const optim::OptimizerState loaded = half.state_dict();
+  for (const char* key : {"0.exp_avg", "0.exp_avg_sq", "1.exp_avg"}) {
+    EXPECT_EQ(loaded.at(key).dtype(), kFloat16) << key;
+    EXPECT_EQ(loaded.at(key).to_vector<double>(),
+              adam.state_dict().at(key).to(kFloat16).to_vector<double>())
+        << key;
+  }
+  EXPECT_EQ(loaded.at("0.step").dtype(), kFloat64);
+}
+
 TEST_P(OptimState, RefusesMismatchesAndChangesNothing) {
   std::vector<Tensor> params = make_params();
   optim::SGD sgd(params, {.lr = 0.1, .momentum = 0.9});
@@ -184,8 +205,8 @@ TEST_P(OptimState, RefusesMismatchesAndChangesNothing) {
       [&] { sgd.load_state_dict(with("1.momentum_buffer", buf0)); },
       {"'1.momentum_buffer' has shape [3, 4] but this optimizer keeps it as [5]"});
   expect_throw_with<DtypeError>(
-      [&] { sgd.load_state_dict(with("0.momentum_buffer", buf0.to(kFloat64))); },
-      {"'0.momentum_buffer' is float64 but this optimizer keeps it as float32"});
+      [&] { sgd.load_state_dict(with("0.momentum_buffer", buf0.to(kInt64))); },
+      {"'0.momentum_buffer' is int64 but this optimizer keeps it as float32"});
   optim::SGD plain(copy_params(params), {.lr = 0.1});
   expect_throw_with<Error>([&] { plain.load_state_dict(good); },
                            {"given to an SGD with momentum=0"});

@@ -72,9 +72,11 @@ class TESSERA_API Optimizer {
   /// Copies `state` into this optimizer's state, on its parameters' devices (a tensor on
   /// another device is copied there explicitly). Every key is checked before anything
   /// changes: Error for a key this optimizer does not keep (another optimizer's state), a
-  /// parameter index past params(), or a parameter's entries incomplete; ShapeError and
-  /// DtypeError for a tensor unlike the parameter's state. On an error this optimizer is
-  /// left as it was. Parameters without entries start afresh. The default throws Error.
+  /// parameter index past params(), or a parameter's entries incomplete; ShapeError for a
+  /// tensor unlike the parameter's state, DtypeError for one of another kind of dtype (a
+  /// floating buffer of another floating dtype is converted to its parameter's, as in
+  /// PyTorch). On an error this optimizer is left as it was. Parameters without entries
+  /// start afresh. The default throws Error.
   virtual void load_state_dict(const OptimizerState& state);
 
  protected:
@@ -95,6 +97,11 @@ class TESSERA_API Optimizer {
   /// DtypeError naming `op` and `key`).
   static void check_state_tensor(const char* op, const std::string& key, const Tensor& t,
                                  const Shape& shape, Dtype dtype);
+  /// A loaded per-parameter buffer (a momentum, a moment) for `param`: its shape checked as
+  /// above, and a floating buffer of another floating dtype converted to the parameter's, as
+  /// PyTorch does (a half-precision copy of a float32 run resumes its optimizer too).
+  static Tensor loaded_buffer(const char* op, const std::string& key, const Tensor& t,
+                              const Tensor& param);
 
   std::vector<Tensor> params_;
   const char* name_;
