@@ -183,8 +183,8 @@ void agree_across_ranks(const char* op, const ProcessGroup& pg, std::int64_t kin
       const auto dtype = [&](int q) { return dtype_name(static_cast<Dtype>(field(q, 4))); };
       TESSERA_CHECK(field(r, 4) == field(0, 4), DtypeError,
                     "[{}] rank {} passed a {} tensor but rank 0 passed {}; every rank must pass "
-                    "the same dtype (convert with .to(k...) first)",
-                    op, r, dtype(r), dtype(0));
+                    "the same dtype (convert with .to({}) first)",
+                    op, r, dtype(r), dtype(0), detail::dtype_code(static_cast<Dtype>(field(0, 4))));
       TESSERA_CHECK(shape(r) == shape(0), ShapeError,
                     "[{}] rank {} passed shape {} but rank 0 passed {}; every rank must pass the "
                     "same shape",

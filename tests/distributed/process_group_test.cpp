@@ -220,7 +220,8 @@ TEST_P(ProcessGroupTest, RanksThatDisagreeAllGetTheSameError) {
       [&] {
         pg().all_gather(ones({2}, {dtype, device()}));
       },
-      {"rank 1 passed a float64 tensor but rank 0 passed float32"});
+      {"rank 1 passed a float64 tensor but rank 0 passed float32",
+       "convert with .to(kFloat32) first"});
   expect_throw_with<Error>([&] { pg().broadcast(ones({2}, {device()}), pg().rank() == 1); },
                            {"rank 1 broadcasts from root 1 but rank 0 from root 0"});
   expect_throw_with<Error>(
