@@ -3,6 +3,7 @@
 // transfer ledger.
 #include <fmt/format.h>
 
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -65,7 +66,11 @@ void copy_data(const Tensor& src, const Tensor& dst, const char* op,
       try {
         backend_of(to).copy(src, dst);
       } catch (const GraphCaptureError& e) {
-        throw GraphCaptureError(fmt::format("[{}] {}", op, e.what()));
+        // In the user's call's name alone ("[to] [Graph::capture] ..." named two ops).
+        std::string_view what = e.what();
+        constexpr std::string_view kBackends = "[Graph::capture] ";
+        if (what.starts_with(kBackends)) what.remove_prefix(kBackends.size());
+        throw GraphCaptureError(fmt::format("[{}] {}", op, what));
       }
     }
     if (from != to) count_copy(from, to, src.nbytes());

@@ -294,7 +294,7 @@ TEST_P(Graphs, CopiesBetweenTwoQueuesAreRefused) {
                                        {"[copy_] ", "a copy between two queued devices"});
   expect_throw_with<GraphCaptureError>(
       [&] { Graph::capture(device(), [&] { (void)a.to(device()); }); },
-      {"[to] ", "a copy between two queued devices"});
+      {"[to] " + device().str() + " is capturing a graph, and a copy between two queued devices"});
   EXPECT_DOUBLE_EQ(sum(b).item<double>(), 0.0);
 }
 
