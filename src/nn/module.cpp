@@ -289,8 +289,8 @@ Tensor Module::tensor(const std::string& path) const {
   }
   std::string names;
   for (const auto& [name, t] : state_dict()) names += (names.empty() ? "" : ", ") + name;
-  throw Error(fmt::format("[{}] {} has no parameter or buffer '{}'; it has: {}", type_name_,
-                          this->path(), path, names.empty() ? "none" : names));
+  throw Error(fmt::format("[Module::tensor] {} ({}) has no parameter or buffer '{}'; it has: {}",
+                          this->path(), type_name_, path, names.empty() ? "none" : names));
 }
 
 Module& Module::apply(const std::function<void(Module&)>& fn) {

@@ -3,6 +3,7 @@
 #include "tessera/conv.h"
 
 #include <limits>
+#include <string_view>
 
 #include "autograd/record.h"
 #include "backend/backend.h"
@@ -47,6 +48,10 @@ std::int64_t out_extent(const char* op, const char* dim, std::int64_t size, int 
                 "[{}] the padded input along {} ({} + 2 x {}) is larger than the {} elements "
                 "the kernels index; use less padding",
                 op, dim, size, pad, kMostPadded);
+  TESSERA_CHECK(size > 0 || pad > 0, ShapeError,
+                "[{}] the input has no {} (size 0 along {}); a convolution needs at least one "
+                "row and one column of input",
+                op, std::string_view(dim) == "H" ? "rows" : "columns", dim);
   TESSERA_CHECK(size + 2 * std::int64_t{pad} >= kernel, ShapeError,
                 "[{}] the kernel ({} along {}) is larger than the padded input ({} + 2 x {}); "
                 "use a smaller kernel or more padding",

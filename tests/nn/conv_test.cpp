@@ -276,6 +276,12 @@ TEST_P(Conv, ErrorsNameTheOpAndTheShapes) {
         conv2d(x, zeros({4, 3, 9, 9}, d));
       },
       {"kernel (9 along H) is larger than the padded input"});
+  // An empty plane is no kernel's fault: "use a smaller kernel" was impossible advice.
+  expect_throw_with<ShapeError>(
+      [&] {
+        conv2d(zeros({1, 3, 0, 4}, d), zeros({4, 3, 1, 1}, d));
+      },
+      {"[conv2d] the input has no rows (size 0 along H)"});
   expect_throw_with<ShapeError>(
       [&] {
         conv2d(x, zeros({4, 3, 3, 3}, d), zeros({5}, d));

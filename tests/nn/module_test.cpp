@@ -81,7 +81,9 @@ TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
   expect_throw_with<Error>([&] { net.at<nn::Linear>(1); }, {"Sequential[1] is a ReLU"});
   expect_throw_with<Error>([&] { net[3]; }, {"has 3 modules", "[3]"});
   expect_throw_with<Error>([&] { net.tensor("0.scale"); },
-                           {"no parameter or buffer 'scale'", "weight"});
+                           {"[Module::tensor] Sequential[0] (Linear) has no parameter or "
+                            "buffer 'scale'",
+                            "weight"});
   const Tensor y = net(rand({5, 2}, device()));
   EXPECT_EQ(y.shape(), Shape({5, 1}));
 }
