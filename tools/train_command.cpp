@@ -63,7 +63,32 @@ std::vector<Device> parse_devices(const std::string& list) {
   std::size_t start = 0;
   while (start <= list.size()) {
     const std::size_t end = std::min(list.find(',', start), list.size());
-    out.push_back(Device::parse(list.substr(start, end - start)));
+    const Device d = Device::parse(list.substr(start, end - start));
+    // In the command line's words (the Trainer's messages speak of its options and of
+    // --device).
+    for (const Device before : out) {
+      if (before == d) {
+        throw DeviceError(fmt::format(
+            "[train] --devices lists {} twice; give each device once (e.g. cpu:0,cpu:1)", d.str()));
+      }
+      if (before.kind() != d.kind()) {
+        throw DeviceError(fmt::format(
+            "[train] --devices mixes {} and {}; list devices of one kind (cpu:0,cpu:1 or "
+            "cuda:0,cuda:1)",
+            before.str(), d.str()));
+      }
+    }
+    if (!is_available(d)) {
+      const std::string why = d.is_cuda() ? gpu_unavailable_reason()
+                                          : "this process has fewer logical CPU devices (run "
+                                            "with TESSERA_CPU_DEVICES=N)";
+      std::string have;
+      for (const Device a : available_devices()) have += (have.empty() ? "" : ",") + a.str();
+      throw DeviceError(
+          fmt::format("[train] --devices names {}, which is not available: {}. Available: {}",
+                      d.str(), why, have));
+    }
+    out.push_back(d);
     start = end + 1;
   }
   return out;
