@@ -13,7 +13,7 @@ namespace tessera {
 /// The element types. bfloat16 (8-bit exponent, 7-bit mantissa) and float16 (IEEE binary16)
 /// are storage types: ops on them compute and accumulate in float32 and round the result
 /// to the nearest even half-precision value. A float64 value converted to a half type goes
-/// through float32, as in PyTorch, so a value within 2^-29 of a tie between two half
+/// through float32, as in PyTorch, so a value a float32 rounds onto a tie between two half
 /// values can round to the farther one (one unit in the last place).
 enum class Dtype : std::uint8_t {
   kBool,
