@@ -192,7 +192,14 @@ Tensor arange_exact(std::int64_t start, std::int64_t end, std::int64_t step, Dty
                 "[arange] step {} goes away from end: start={}, end={}; flip the step's sign", step,
                 start, end);
   const __int128 n128 = span == 0 ? 0 : (span + (step > 0 ? step - 1 : step + 1)) / step;
-  const auto n = static_cast<std::int64_t>(n128);  // at most 2^64 / 2^53: fits
+  // Past 2^53 values (64 PiB of int64s) no tensor holds them; checked before the count is
+  // narrowed to int64 (2^63 and more wrapped) and before arange(0, n) below, which would
+  // come back here past 2^53.
+  TESSERA_CHECK(n128 <= (__int128{1} << 53), OutOfMemoryError,
+                "[arange] start={}, end={}, step={} make {} values, more than any tensor holds; "
+                "use a larger step or a shorter range",
+                start, end, step, static_cast<double>(n128));
+  const auto n = static_cast<std::int64_t>(n128);
   if (n == 0) return make_output({0}, dtype, device, "arange");
   const __int128 offset = static_cast<__int128>(n - 1) * step;  // last - start
   TESSERA_CHECK(offset <= std::numeric_limits<std::int64_t>::max() &&
@@ -204,7 +211,7 @@ Tensor arange_exact(std::int64_t start, std::int64_t end, std::int64_t step, Dty
   detail::check_integer_fits("arange", start, dtype);
   detail::check_integer_fits("arange", static_cast<std::int64_t>(start + offset), dtype);
   // i * step + start, each op exact in int64 (a scalar past 2^53 goes in as a 0-dim tensor).
-  const Tensor i = arange(0, n, 1, {kInt64, device});
+  const Tensor i = arange(0, n, 1, {kInt64, device});  // n <= 2^53: the double path
   return (i * step + start).to(dtype);
 }
 

@@ -2,6 +2,7 @@
 // like any op (autograd/view_grad.cpp), which is why they live above core.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "autograd/formulas.h"
@@ -319,13 +320,15 @@ Tensor Tensor::expand(const Shape& target) const {
   }
   // A view of more than 2^63 elements counted INT64_MAX of them, and reductions over it
   // summed nothing (sum 0, max -inf) as if it were empty.
+  // A 0 anywhere makes it empty, whatever the other sizes (checked first: a 0 after two
+  // huge sizes was refused).
+  const bool empty = std::find(s.begin(), s.end(), 0) != s.end();
   std::int64_t count = 1;
-  for (int i = 0; i < n && count != 0; ++i) {
-    TESSERA_CHECK(s[i] == 0 || !__builtin_mul_overflow(count, s[i], &count), ShapeError,
+  for (int i = 0; i < n && !empty; ++i) {
+    TESSERA_CHECK(!__builtin_mul_overflow(count, s[i], &count), ShapeError,
                   "[expand] cannot expand shape {} to {}: the view would hold more than 2^63 "
                   "elements",
                   shape().str(), target.str());
-    if (s[i] == 0) count = 0;
   }
   return with_expand_grad(*this, make_view(*this, s, st, impl_->offset));
 }

@@ -302,6 +302,13 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
       [&] { (void)arange(std::numeric_limits<std::int64_t>::min(), kMax, 1LL << 62, device()); },
       {"[arange] start=-9223372036854775808, end=9223372036854775807, step=4611686018427387904: "
        "the values span more than int64 holds"});
+  // More values than any tensor holds: this recursed until the stack overflowed, and past
+  // 2^63 values the count wrapped ("step 1 goes away from end").
+  expect_throw_with<OutOfMemoryError>([&] { (void)arange(std::int64_t{1} << 54, device()); },
+                                      {"[arange]", "more than any tensor holds"});
+  expect_throw_with<OutOfMemoryError>(
+      [&] { (void)arange(std::numeric_limits<std::int64_t>::min(), kMax, 1, device()); },
+      {"[arange]", "more than any tensor holds"});
   expect_throw_with<Error>(
       [&] {
         (void)arange(1LL << 60, (1LL << 60) + 2, 1, {kInt32, device()});

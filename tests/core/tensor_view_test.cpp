@@ -116,6 +116,7 @@ TEST_P(TensorView, ViewErrorsNameOpAndValues) {
       },
       {"[expand] cannot expand shape [1] to [4294967296, 4294967296]", "more than 2^63"});
   EXPECT_EQ(ones({1}, device()).expand({1LL << 40, 0, 1LL << 40}).numel(), 0);
+  EXPECT_EQ(ones({1}, device()).expand({1LL << 62, 4, 0}).numel(), 0);
   expect_throw_with<ShapeError>([&] { t.slice(0, 0, 1, 0); }, {"[slice]", "step must be positive"});
   expect_throw_with<ShapeError>([&] { zeros({}, device()).select(0, 0); }, {"[select]", "0-dim"});
   expect_throw_with<ShapeError>(
