@@ -4,6 +4,11 @@
 // are made on its thread). tests/backend/work_queue_test.cpp runs it and expects a clean
 // exit. Without the exit drain, OpenBLAS or oneDNN was torn down under a queued kernel
 // (SIGSEGV: 1 run in 4 on the devices' queues, every run on a side stream).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +24,27 @@ int main(int argc, char** argv) {
     Tensor b = a;
     for (int i = 0; i < 40; ++i) b = b.matmul(a) * (1.0 / 200);
     return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "fork") {
+    // A child forked after another thread queued work has the queues but not their threads:
+    // its exit waited for them for ever. The parent gives it 20 s.
+    std::thread worker([] {
+      const Device d = available_devices().back();
+      Tensor a = ones({256, 256}, d);
+      for (int i = 0; i < 100; ++i) a = a.matmul(a) * 0.001;
+    });
+    worker.join();
+    const pid_t child = fork();
+    if (child == 0) return 0;
+    for (int tenth = 0; tenth < 200; ++tenth) {
+      int status = 0;
+      if (waitpid(child, &status, WNOHANG) == child) {
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(child, SIGKILL);
+    return 3;  // the child hung
   }
   if (argc > 1 && std::string(argv[1]) == "other-thread") {
     std::thread worker([] {

@@ -229,5 +229,13 @@ TEST(WorkQueueAtExit, AProgramEndingWithWorkAnotherThreadQueuedExitsCleanly) {
   }
 }
 
+// A child forked after another thread queued work exits: the drain armed at load waited
+// there for queues whose threads the child does not have (it hung, every run).
+TEST(WorkQueueAtExit, AChildForkedAfterQueuedWorkExits) {
+  const std::string command = "TESSERA_CPU_DEVICES=2 " +
+                              testing::helper_program(TESSERA_TEST_EXIT_WITH_QUEUED_WORK) + " fork";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;  // NOLINT(cert-env33-c)
+}
+
 }  // namespace
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // Graph capture on every device: a recorded loop replays to the eager results, and
 // everything a graph cannot record is refused with a message that names it, leaving the
 // device usable. Several logical CPU devices record one graph with collectives among them.
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
@@ -196,6 +197,37 @@ TEST_P(Graphs, AnotherThreadsWorkDuringACaptureRunsAsUsual) {
   graph.replay();
   EXPECT_EQ(c.to_vector<double>(), std::vector<double>(4, 0.0)) << "a replay wrote c";
   EXPECT_EQ(y.to_vector<double>(), std::vector<double>(4, 6.0));
+}
+
+// Two threads beginning captures on one device at once both passed the check and then
+// overwrote each other's recording (SIGSEGV at the end of one). One claims the device; the
+// other's capture is refused, and every capture that began replays its own work.
+TEST_P(Graphs, CapturesBegunOnTwoThreadsAtOnceAreOneAtATime) {
+  if (!device().is_cpu()) GTEST_SKIP() << "a GPU records its stream, whoever issues on it";
+  const Tensor x = full({8}, 1.0, device());
+  std::array<int, 2> made{}, refused{}, wrong{};
+  std::array<std::thread, 2> threads;
+  for (std::size_t t = 0; t < threads.size(); ++t) {
+    threads[t] = std::thread([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        try {
+          Tensor y;
+          Graph g = Graph::capture(device(), [&] { y = x * 2.0 + static_cast<double>(t); });
+          g.replay();
+          ++made[t];
+          wrong[t] += y.to_vector<double>() != std::vector<double>(8, 2.0 + t);
+        } catch (const GraphCaptureError& e) {
+          ++refused[t];
+          EXPECT_NE(std::string(e.what()).find("already capturing a graph"), std::string::npos)
+              << e.what();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(made[0] + refused[0], 300);
+  EXPECT_EQ(made[1] + refused[1], 300);
+  EXPECT_EQ(wrong[0] + wrong[1], 0);
 }
 
 // A recorded matmul's product that becomes a weight's gradient is the gradient itself, not a

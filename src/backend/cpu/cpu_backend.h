@@ -89,7 +89,7 @@ class CpuBackendBase : public Backend {
     return capturing_[index].load(std::memory_order_relaxed) && records_here(index);
   }
   bool capturing_on_any_thread(int index) const override {
-    return capturing_[index].load(std::memory_order_acquire);
+    return capture_claimed_[index].load(std::memory_order_acquire);
   }
 
   // Runs `kernel` on the queue of this thread's current stream of `index`, or now when that
@@ -187,6 +187,10 @@ class CpuBackendBase : public Backend {
   // captured together without queues share one, so their work keeps its order).
   std::array<std::atomic<bool>, kMaxDevicesPerKind> capturing_{};
   std::array<std::shared_ptr<Recording>, kMaxDevicesPerKind> recordings_;
+  // Set by the one begin_capture that claims the device until its end or abort: two threads
+  // beginning at once both passed the front end's check and overwrote each other's recording
+  // (Note [Captures and other threads]).
+  std::array<std::atomic<bool>, kMaxDevicesPerKind> capture_claimed_{};
   // The thread recording on each device: its work is recorded and its allocations come from
   // the graph's pool (Note [Captures and other threads]).
   std::array<std::atomic<std::thread::id>, kMaxDevicesPerKind> capture_thread_{};

@@ -147,6 +147,20 @@ class CpuGraph final : public CapturedWork {
 };
 
 void CpuBackendBase::begin_capture(const std::vector<int>& indices) {
+  // Claim every device first, all or none.
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    bool expected = false;
+    if (!capture_claimed_[indices[k]].compare_exchange_strong(expected, true,
+                                                              std::memory_order_acq_rel)) {
+      for (std::size_t j = 0; j < k; ++j) {
+        capture_claimed_[indices[j]].store(false, std::memory_order_release);
+      }
+      throw GraphCaptureError(fmt::format(
+          "[Graph::capture] {} is already capturing a graph on another thread; captures do "
+          "not nest, and a device records one graph at a time",
+          Device(DeviceKind::kCpu, indices[k]).str()));
+    }
+  }
   const bool queued = queue(indices.front()) != nullptr;  // logical devices all or none
   const auto shared = queued ? nullptr : std::make_shared<Recording>();
   for (const int i : indices) {
@@ -165,6 +179,7 @@ std::unique_ptr<CapturedWork> CpuBackendBase::end_capture(const std::vector<int>
     capturing_[i].store(false, std::memory_order_release);
     allocators_[i]->end_capture();
     std::shared_ptr<Recording> r = std::move(recordings_[i]);
+    capture_claimed_[i].store(false, std::memory_order_release);
     dedupe_kept(*r);
     if (!parts.empty() && parts.back().recording == r) {  // shared, inline
       parts.back().indices.push_back(i);
@@ -181,6 +196,7 @@ void CpuBackendBase::abort_capture(const std::vector<int>& indices) {
     capturing_[i].store(false, std::memory_order_release);
     allocators_[i]->end_capture();
     recordings_[i].reset();
+    capture_claimed_[i].store(false, std::memory_order_release);
   }
 }
 
