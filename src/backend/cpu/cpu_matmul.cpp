@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -135,13 +137,26 @@ struct Bf16Gemm {
 // now hands the primitive a scratchpad of its own thread (scratchpad_mode::user), which
 // oneDNN documents as safe to execute from several threads at once.
 
-// The primitive of `key`, made on first use; safe from every device's thread.
-const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
+// The primitive of `key`, made on first use; safe from every device's thread. The most
+// recently used kPrimitivesKept are kept (about 100 KB each): keeping every layout ever
+// seen grew without bound when shapes vary (8,000 batch sizes took 900 MB), as oneDNN's
+// own primitive cache does not (it keeps 1024). Made outside the lock (a few milliseconds
+// of JIT compilation that every device's bfloat16 products waited behind).
+std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
+  constexpr std::size_t kPrimitivesKept = 256;
   static std::mutex mutex;
-  static std::map<Bf16GemmKey, Bf16Gemm> made;
-  const std::lock_guard lock(mutex);
-  auto it = made.find(key);
-  if (it != made.end()) return it->second;
+  static std::list<Bf16GemmKey> recent;  // most recently used first
+  static std::map<Bf16GemmKey,
+                  std::pair<std::shared_ptr<const Bf16Gemm>, std::list<Bf16GemmKey>::iterator>>
+      made;
+  {
+    const std::lock_guard lock(mutex);
+    auto it = made.find(key);
+    if (it != made.end()) {
+      recent.splice(recent.begin(), recent, it->second.second);
+      return it->second.first;
+    }
+  }
   using md = dnnl::memory::desc;
   using dt = dnnl::memory::data_type;
   // Row-major [m, k] has strides {lda, 1}; a transposed view has {1, lda} (Note [Matmul
@@ -156,7 +171,17 @@ const Bf16Gemm& bf16_gemm(const Bf16GemmKey& key) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, cpu_engine());
   dnnl::matmul primitive(pd);
-  return made.emplace(key, Bf16Gemm{std::move(pd), std::move(primitive)}).first->second;
+  auto gemm = std::make_shared<const Bf16Gemm>(Bf16Gemm{std::move(pd), std::move(primitive)});
+  const std::lock_guard lock(mutex);
+  auto it = made.find(key);
+  if (it != made.end()) return it->second.first;  // another thread made it meanwhile
+  recent.push_front(key);
+  made.emplace(key, std::pair{gemm, recent.begin()});
+  while (made.size() > kPrimitivesKept) {  // a call still running one keeps it alive
+    made.erase(recent.back());
+    recent.pop_back();
+  }
+  return gemm;
 }
 
 // bfloat16 a and b, out bfloat16 or float32.
@@ -172,8 +197,8 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   const GemmOperand ga = gemm_operand(a), gb = gemm_operand(b);
   try {
     const Bf16GemmKey key{m, n, k, ga.ld, gb.ld, ga.trans, gb.trans, out.dtype() == kFloat32};
-    const Bf16Gemm& gemm = bf16_gemm(key);
-    const dnnl::matmul::primitive_desc& pd = gemm.pd;
+    const std::shared_ptr<const Bf16Gemm> gemm = bf16_gemm(key);
+    const dnnl::matmul::primitive_desc& pd = gemm->pd;
     dnnl::stream stream(cpu_engine());
     // This thread's scratchpad (Note [One primitive on several threads]), grown as needed.
     thread_local std::vector<std::byte> scratch;
@@ -184,10 +209,10 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
       dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
       dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
       dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * out_item);
-      gemm.primitive.execute(stream, {{DNNL_ARG_SRC, src},
-                                      {DNNL_ARG_WEIGHTS, weights},
-                                      {DNNL_ARG_DST, dst},
-                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
+      gemm->primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                       {DNNL_ARG_WEIGHTS, weights},
+                                       {DNNL_ARG_DST, dst},
+                                       {DNNL_ARG_SCRATCHPAD, scratchpad}});
     }
     stream.wait();
   } catch (const dnnl::error& e) {
