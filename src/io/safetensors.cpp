@@ -147,7 +147,12 @@ class TempFile {
     }
     const mode_t mode = replaces ? (st.st_mode & 07777) : (0666 & ~current_umask());
     if ((replaces || named_) && ::fchmod(fd_, mode) != 0) {
-      fail("save_safetensors", target, "cannot set the file's mode: " + system_reason());
+      const std::string reason = system_reason();
+      // A throwing constructor runs no destructor: close and remove what it made here.
+      ::close(fd_);
+      fd_ = -1;
+      if (named_) ::unlink(name_.data());
+      fail("save_safetensors", target, "cannot set the file's mode: " + reason);
     }
   }
   ~TempFile() {
