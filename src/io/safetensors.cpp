@@ -386,7 +386,8 @@ void save_safetensors(const std::filesystem::path& path,
                       const std::map<std::string, std::string>& metadata,
                       const SafetensorsSaveOptions& options) {
   const io::NonFiniteRefusal refusal{
-      "save_safetensors", "leave SafetensorsSaveOptions::allow_non_finite on to save them"};
+      "save_safetensors",
+      "set SafetensorsSaveOptions::allow_non_finite to true (its default) to save them"};
   save(path, tensors, metadata, options.allow_non_finite ? nullptr : &refusal);
 }
 

@@ -198,7 +198,9 @@ Tensor arange_exact(std::int64_t start, std::int64_t end, std::int64_t step, Dty
   TESSERA_CHECK(n128 <= (__int128{1} << 53), OutOfMemoryError,
                 "[arange] start={}, end={}, step={} make {} values, more than any tensor holds; "
                 "use a larger step or a shorter range",
-                start, end, step, static_cast<double>(n128));
+                start, end, step,
+                n128 >= (__int128{1} << 64) ? std::string("2^64")
+                                            : std::to_string(static_cast<std::uint64_t>(n128)));
   const auto n = static_cast<std::int64_t>(n128);
   if (n == 0) return make_output({0}, dtype, device, "arange");
   const __int128 offset = static_cast<__int128>(n - 1) * step;  // last - start

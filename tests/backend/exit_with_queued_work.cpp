@@ -25,6 +25,25 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 40; ++i) b = b.matmul(a) * (1.0 / 200);
     return 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "fork-then-queue") {
+    // The parent made the backend but no queue; the child makes its own queues and returns
+    // with work on them: its exit must wait for them as any program's does.
+    (void)memory_stats(cpu(0));
+    const pid_t child = fork();
+    if (child == 0) {
+      std::vector<Tensor> kept;
+      for (int i = 0; i < 40; ++i) {
+        for (int d = 0; d < num_cpu_devices(); ++d) {
+          const Tensor a = ones({200, 200}, cpu(d));
+          kept.push_back(a.matmul(a));
+        }
+      }
+      return 0;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 2;
+  }
   if (argc > 1 && std::string(argv[1]) == "fork") {
     // A child forked after another thread queued work has the queues but not their threads:
     // its exit waited for them for ever. The parent gives it 20 s.

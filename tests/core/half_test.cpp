@@ -593,7 +593,8 @@ TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
     expect_same_values(back.to_vector<double>(), tensors[name].to_vector<double>(), name);
   }
   expect_throw_with<NonFiniteError>(
-      [&] { save_safetensors(path, tensors, {}, {.allow_non_finite = false}); }, {"non-finite"});
+      [&] { save_safetensors(path, tensors, {}, {.allow_non_finite = false}); },
+      {"[save_safetensors]", "non-finite", "set SafetensorsSaveOptions::allow_non_finite to true"});
   std::filesystem::remove(path);
 }
 

@@ -110,17 +110,14 @@ const char* cpu_kernel_isa() { return chosen_level().name; }
 
 namespace {
 // The backend once made, for the exit drain, which must not make one (Note [Exit with work
-// queued]), and the process that made it: a child forked from it has its queues but not
-// their threads.
+// queued]).
 std::atomic<CpuBackendBase*> g_made{nullptr};
-std::atomic<pid_t> g_made_in{0};
 }  // namespace
 
 CpuBackendBase& cpu_backend_impl() {
   // Never destroyed: tensors in static storage may be freed after main returns.
   static CpuBackendBase* backend = [] {
     CpuBackendBase* made = chosen_level().make();
-    g_made_in.store(::getpid(), std::memory_order_relaxed);
     g_made.store(made, std::memory_order_release);
     return made;
   }();
@@ -164,17 +161,14 @@ WorkQueue* CpuBackendBase::queue(int index) {
 // program that left matmuls queued there crashed at exit). The main thread also makes it
 // when the library is loaded, before main: a program whose main thread queued nothing
 // itself, but joined a thread that left work queued, crashed at exit two runs in three.
-// Every device's queues are drained, whichever thread queued the work. Not in a child
-// forked from the process (its queues have no threads there: the wait never ended), and not
+// Every device's queues are drained, whichever thread queued the work, but for queues made
+// before a fork in a forked child (their threads are not there: the wait never ended). Not
 // when another thread calls exit(): only the main thread's return is seen (synchronize()
 // before such an exit).
 struct DrainWhenMainReturns {
   ~DrainWhenMainReturns() {
     if (::gettid() != ::getpid()) return;
-    CpuBackendBase* backend = g_made.load(std::memory_order_acquire);
-    if (backend != nullptr && g_made_in.load(std::memory_order_relaxed) == ::getpid()) {
-      backend->drain_queues();
-    }
+    if (CpuBackendBase* backend = g_made.load(std::memory_order_acquire)) backend->drain_queues();
   }
 };
 

@@ -209,14 +209,16 @@ void CpuBackendBase::drain_side_streams() {
         const std::lock_guard lock(s.mutex);
         q = s.queues[id].get();
       }
-      if (q != nullptr) q->wait(q->last_ticket());  // errors are nobody's to report now
+      // Errors are nobody's to report now; a forked child's queues have no thread to wait on.
+      if (q != nullptr && q->thread_here()) q->wait(q->last_ticket());
     }
   }
 }
 
 void CpuBackendBase::drain_queues() {
   for (const auto& q : queues_) {
-    if (q != nullptr) q->wait(q->last_ticket());  // errors are nobody's to report now
+    // Errors are nobody's to report now; a forked child's queues have no thread to wait on.
+    if (q != nullptr && q->thread_here()) q->wait(q->last_ticket());
   }
   drain_side_streams();
 }

@@ -2,6 +2,8 @@
 // An in-order work queue on its own thread: the CPU's stand-in for a GPU stream. Tasks
 // run one after another in submission order; each submission gets a ticket, and any thread
 // can wait for a ticket (the stand-in for a CUDA event). See Note [Quiet queues].
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -40,6 +42,9 @@ class WorkQueue {
   bool done(std::uint64_t ticket) const { return completed_.load() >= ticket; }
   // Whether the calling thread is some WorkQueue's own (it runs a task now).
   static bool on_queue_thread();
+  // Whether the queue's thread runs in this process: a child forked after the queue was
+  // made has the queue but not its thread, and a wait there never ends.
+  bool thread_here() const { return made_in_ == ::getpid(); }
   // Blocks until the task with `ticket` (and all before it) has run.
   void wait(std::uint64_t ticket);
   // Waits for everything submitted so far, then rethrows the first exception a task threw
@@ -84,6 +89,7 @@ class WorkQueue {
   // The lowest ticket a sleeping waiter waits for (UINT64_MAX: none).
   std::atomic<std::uint64_t> wake_at_{UINT64_MAX};
   std::atomic<std::uint64_t> waiter_sleeps_{0};
+  const pid_t made_in_ = ::getpid();
   std::thread thread_;
 };
 
