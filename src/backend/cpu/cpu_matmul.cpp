@@ -139,11 +139,19 @@ struct Bf16Gemm {
 
 // The primitive of `key`, made on first use; safe from every device's thread. The most
 // recently used kPrimitivesKept are kept (about 100 KB each): keeping every layout ever
-// seen grew without bound when shapes vary (8,000 batch sizes took 900 MB), as oneDNN's
-// own primitive cache does not (it keeps 1024). Made outside the lock (a few milliseconds
+// seen grew without bound when shapes vary (8,000 batch sizes took 900 MB). Made outside
+// the lock (a few milliseconds
 // of JIT compilation that every device's bfloat16 products waited behind).
 std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
   constexpr std::size_t kPrimitivesKept = 256;
+  // oneDNN's own cache would keep up to 1024 more of them (another 100 MB): this map is the
+  // cache. (tessera is the process's user of oneDNN primitives: its float32 products call
+  // dnnl_sgemm, which keeps none.)
+  static const bool no_second_cache = [] {
+    dnnl::set_primitive_cache_capacity(0);
+    return true;
+  }();
+  (void)no_second_cache;
   static std::mutex mutex;
   static std::list<Bf16GemmKey> recent;  // most recently used first
   static std::map<Bf16GemmKey,
