@@ -196,11 +196,12 @@ Tensor LazyLinear::forward(const Tensor& x) {
                   path(), device.str(), x.device().str(), detail::device_code(device),
                   detail::device_code(x.device()));
     check_input_dtype(*this, x, dtype);
-    weight = register_parameter(
-        "weight", init_uniform("LazyLinear", {out_features, in}, in, {dtype, device}));
-    if (has_bias_)
-      bias = register_parameter("bias",
-                                init_uniform("LazyLinear", {out_features}, in, {dtype, device}));
+    // Both made before either is registered: running out of memory for the bias left a
+    // weight registered with in_features 0, and every later call refused the input.
+    Tensor w = init_uniform("LazyLinear", {out_features, in}, in, {dtype, device});
+    Tensor b = has_bias_ ? init_uniform("LazyLinear", {out_features}, in, {dtype, device}) : Tensor();
+    weight = register_parameter("weight", std::move(w));
+    if (has_bias_) bias = register_parameter("bias", std::move(b));
     in_features = in;
   }
   return linear_forward(*this, x, weight, bias, in_features);

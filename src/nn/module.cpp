@@ -309,13 +309,16 @@ Module& Module::train(bool on) {
 Module& Module::to(Device device) {
   detail::check_device(device, "Module::to");
   std::vector<Tensor> tensors;
-  for (auto& [name, m] : named_modules()) {
-    m->placed_device_ = device;
+  const auto modules = named_modules();
+  for (auto& [name, m] : modules) {
     for (const auto& list : {&m->params_, &m->buffers_}) {
       for (const auto& [n, t] : *list) tensors.push_back(t);
     }
   }
   convert_in_place(tensors, [device](const Tensor& t) { return t.to(device); });
+  // Only once every tensor moved: a refused move (out of memory) leaves the whole model
+  // where it was, lazy layers included.
+  for (auto& [name, m] : modules) m->placed_device_ = device;
   return *this;
 }
 
@@ -325,8 +328,8 @@ Module& Module::to(Dtype dtype) {
                 "float16), got {}",
                 dtype_name(dtype));
   std::vector<Tensor> tensors;
-  for (auto& [name, m] : named_modules()) {
-    m->placed_dtype_ = dtype;
+  const auto modules = named_modules();
+  for (auto& [name, m] : modules) {
     for (const auto& list : {&m->params_, &m->buffers_}) {
       for (const auto& [n, t] : *list) {
         if (is_floating(t.dtype())) tensors.push_back(t);
@@ -334,6 +337,7 @@ Module& Module::to(Dtype dtype) {
     }
   }
   convert_in_place(tensors, [dtype](const Tensor& t) { return t.to(dtype); });
+  for (auto& [name, m] : modules) m->placed_dtype_ = dtype;  // as in to(Device)
   return *this;
 }
 

@@ -34,6 +34,16 @@ void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
                const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
                const AdamParams& p);
 
+// The checks of sgd_step / adam_step alone, launching nothing (undefined state: the state a
+// first step will make, on param's device). Optimizers run them over every parameter before
+// stepping any, so a refused step leaves every parameter and its state as they were (Note
+// [A step refused before any update], optimizer.h).
+void check_sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                    const Tensor& momentum_buf, const DeviceStepState& device);
+void check_adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                     const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const DeviceStepState& device);
+
 // a @ b for 2-D half a [m, k] and b [k, n] of one dtype (either may be a transposed view),
 // in float32: the float32 sums of exact products, not yet rounded to the half type, for a
 // layer that adds its bias before the one rounding (nn::Linear under autocast). The backend

@@ -14,26 +14,19 @@
 namespace tessera::detail {
 namespace {
 
-// Checks param, grad and the state tensors of one step and returns the gradient as the
-// kernel wants it (param's dtype, contiguous). Marks param and the state written.
-Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& grad,
-                    std::initializer_list<std::pair<const char*, const Tensor*>> state) {
+using StateList = std::initializer_list<std::pair<const char*, const Tensor*>>;
+
+// The one device rule for param, grad and state, with names formatted only for the error.
+void check_one_device(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                      StateList state) {
+  bool one = grad.device() == param.device();
+  for (const auto& [what, t] : state) one = one && t->device() == param.device();
+  if (one) return;
   const std::string p_name = fmt::format("parameter {}", site.index);
   const std::string g_name = fmt::format("parameter {}'s grad", site.index);
   std::vector<std::string> names;
   for (const auto& [what, t] : state)
     names.push_back(fmt::format("parameter {}'s {}", site.index, what));
-  // State left on the device of the first step by a model moved since: the user cannot move
-  // exp_avg itself, so common_device's fix (".to()") would not help.
-  for (const auto& [what, t] : state) {
-    TESSERA_CHECK(!param.defined() || !t->defined() || t->device() == param.device(),
-                  DeviceMismatchError,
-                  "[{}] parameter {} is on {} but its optimizer state ({}) is on {}, where its "
-                  "first step made it. Build the optimizer after moving the model, or move its "
-                  "state along with optimizer.load_state_dict(optimizer.state_dict())",
-                  site.op, site.index, param.device().str(), what, t->device().str());
-  }
-  // The one device rule: parameter, grad and state on one device.
   switch (state.size()) {
     case 0:
       common_device(site.op, {{p_name.c_str(), &param}, {g_name.c_str(), &grad}});
@@ -50,6 +43,22 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
                               {names[1].c_str(), (state.begin() + 1)->second}});
       break;
   }
+}
+
+// Checks param, grad and the state tensors of one step; launches nothing.
+void check_operands(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                    StateList state) {
+  // State left on the device of the first step by a model moved since: the user cannot move
+  // exp_avg itself, so common_device's fix (".to()") would not help.
+  for (const auto& [what, t] : state) {
+    TESSERA_CHECK(!param.defined() || !t->defined() || t->device() == param.device(),
+                  DeviceMismatchError,
+                  "[{}] parameter {} is on {} but its optimizer state ({}) is on {}, where its "
+                  "first step made it. Build the optimizer after moving the model, or move its "
+                  "state along with optimizer.load_state_dict(optimizer.state_dict())",
+                  site.op, site.index, param.device().str(), what, t->device().str());
+  }
+  check_one_device(site, param, grad, state);  // parameter, grad and state on one device
   TESSERA_CHECK(grad.shape() == param.shape(), ShapeError,
                 "[{}] parameter {} has shape {} but its grad has shape {}", site.op, site.index,
                 param.shape().str(), grad.shape().str());
@@ -65,6 +74,13 @@ Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& gr
                   site.op, site.index, dtype_name(param.dtype()), param.shape().str(),
                   dtype_name(t->dtype()), t->shape().str());
   }
+}
+
+// check_operands, then the gradient as the kernel wants it (param's dtype, contiguous).
+// Marks param and the state written.
+Tensor checked_grad(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                    StateList state) {
+  check_operands(site, param, grad, state);
   NoGradGuard no_grad;
   const Tensor g = (grad.dtype() == param.dtype() ? grad : grad.to(param.dtype())).contiguous();
   mark_written(param);
@@ -85,6 +101,27 @@ void check_device_state(const ParamSite& site, const Tensor& param, const Device
 }
 
 }  // namespace
+
+void check_sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                    const Tensor& momentum_buf, const DeviceStepState& device) {
+  if (momentum_buf.defined()) {
+    check_operands(site, param, grad, {{"momentum buffer", &momentum_buf}});
+  } else {
+    check_operands(site, param, grad, {});
+  }
+  check_device_state(site, param, device);
+}
+
+void check_adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
+                     const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const DeviceStepState& device) {
+  if (exp_avg.defined() && exp_avg_sq.defined()) {
+    check_operands(site, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  } else {
+    check_operands(site, param, grad, {});
+  }
+  check_device_state(site, param, device);
+}
 
 void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
               const Tensor& momentum_buf, const DeviceStepState& device, const SgdParams& p) {

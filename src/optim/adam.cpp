@@ -128,12 +128,19 @@ void Adam::load_state_dict(const OptimizerState& state) {
         Error, "[{}] '{}.step' is {}; a step count is a whole number from 0 to 2^53", op, i,
         counts[i]);
   }
-  // Explicit copies into fresh state on each parameter's device, never aliasing the caller's.
+  // Explicit copies into fresh state on each parameter's device, never aliasing the caller's;
+  // all made before any is kept, so running out of memory half-way leaves the old state.
+  std::vector<Tensor> exp_avg(params_.size()), exp_avg_sq(params_.size()), device_steps;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    exp_avg_[i] = m[i].defined() ? empty_like(params_[i]).copy_(m[i]) : Tensor();
-    exp_avg_sq_[i] = v[i].defined() ? empty_like(params_[i]).copy_(v[i]) : Tensor();
+    if (m[i].defined()) exp_avg[i] = empty_like(params_[i]).copy_(m[i]);
+    if (v[i].defined()) exp_avg_sq[i] = empty_like(params_[i]).copy_(v[i]);
+    if (capturable_) device_steps.push_back(full({}, counts[i], {kFloat64, params_[i].device()}));
+  }
+  exp_avg_ = std::move(exp_avg);
+  exp_avg_sq_ = std::move(exp_avg_sq);
+  if (capturable_) device_steps_ = std::move(device_steps);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
     steps_[i] = static_cast<std::int64_t>(counts[i]);
-    if (capturable_) device_steps_[i] = full({}, counts[i], {kFloat64, params_[i].device()});
   }
 }
 
@@ -141,7 +148,25 @@ void Adam::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
   const bool skippable = found_inf.defined();
-  if (skippable) check_found_inf(decoupled_ ? "AdamW.step_unless" : "Adam.step_unless", found_inf);
+  const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
+                              : (skippable ? "Adam.step_unless" : "Adam.step");
+  if (skippable) check_found_inf(op, found_inf);
+  // Note [A step refused before any update]: every parameter's checks, then the updates.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    const Tensor& param = params_[i];
+    // A host count recorded into a graph would be replayed: every replay would correct its
+    // bias as for this one step.
+    TESSERA_CHECK(capturable_ || !detail::is_capturing(param.device()), GraphCaptureError,
+                  "[{}] {} is capturing a graph, and this optimizer keeps its step counts on "
+                  "the host: every replay would repeat step {}. Call set_capturable(true) "
+                  "before capturing",
+                  op, param.device().str(), steps_[i] + 1);
+    if (!exp_avg_[i].defined() || !exp_avg_sq_[i].defined()) check_state_outside_capture(op, i);
+    detail::check_adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],
+                            {found_inf, Tensor(), Tensor()});
+  }
   // Host counts in a recording: refused below, before the counts move to the device.
   if (skippable && !capturable_ &&
       !std::any_of(params_.begin(), params_.end(),
@@ -154,17 +179,7 @@ void Adam::step_unless(const Tensor& found_inf) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
-    const char* op = decoupled_ ? (skippable ? "AdamW.step_unless" : "AdamW.step")
-                                : (skippable ? "Adam.step_unless" : "Adam.step");
-    // A host count recorded into a graph would be replayed: every replay would correct its
-    // bias as for this one step.
-    TESSERA_CHECK(capturable_ || !detail::is_capturing(param.device()), GraphCaptureError,
-                  "[{}] {} is capturing a graph, and this optimizer keeps its step counts on "
-                  "the host: every replay would repeat step {}. Call set_capturable(true) "
-                  "before capturing",
-                  op, param.device().str(), steps_[i] + 1);
     if (!exp_avg_[i].defined() || !exp_avg_sq_[i].defined()) {
-      check_state_outside_capture(op, i);
       // Both made before either is kept: out of memory between them left exp_avg alone,
       // and every later step refused the missing exp_avg_sq.
       Tensor m = zeros_like(param), v = zeros_like(param);

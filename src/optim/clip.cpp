@@ -11,12 +11,24 @@
 #include "tessera/ops.h"
 
 namespace tessera::optim {
+namespace {
+
+// Whether no two elements of t share memory (no stride 0 over a dim longer than 1).
+bool writable_in_place(const Tensor& t) {
+  for (int d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) == 0 && t.size(d) > 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   TESSERA_CHECK(std::isfinite(max_norm) && max_norm >= 0, Error,
                 "[clip_grad_norm_] invalid max_norm={}: it must be a finite number >= 0", max_norm);
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
+  std::vector<std::size_t> owner;  // grads[k] is params[owner[k]]'s
   std::size_t first = 0;
   for (std::size_t i = 0; i < params.size(); ++i) {
     TESSERA_CHECK(params[i].defined(), Error, "[clip_grad_norm_] parameter {} is undefined", i);
@@ -28,6 +40,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
                   "parameter {}'s on {}. Clip each device's parameters separately",
                   first, grads[0].device().str(), i, g.device().str());
     grads.push_back(std::move(g));
+    owner.push_back(i);
   }
   if (grads.empty()) {
     return zeros(Shape{}, {kFloat32, params.empty() ? default_device() : params[0].device()});
@@ -41,7 +54,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   }
   const Tensor total = sqrt(total_sq);
   const Tensor scale = minimum(div(max_norm, add(total, 1e-6)), 1.0);
-  for (Tensor& g : grads) g.mul_(scale);
+  for (std::size_t k = 0; k < grads.size(); ++k) {
+    if (writable_in_place(grads[k])) {
+      grads[k].mul_(scale);
+    } else {
+      // An expanded grad (set_grad takes one) shares memory between elements: scaled in
+      // place it refused after the earlier grads were clipped, and a retry clipped them twice.
+      Tensor p = params[owner[k]];
+      p.set_grad(mul(grads[k], scale));
+    }
+  }
   return total;
 }
 

@@ -12,6 +12,15 @@
 #include "core/tensor_impl.h"
 #include "tessera/graph.h"
 
+// Note [A step refused before any update]
+// A step is one kernel per parameter. When each parameter's checks ran right before its own
+// kernel, a refusal at parameter 2 (a grad on another device, a transposed parameter) came
+// after parameters 0 and 1 had moved and their momentum had advanced; the message invites a
+// fix and a second step(), which then updated 0 and 1 twice. So step_unless runs every
+// parameter's checks first (detail::check_sgd_step / check_adam_step, the same checks the
+// kernels' front ends repeat) and only then launches. What can still stop a step part-way
+// is running out of memory for a gradient's conversion or a half-precision working copy.
+
 namespace tessera::optim {
 
 Optimizer::Optimizer(std::vector<Tensor> params, const char* name)

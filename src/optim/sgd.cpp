@@ -82,15 +82,17 @@ void SGD::load_state_dict(const OptimizerState& state) {
                   kOp, i);
   }
   // Explicit copies into fresh state on each parameter's device (Tensor::copy_ copies across
-  // devices when asked to), so the caller's tensors are never aliased.
+  // devices when asked to), so the caller's tensors are never aliased; all made before any
+  // is kept, so running out of memory half-way leaves the old state whole.
+  std::vector<Tensor> momentum(params_.size()), unwritten_now(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    momentum_[i] = Tensor();
-    unwritten_[i] = Tensor();
-    if (buffers[i].defined()) momentum_[i] = empty_like(params_[i]).copy_(buffers[i]);
+    if (buffers[i].defined()) momentum[i] = empty_like(params_[i]).copy_(buffers[i]);
     if (unwritten[i].defined()) {
-      unwritten_[i] = empty({}, {kFloat32, params_[i].device()}).copy_(unwritten[i]);
+      unwritten_now[i] = empty({}, {kFloat32, params_[i].device()}).copy_(unwritten[i]);
     }
   }
+  momentum_ = std::move(momentum);
+  unwritten_ = std::move(unwritten_now);
 }
 
 void SGD::step_unless(const Tensor& found_inf) {
@@ -98,7 +100,16 @@ void SGD::step_unless(const Tensor& found_inf) {
   detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
                       options_.weight_decay, options_.nesterov, false};
   const bool skippable = found_inf.defined();
-  if (skippable) check_found_inf("SGD.step_unless", found_inf);
+  const char* op = skippable ? "SGD.step_unless" : "SGD.step";
+  if (skippable) check_found_inf(op, found_inf);
+  // Note [A step refused before any update]: every parameter's checks, then the updates.
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Tensor g = params_[i].grad();
+    if (!g.defined()) continue;
+    if (options_.momentum != 0 && !momentum_[i].defined()) check_state_outside_capture(op, i);
+    detail::check_sgd_step({op, i}, params_[i], g, momentum_[i],
+                           {found_inf, Tensor(), unwritten_[i]});
+  }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
@@ -108,7 +119,6 @@ void SGD::step_unless(const Tensor& found_inf) {
     // one kept after a refused first step (out of memory) was read as a momentum next step.
     Tensor buffer = momentum_[i], unwritten = unwritten_[i];
     if (options_.momentum != 0 && !buffer.defined()) {
-      check_state_outside_capture(skippable ? "SGD.step_unless" : "SGD.step", i);
       if (skippable) {
         // Whether this step is the first to write the buffer is known on the device only.
         buffer = zeros_like(param);
@@ -119,7 +129,7 @@ void SGD::step_unless(const Tensor& found_inf) {
         p.first_step = true;
       }
     }
-    detail::sgd_step({skippable ? "SGD.step_unless" : "SGD.step", i}, param, g, buffer,
+    detail::sgd_step({op, i}, param, g, buffer,
                      {found_inf, Tensor(), unwritten}, p);
     momentum_[i] = buffer;
     unwritten_[i] = unwritten;

@@ -1,6 +1,7 @@
 // nn::Module and the basic layers: registration, indexing, moving in place, the device audit,
 // state dicts, lazy layers, and the errors users meet.
 #include <cmath>
+#include <functional>
 
 #include "support/device_test.h"
 
@@ -373,6 +374,46 @@ TEST_P(Modules, LayerArgumentsAreCheckedAtConstruction) {
       {"[AvgPool2d] padding (2, 2) must be at most half the kernel (2x2)"});
   EXPECT_EQ(nn::MaxPool2d(3, 0, 1).extra_repr(),
             "kernel_size=(3, 3), stride=(3, 3), padding=(1, 1)");
+}
+
+// A move that runs out of memory leaves the whole model where it was, lazy layers included:
+// they had recorded the new device (and dtype), and every input was refused on both.
+TEST_P(Modules, AMoveOutOfMemoryLeavesTheModelWhereItWas) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  const std::vector<Device> devices = same_kind_devices();
+  const Device to = devices.size() > 1 ? devices[1] : device();
+  nn::Sequential net(nn::Linear(100, 100, true, device()), nn::ReLU(),
+                     nn::Linear(100, 100, true, device()), nn::LazyLinear(10));
+  // Room for one weight of the new placement, not two.
+  const auto short_of_memory = [&](Device on, std::size_t room, const std::function<void()>& move) {
+    synchronize(on);
+    set_memory_limit(on, memory_stats(on).in_use + room);
+    EXPECT_THROW(move(), OutOfMemoryError);
+    set_memory_limit(on, SIZE_MAX);
+  };
+  if (to != device()) {
+    short_of_memory(to, 60000, [&] { net.to(to); });
+    EXPECT_EQ(net.device(), device());
+  }
+  short_of_memory(device(), 100000, [&] { net.to(kFloat64); });
+  const Tensor y = net(ones({2, 100}, device()));
+  EXPECT_EQ(y.device(), device());
+  EXPECT_EQ(y.dtype(), kFloat32);
+}
+
+// A lazy layer whose first call runs out of memory stays unbuilt: its weight was registered
+// before the bias failed, with in_features 0, and every later call was refused.
+TEST_P(Modules, ALazyLayerOutOfMemoryAtItsFirstCallStaysUnbuilt) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  nn::LazyLinear layer(1000);
+  const Tensor x = ones({2, 1000}, device());
+  synchronize(device());
+  set_memory_limit(device(), memory_stats(device()).in_use + 1000 * 1000 * 4 + 100);
+  EXPECT_THROW(layer(x), OutOfMemoryError);
+  set_memory_limit(device(), SIZE_MAX);
+  EXPECT_FALSE(layer.built());
+  EXPECT_TRUE(layer.named_parameters().empty());
+  EXPECT_EQ(layer(x).shape(), Shape({2, 1000}));
 }
 
 // A tensor registered under two names (tied weights) is one parameter: listed once, stepped

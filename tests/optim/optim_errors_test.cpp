@@ -1,5 +1,6 @@
 // Each optimizer error's wording once, and its type.
 #include <limits>
+#include <memory>
 
 #include "autograd/autograd_meta.h"
 #include "support/device_test.h"
@@ -141,6 +142,102 @@ TEST_P(OptimErrors, AFirstStepOutOfMemoryLeavesNoState) {
   step_short_of_memory(adam, 4100);  // exp_avg fits, exp_avg_sq does not
   adam.step();
   EXPECT_NEAR(a.to_vector<double>()[0], 1.0 - 1e-3, 1e-6);
+}
+
+// A step refused at parameter 2 updates no parameter: each parameter's checks ran right before
+// its own kernel, so parameters 0 and 1 had moved (and their momentum advanced), and the
+// retry the message invites updated them twice.
+TEST_P(OptimErrors, AStepRefusedAtALaterParameterUpdatesNone) {
+  for (const bool adam : {false, true}) {
+    nn::Linear first(4, 4, true, device()), second(4, 4, true, device());
+    second.weight = zeros({4, 4}, device()).t();  // a view: refused by the fused step
+    std::vector<Tensor> params = first.parameters();
+    for (const Tensor& p : second.parameters()) params.push_back(p);
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adam) {
+      opt = std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = 0.1});
+    } else {
+      opt = std::make_unique<optim::SGD>(params, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+    }
+    for (const Tensor& p : params) Tensor(p).set_grad(ones_like(p));
+    const std::vector<double> before = first.weight.to_vector<double>();
+    expect_throw_with<Error>([&] { opt->step(); }, {"parameter 2 is not contiguous"});
+    EXPECT_EQ(first.weight.to_vector<double>(), before) << (adam ? "Adam" : "SGD");
+    EXPECT_TRUE(opt->state_dict().empty()) << (adam ? "Adam" : "SGD");
+    // Fixed as the message says, one step moves every parameter once.
+    second.weight = zeros({4, 4}, device());
+    Tensor(second.weight).set_grad(ones({4, 4}, device()));
+    opt->step();
+    EXPECT_NEAR(first.weight.to_vector<double>()[0], before[0] - 0.1, 1e-6);
+  }
+}
+
+// A layer moved to another device after the first step leaves its state behind; the step
+// that refuses it moves no other parameter (the earlier layer's momentum advanced too).
+TEST_P(OptimErrors, StateLeftOnAnotherDeviceIsRefusedBeforeAnyUpdate) {
+  const std::vector<Device> devices = same_kind_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "needs a second device of this kind";
+  nn::Linear first(3, 3, true, device()), second(3, 3, true, device());
+  std::vector<Tensor> params = first.parameters();
+  for (const Tensor& p : second.parameters()) params.push_back(p);
+  optim::SGD sgd(params, {.lr = 0.5, .momentum = 0.9});
+  for (const Tensor& p : params) Tensor(p).set_grad(ones_like(p));
+  sgd.step();
+  second.to(devices[1]);
+  for (const Tensor& p : params) Tensor(p).set_grad(ones_like(p));
+  const std::vector<double> weight = first.weight.to_vector<double>();
+  const std::vector<double> buffer = sgd.state_dict().at("0.momentum_buffer").to_vector<double>();
+  expect_throw_with<DeviceMismatchError>([&] { sgd.step(); },
+                                         {"parameter 2 is on", "its optimizer state"});
+  EXPECT_EQ(first.weight.to_vector<double>(), weight);
+  EXPECT_EQ(sgd.state_dict().at("0.momentum_buffer").to_vector<double>(), buffer);
+}
+
+// load_state_dict that runs out of memory half-way keeps the old state whole: SGD had
+// dropped parameter 0's buffer, Adam kept exp_avg without exp_avg_sq (state_dict() then
+// threw about an undefined tensor).
+TEST_P(OptimErrors, ALoadOutOfMemoryKeepsTheOldState) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  for (const bool adam : {false, true}) {
+    const std::int64_t n = 1 << 16;
+    std::vector<Tensor> ps;
+    for (int i = 0; i < 3; ++i) ps.push_back(ones({n}, device()).requires_grad_());
+    const auto make = [&]() -> std::unique_ptr<optim::Optimizer> {
+      if (adam) return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.1});
+      return std::make_unique<optim::SGD>(ps, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+    };
+    auto saved_by = make();
+    for (Tensor& p : ps) p.set_grad(ones({n}, device()));
+    saved_by->step();
+    const optim::OptimizerState saved = saved_by->state_dict();
+    auto opt = make();
+    ps[1].set_grad(Tensor());  // parameter 1 gets no state in this run
+    for (const int i : {0, 2}) ps[static_cast<std::size_t>(i)].set_grad(full({n}, -1.0, device()));
+    opt->step();
+    const optim::OptimizerState before = opt->state_dict();
+    synchronize(device());
+    set_memory_limit(device(), memory_stats(device()).in_use + std::size_t{4} * n + 4096);
+    EXPECT_THROW(opt->load_state_dict(saved), OutOfMemoryError) << (adam ? "Adam" : "SGD");
+    set_memory_limit(device(), SIZE_MAX);
+    const optim::OptimizerState after = opt->state_dict();
+    ASSERT_EQ(after.size(), before.size()) << (adam ? "Adam" : "SGD");
+    for (const auto& [key, t] : before) {
+      EXPECT_EQ(after.at(key).to_vector<double>(), t.to_vector<double>()) << key;
+    }
+  }
+}
+
+// Clipping an expanded gradient (set_grad takes one) scales it out of place: in place it was
+// refused after the earlier gradients had been clipped, and a retry clipped them twice.
+TEST_P(OptimErrors, ClippingAnExpandedGradient) {
+  Tensor a = zeros({4}, device()).requires_grad_(), b = zeros({4}, device()).requires_grad_();
+  a.set_grad(full({4}, 3.0, device()));
+  b.set_grad(full({1}, 4.0, device()).expand({4}));
+  const Tensor total = optim::clip_grad_norm_({a, b}, 1.0);
+  EXPECT_NEAR(total.item<double>(), 10.0, 1e-5);  // sqrt(4 * 9 + 4 * 16)
+  EXPECT_NEAR(a.grad().to_vector<double>()[0], 0.3, 1e-6);
+  for (const double g : b.grad().to_vector<double>()) EXPECT_NEAR(g, 0.4, 1e-6);
+  EXPECT_NEAR(a.grad().to_vector<double>()[0], 0.3, 1e-6);  // clipped once
 }
 
 // A refused step is not counted: Adam's bias correction was one step ahead afterwards.

@@ -28,7 +28,8 @@ class TESSERA_API Optimizer {
   /// Updates every parameter that has a grad, in place on its device. Never waits. Throws
   /// DeviceMismatchError when a grad (or the optimizer's state) is on another device than
   /// its parameter, ShapeError when a grad's shape differs, Error for a non-contiguous
-  /// parameter.
+  /// parameter. SGD, Adam and AdamW check every parameter before updating any, so a refused
+  /// step leaves every parameter and its state as they were: fix the cause and step again.
   virtual void step() = 0;
   /// As step(), unless `found_inf` is nonzero: a float32 0-dim tensor on the parameters'
   /// device, as GradScaler (grad_scaler.h) makes it. The kernels read it on the device and
