@@ -199,7 +199,8 @@ Tensor LazyLinear::forward(const Tensor& x) {
     // Both made before either is registered: running out of memory for the bias left a
     // weight registered with in_features 0, and every later call refused the input.
     Tensor w = init_uniform("LazyLinear", {out_features, in}, in, {dtype, device});
-    Tensor b = has_bias_ ? init_uniform("LazyLinear", {out_features}, in, {dtype, device}) : Tensor();
+    Tensor b =
+        has_bias_ ? init_uniform("LazyLinear", {out_features}, in, {dtype, device}) : Tensor();
     weight = register_parameter("weight", std::move(w));
     if (has_bias_) bias = register_parameter("bias", std::move(b));
     in_features = in;

@@ -129,8 +129,7 @@ void SGD::step_unless(const Tensor& found_inf) {
         p.first_step = true;
       }
     }
-    detail::sgd_step({op, i}, param, g, buffer,
-                     {found_inf, Tensor(), unwritten}, p);
+    detail::sgd_step({op, i}, param, g, buffer, {found_inf, Tensor(), unwritten}, p);
     momentum_[i] = buffer;
     unwritten_[i] = unwritten;
     if (unwritten_[i].defined()) {

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/check.h"
+#include "io/atomic_file.h"
+#include "io/printable.h"
 
 namespace tessera::detail {
 
@@ -73,16 +76,46 @@ Box least_covered(const std::vector<std::vector<std::pair<double, double>>>& ser
   return candidates[static_cast<std::size_t>(best - covered.begin())];
 }
 
+// Note [Charts replaced whole]
+// Cairo wrote the chart straight to its path: the SVG surface truncated the file when it
+// was made, before a single epoch ran, and the PNG was written in place at the end, so a run
+// killed or out of disk left an empty or cut chart where a good one had been. The chart is
+// drawn into memory instead and written at finish() in one step, as checkpoints are
+// (io::write_file_atomically): the old chart stays until the new one is whole. The
+// constructor only checks that the file could be made (a probe, never committed).
+
+namespace {
+
+cairo_status_t append_bytes(void* closure, const unsigned char* data, unsigned int length) {
+  static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+  return CAIRO_STATUS_SUCCESS;
+}
+
+}  // namespace
+
 struct Canvas::Impl {
   std::filesystem::path path;
   const char* op;
   bool png;
+  std::string bytes;  // the file, as Cairo writes it
   cairo_surface_t* surface = nullptr;
   cairo_t* cr = nullptr;
 
   void check(cairo_status_t status) const {
     TESSERA_CHECK(status == CAIRO_STATUS_SUCCESS, IOError, "[{}] cannot write '{}': {}", op,
                   path.string(), cairo_status_to_string(status));
+  }
+  // Runs an io step, its IOError worded as this canvas's: "[op] cannot write 'path': why".
+  template <typename F>
+  void writing(F&& f) const {
+    try {
+      f();
+    } catch (const IOError& e) {
+      const std::string what = e.what(),
+                        head = fmt::format("[{}] '{}': ", op, io::printable(path.string()));
+      TESSERA_CHECK(false, IOError, "[{}] cannot write '{}': {}", op, path.string(),
+                    what.rfind(head, 0) == 0 ? what.substr(head.size()) : what);
+    }
   }
   void color(Rgb c) const { cairo_set_source_rgb(cr, c.r, c.g, c.b); }
 };
@@ -95,10 +128,11 @@ Canvas::Canvas(const std::filesystem::path& path, double width, double height, c
   impl_->path = path;
   impl_->op = op;
   impl_->png = ext == ".png";
-  impl_->surface = impl_->png
-                       ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(width),
-                                                    static_cast<int>(height))
-                       : cairo_svg_surface_create(path.c_str(), width, height);
+  impl_->writing([&] { io::TempFile probe(io::follow_links(path, op), op); });
+  impl_->surface =
+      impl_->png ? cairo_image_surface_create(CAIRO_FORMAT_RGB24, static_cast<int>(width),
+                                              static_cast<int>(height))
+                 : cairo_svg_surface_create_for_stream(append_bytes, &impl_->bytes, width, height);
   if (cairo_surface_status(impl_->surface) != CAIRO_STATUS_SUCCESS) {
     const cairo_status_t status = cairo_surface_status(impl_->surface);
     cairo_surface_destroy(impl_->surface);
@@ -174,9 +208,12 @@ void Canvas::finish() {
   impl_->check(cairo_status(impl_->cr));
   cairo_destroy(impl_->cr);
   impl_->cr = nullptr;
-  if (impl_->png) impl_->check(cairo_surface_write_to_png(impl_->surface, impl_->path.c_str()));
-  cairo_surface_finish(impl_->surface);
+  if (impl_->png) {
+    impl_->check(cairo_surface_write_to_png_stream(impl_->surface, append_bytes, &impl_->bytes));
+  }
+  cairo_surface_finish(impl_->surface);  // an SVG surface writes its last bytes here
   impl_->check(cairo_surface_status(impl_->surface));
+  impl_->writing([&] { io::write_file_atomically(impl_->path, impl_->bytes, impl_->op); });
 }
 
 }  // namespace tessera::detail

@@ -260,7 +260,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
 
   std::vector<loop::StepLog> logs;  // each replica's share of each step's loss
   for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
-  std::ofstream metrics_file = loop::open_metrics(options_, lead);
+  loop::MetricsLog metrics(options_, lead);
   std::vector<optim::GradScaler> scalers;  // one per replica, on its device
   for (std::size_t r = 0; r < k; ++r) scalers.push_back(loop::scaler_for(options_.precision));
   // One step of every replica on its shard (already on its device) of a batch of `batch`.
@@ -301,7 +301,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     detail::on_every_rank([&] { check_ranks_resume_alike(*host, held, digest); });
   }
   const int done_before = loop::resume(options_, tasks, scaler_of, train);
-  loop::drop_metrics_after(options_, metrics_file, done_before);
+  metrics.resume_after(done_before);
   if (group != nullptr) {
     // Every rank walks rank 0's shuffle (seed + epochs begun): a loader that began another
     // count of epochs on one rank (an evaluate() on rank 0 alone) shuffled it otherwise, and
@@ -393,7 +393,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     try {
       detail::on_every_rank([&] {
         loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
-                           metrics_file);
+                           metrics);
       });
     } catch (const NonFiniteError&) {
       step_losses_ = all_step_losses();  // the diverged run's steps: which one went NaN

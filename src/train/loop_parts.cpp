@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "io/atomic_file.h"
+#include "io/files.h"
 #include "io/printable.h"
 #include "tessera/random.h"
 #include "tessera/safetensors.h"
@@ -23,62 +26,86 @@
 
 namespace tessera::train::loop {
 
-std::ofstream open_metrics(const TrainerOptions& options, bool lead) {
-  std::ofstream file;
-  if (options.metrics_path.empty() || !lead) return file;
-  errno = 0;
-  file.open(options.metrics_path, options.resume_from.empty() ? std::ios::out : std::ios::app);
-  TESSERA_CHECK(file.good(), IOError,
-                "[Trainer] cannot write metrics to '{}': {}. Name a file in a directory that "
-                "exists and that you may write, or leave metrics_path empty",
-                options.metrics_path.string(),
-                errno != 0 ? std::strerror(errno) : "the file could not be opened");
-  return file;
+// Note [Metrics written whole]
+// The metrics file was opened with truncation at the start of fit and appended to after each
+// epoch: a run killed in its first epoch left an earlier run's complete file empty, a full
+// disk lost lines silently (the stream's failure was never checked) or left half a line,
+// which a resumed run then appended to, and a resume rewrote the kept lines in place. Now the
+// lines live in memory (a few hundred bytes per epoch) and after each epoch the whole file is
+// replaced in one step, as checkpoints are (io::write_file_atomically): any reader, a kill
+// or a full disk finds the previous complete file or the new one, and a failed write stops
+// the run with an IOError naming the file.
+
+namespace {
+
+// The reason in an io error about `path` ("[Trainer] 'path': reason"), for a message of ours.
+std::string reason_in(const IOError& e, const std::filesystem::path& path) {
+  const std::string what = e.what(), head = "[Trainer] '" + io::printable(path.string()) + "': ";
+  return what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
 }
 
-void drop_metrics_after(const TrainerOptions& options, const std::ofstream& metrics_file,
-                        int done) {
-  if (!metrics_file.is_open() || options.resume_from.empty()) return;
-  std::ifstream in(options.metrics_path);
-  std::vector<std::string> kept;
-  bool dropped = false;
-  for (std::string line; std::getline(in, line);) {
-    int epoch = 0;
-    if (std::sscanf(line.c_str(), "{\"epoch\": %d", &epoch) == 1 && epoch > done) {
-      dropped = true;
-      continue;
-    }
-    kept.push_back(std::move(line));
+}  // namespace
+
+MetricsLog::MetricsLog(const TrainerOptions& options, bool lead) {
+  if (options.metrics_path.empty() || !lead) return;
+  path_ = options.metrics_path;
+  try {
+    io::TempFile probe(io::follow_links(path_, "Trainer"), "Trainer");  // never committed
+  } catch (const IOError& e) {
+    TESSERA_CHECK(false, IOError,
+                  "[Trainer] cannot write metrics to '{}': {}. Name a file in a directory that "
+                  "exists and that you may write, or leave metrics_path empty",
+                  io::printable(path_.string()), reason_in(e, path_));
   }
-  if (!dropped) return;
-  // Rewritten in place: `metrics_file` appends (O_APPEND) to this same file afterwards.
-  std::ofstream out(options.metrics_path, std::ios::out | std::ios::trunc);
-  for (const std::string& line : kept) out << line << '\n';
-  out.flush();
-  TESSERA_CHECK(out.good(), IOError,
-                "[Trainer] cannot rewrite the metrics file '{}' without the lines of epochs after "
-                "{}, which this run trains again",
-                options.metrics_path.string(), done);
+}
+
+void MetricsLog::resume_after(int done) {
+  if (!active() || !io::exists(path_, "Trainer")) return;
+  std::ifstream in(path_, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t start = 0;
+  for (std::size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    std::string line = text.substr(start, end - start);
+    int epoch = 0;
+    if (std::sscanf(line.c_str(), "{\"epoch\": %d", &epoch) == 1 && epoch > done) continue;
+    lines_.push_back(std::move(line));
+  }
+  // What follows the last newline is a line cut short (an older tessera's full disk): dropped.
+}
+
+void MetricsLog::append(const std::string& line) {
+  if (!active()) return;
+  lines_.push_back(line);
+  std::string text;
+  for (const std::string& l : lines_) (text += l) += '\n';
+  try {
+    io::write_file_atomically(path_, text, "Trainer");
+  } catch (const IOError& e) {
+    lines_.pop_back();
+    TESSERA_CHECK(false, IOError,
+                  "[Trainer] cannot write the metrics file '{}' ({}); the file keeps the lines "
+                  "of the epochs before. Free space or name another file",
+                  io::printable(path_.string()), reason_in(e, path_));
+  }
 }
 
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
-                  std::ofstream& metrics_file) {
+                  MetricsLog& metrics) {
   if (progress) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, train acc %.4f", m.epoch, epochs,
                  m.train_loss, m.train_acc);
     if (has_val) std::fprintf(stderr, ", val loss %.4f, val acc %.4f", m.val_loss, m.val_acc);
     std::fprintf(stderr, " (%.2f s)\n", m.seconds);
   }
-  if (metrics_file.is_open()) {
+  if (metrics.active()) {
     auto num = [](double v) {
       return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null");
     };
-    metrics_file << fmt::format(
-        "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
-        "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}\n",
-        m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc), m.seconds,
-        m.train_seconds);
-    metrics_file.flush();
+    metrics.append(
+        fmt::format("{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
+                    "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}",
+                    m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc),
+                    m.seconds, m.train_seconds));
   }
   check_finite(m, has_val);
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -195,19 +196,31 @@ class CapturableFor {
   bool before_;
 };
 
-// The metrics file (TrainerOptions::metrics_path), when set and `lead`: written afresh, or, when
-// resuming, opened to append to the interrupted run's lines. IOError naming the reason.
-std::ofstream open_metrics(const TrainerOptions& options, bool lead);
-// Resuming after `done` epochs: drops the lines of later epochs from the metrics file. A run
-// that diverged (its last line is written, its state is not) or was killed between the two
-// wrote them, and the resumed run trains those epochs again and writes their lines anew.
-void drop_metrics_after(const TrainerOptions& options, const std::ofstream& metrics_file, int done);
+// The metrics file (TrainerOptions::metrics_path), when set and `lead`: one JSON line per
+// epoch, the whole file replaced in one step after each epoch (Note [Metrics written whole]).
+class MetricsLog {
+ public:
+  // Checks at once that the file can be written (IOError naming the reason); writes nothing
+  // yet, so a run stopped before its first epoch leaves an earlier run's file as it was.
+  MetricsLog(const TrainerOptions& options, bool lead);
+  // Resuming after `done` epochs: keeps the file's lines of epochs up to `done`. A run that
+  // diverged (its last line is written, its state is not) or was killed between the two
+  // wrote later ones, and the resumed run trains those epochs again and writes them anew.
+  void resume_after(int done);
+  // Adds one line (without its newline) and replaces the file with every line so far.
+  void append(const std::string& line);
+  bool active() const { return !path_.empty(); }
+
+ private:
+  std::filesystem::path path_;
+  std::vector<std::string> lines_;
+};
 
 // Prints the epoch's line (when progress is on) and appends its JSON line to the metrics
 // file (when open), then throws NonFiniteError naming the epoch when its training loss (or
 // its validation loss, with validation) is NaN or infinite (check_finite).
 void check_finite(const EpochMetrics& m, bool has_val);
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
-                  std::ofstream& metrics_file);
+                  MetricsLog& metrics);
 
 }  // namespace tessera::train::loop

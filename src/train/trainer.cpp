@@ -293,7 +293,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   optim::Optimizer& opt = task.optimizer();
   const std::vector<Tensor> params = model.parameters();
   loop::StepLog log(device());
-  std::ofstream metrics_file = loop::open_metrics(options_, true);
+  loop::MetricsLog metrics(options_, true);
   optim::GradScaler scaler = loop::scaler_for(options_.precision);
   const auto one_step = [&](const data::Batch& batch) {
     opt.zero_grad();
@@ -313,7 +313,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     return r;
   };
   const int done_before = loop::resume(options_, {&task}, {&scaler}, train);
-  loop::drop_metrics_after(options_, metrics_file, done_before);
+  metrics.resume_after(done_before);
   const loop::CapturableFor capturable(opt, options_.graph);
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly
@@ -363,7 +363,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     m.seconds = seconds_since(start);
     history.push_back(m);
     try {
-      loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics_file);
+      loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics);
     } catch (const NonFiniteError&) {
       AllowSync deliberate;  // the diverged run's steps: which one went NaN
       step_losses_ = log.to_host();

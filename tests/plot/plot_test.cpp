@@ -1,9 +1,11 @@
 // The training chart (the tessera::plot library, src/plot/): SVG and PNG files with axes,
 // series and a legend, and its errors.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,6 +36,50 @@ TEST(Plot, TheLegendGoesWhereTheSeriesAreNot) {
   EXPECT_EQ(detail::least_covered({}, boxes).y, 0);
   const std::vector<std::pair<double, double>> gap{{0, 10}, {NAN, NAN}, {200, 10}};
   EXPECT_EQ(detail::least_covered({gap}, {{20, 0, 100, 20}, {0, 0, 10, 20}}).x, 20);
+}
+
+// Note [Charts replaced whole]: a chart that cannot be written (here a file-size limit, as a
+// full disk) leaves the chart that was there, and no temporary file: the SVG was truncated
+// when its surface was made and the PNG written in place, so the old chart was lost.
+TEST(Plot, AChartThatCannotBeWrittenKeepsTheOldOne) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("tessera_plot_keep_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<train::EpochMetrics> h{{.epoch = 1, .train_loss = 1, .train_acc = 0.5, .seconds = 1}};
+  const auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (const char* name : {"chart.svg", "chart.png"}) {
+    const auto path = dir / name;
+    train::plot_history(h, path, {}, "the old chart");
+    const std::string old = read(path);
+    ASSERT_GT(old.size(), 1000u);
+    h.push_back({.epoch = 2, .train_loss = 0.5, .train_acc = 0.7, .seconds = 1});
+    rlimit before{};
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+    const auto handler = std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails, EFBIG
+    rlimit small = before;
+    small.rlim_cur = 512;
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+    bool threw = false;
+    try {
+      train::plot_history(h, path, {}, "the new chart");
+    } catch (const IOError& e) {
+      threw = true;
+      EXPECT_NE(std::string(e.what()).find("[plot_history] cannot write"), std::string::npos)
+          << e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, handler);
+    EXPECT_TRUE(threw) << name;
+    EXPECT_EQ(read(path), old) << name;
+    int files = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++files;
+    EXPECT_EQ(files, 1) << "a temporary file was left beside " << name;
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Plot, PlotsHistoryAsSvgAndPng) {

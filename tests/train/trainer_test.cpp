@@ -2,10 +2,14 @@
 // and no transfer per step besides the batch), and says when it gets fewer GPUs than asked.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "support/device_test.h"
@@ -464,6 +468,73 @@ TEST(Trainer, AMetricsFileThatCannotBeWrittenSaysWhy) {
       [&] { train::Trainer(options).fit(task, loader); },
       {"[Trainer] cannot write metrics to '/nonexistent-tessera-dir/m.jsonl'",
        "No such file or directory", "Name a file in a directory that exists"});
+}
+
+// Note [Metrics written whole]: an earlier run's complete metrics file stays until this run
+// has a line to replace it with (a run stopped in its first epoch emptied it), a resumed run
+// drops a line cut short instead of appending to it, and a file that cannot be replaced
+// stops the run with the file's name (a full disk lost the lines silently, exit 0).
+TEST(Trainer, TheMetricsFileIsReplacedWholeAfterEachEpoch) {
+  const auto [images, labels] = quadrant_images(64);
+  data::DataLoader loader(images, labels, {.batch_size = 16});  // 4 steps an epoch
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  struct Stopping : train::Classifier {
+    using Classifier::Classifier;
+    int steps = 0, stop_at = -1;
+    std::function<void()> at_step;
+    train::StepResult training_step(const data::Batch& batch) override {
+      if (++steps == stop_at) at_step();
+      return Classifier::training_step(batch);
+    }
+  } task(net, opt);
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string tag = std::to_string(getpid());
+  train::TrainerOptions options{.max_epochs = 2, .progress = false};
+  options.metrics_path = dir / ("tessera_whole_metrics_" + tag + ".jsonl");
+  options.state_path = dir / ("tessera_whole_metrics_" + tag + ".safetensors");
+  const auto read = [&] {
+    std::ifstream in(options.metrics_path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  train::Trainer(options).fit(task, loader);
+  const std::string complete = read();
+  ASSERT_EQ(std::count(complete.begin(), complete.end(), '\n'), 2);
+  // A new run that stops in its first epoch: the earlier file is untouched.
+  task.steps = 0;
+  task.stop_at = 2;
+  task.at_step = [] { throw Error("stopped"); };
+  EXPECT_THROW(train::Trainer(options).fit(task, loader), Error);
+  EXPECT_EQ(read(), complete);
+  // Resumed from epoch 1 with a line cut short after epoch 2's: dropped, not appended to.
+  task.stop_at = -1;
+  options.max_epochs = 1;
+  train::Trainer(options).fit(task, loader);  // the state after epoch 1
+  {
+    std::ofstream out(options.metrics_path, std::ios::app);
+    out << "{\"epoch\": 2, \"train_lo";
+  }
+  options.max_epochs = 2;
+  options.resume_from = options.state_path;
+  train::Trainer(options).fit(task, loader);
+  const std::string resumed = read();
+  EXPECT_EQ(std::count(resumed.begin(), resumed.end(), '\n'), 2) << resumed;
+  EXPECT_EQ(resumed.find("train_lo{"), std::string::npos) << resumed;
+  EXPECT_NE(resumed.find("{\"epoch\": 2, \"train_loss\": "), std::string::npos) << resumed;
+  // The file cannot be replaced in epoch 2 (a directory took its name): the run stops, naming it.
+  options.resume_from.clear();
+  task.steps = 0;
+  task.stop_at = 6;
+  task.at_step = [&] {
+    std::filesystem::remove(options.metrics_path);
+    std::filesystem::create_directory(options.metrics_path);
+  };
+  testing::expect_throw_with<IOError>(
+      [&] { train::Trainer(options).fit(task, loader); },
+      {"[Trainer] cannot write the metrics file '" + options.metrics_path.string() + "'",
+       "is a directory"});
+  std::filesystem::remove(options.metrics_path);
+  std::filesystem::remove(options.state_path);
 }
 
 TEST(Trainer, RefusesAClipValueThatIsNoNorm) {
