@@ -24,10 +24,10 @@ struct TESSERA_API SafetensorsSaveOptions {
 };
 
 /// Writes `tensors` (any devices; each is read to the host once, a deliberate transfer the
-/// ledger counts) and string `metadata`. Atomic (Note [Saving atomically] in safetensors.cpp):
-/// on Linux the data is written to an unnamed file beside `path`, flushed to disk and only
-/// then named and renamed over `path`, so a crash or a kill never leaves a truncated
-/// checkpoint where a good one was, nor a temporary file behind. A new file gets mode
+/// ledger counts) and string `metadata`. Atomic (Note [Saving atomically] in
+/// src/io/atomic_file.cpp): on Linux the data is written to an unnamed file beside `path`, flushed
+/// to disk and only then named and renamed over `path`, so a crash or a kill never leaves a
+/// truncated checkpoint where a good one was, nor a temporary file behind. A new file gets mode
 /// 0666 & ~umask; a file replaced keeps its mode. A symbolic link is followed: the file it
 /// points to is replaced atomically and the link stays a link. Throws IOError naming the path
 /// and the system's reason when it cannot write (or `path` is a directory, a FIFO...), Error

@@ -30,9 +30,12 @@ struct TESSERA_API TrainerOptions {
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
   bool progress = true;
   /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds,
-  /// train_seconds; null for a value that is NaN or infinite), appended to the file when
-  /// resuming (resume_from), after dropping its lines for epochs past the resumed one (which
-  /// the resumed run trains again); empty: none. Written by rank 0 alone across processes.
+  /// train_seconds; null for a value that is NaN or infinite). After each epoch the whole
+  /// file is replaced in one step, as checkpoints are: a file there before stays until the
+  /// first epoch ends, and a kill or a full disk never leaves a part (a write that fails
+  /// stops the run with IOError). When resuming (resume_from) it continues the file's lines,
+  /// less those of epochs past the resumed one (which the resumed run trains again); empty:
+  /// none. Written by rank 0 alone across processes.
   std::filesystem::path metrics_path;
   /// Train on this device instead (any device: cuda:1, a logical cpu:1, the CPU); unset:
   /// the first GPU chosen by num_gpus, else the CPU.
