@@ -122,20 +122,35 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   const bool lead = rank == 0;  // prints and writes files
   std::vector<std::unique_ptr<Task>> owned;
   std::vector<Task*> tasks{&task};
+  // The replicas' initial values are replaced by replica 0's (broadcast below), so the draws
+  // that made them give the generator back: they moved it once per replica and fit, so the
+  // dropout masks after fit depended on the device count and on how epochs were split into
+  // fits (one device draws nothing here).
+  const RngState before_replicas = rng_state();
   for (std::size_t r = 1; r < k; ++r) {
     owned.push_back(task.replicate());
     tasks.push_back(owned.back().get());
   }
+  set_rng_state(before_replicas);
   std::vector<std::vector<Tensor>> params;
   {
     AllowSync deliberate;  // a one-time move, as in prepare_model
     for (std::size_t r = 0; r < k; ++r) tasks[r]->model().to(devices_[r]);
   }
-  // Lazy layers' parameters, if any, on every replica (each draws the same initial values;
-  // replica 0's are broadcast below anyway).
-  if (!task.model().all_built()) {
+  // Lazy layers' parameters, if any, on every replica: replica 0's draw as one device's do,
+  // the others' (replaced by the broadcast below) give the generator back, as above. A
+  // second fit finds the task's model built and its fresh replicas lazy (they were refused).
+  const auto lazy = [&](std::size_t r) { return !tasks[r]->model().all_built(); };
+  bool any_lazy = false;
+  for (std::size_t r = 0; r < k; ++r) any_lazy = any_lazy || lazy(r);
+  if (any_lazy) {
     const data::Batch example = train.batch(0);
-    for (std::size_t r = 0; r < k; ++r) tasks[r]->build(prepare_batch(example, devices_[r]));
+    if (lazy(0)) tasks[0]->build(prepare_batch(example, devices_[0]));
+    const RngState after_first = rng_state();
+    for (std::size_t r = 1; r < k; ++r) {
+      if (lazy(r)) tasks[r]->build(prepare_batch(example, devices_[r]));
+    }
+    set_rng_state(after_first);
   }
   const auto named = task.model().named_parameters();
   for (std::size_t r = 0; r < k; ++r) {

@@ -96,6 +96,41 @@ TEST_P(DataParallel, ReplicasEndWhereOneDeviceEnds) {
   }
 }
 
+// fit on several devices moves the random generator as fit on one device does: the
+// replicas' own initial values (replaced by replica 0's) were drawn from it, once per
+// replica and fit, so dropout masks after fit depended on the device count and on how
+// epochs were split into fits. Lazy layers too: replica 0 draws as one device does (and a
+// second fit of a lazy model, whose fresh replicas are lazy again, was refused).
+TEST_P(DataParallel, FitDrawsAsOneDeviceDoes) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(16);
+  data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 5});
+  for (const bool lazy : {false, true}) {
+    std::vector<std::uint64_t> offsets;
+    for (const std::vector<Device>& devices : {std::vector<Device>{device()}, g}) {
+      manual_seed(0);
+      train::Classifier task(
+          [lazy]() -> std::shared_ptr<nn::Module> {
+            if (lazy) return std::make_shared<nn::Sequential>(nn::Flatten(), nn::LazyLinear(4));
+            return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 4));
+          },
+          make_opt(false));
+      train::TrainerOptions o{.max_epochs = 1, .progress = false};
+      if (devices.size() == 1) {
+        o.device = devices[0];
+      } else {
+        o.devices = devices;
+      }
+      train::Trainer trainer(o);
+      trainer.fit(task, loader);
+      trainer.fit(task, loader);
+      offsets.push_back(rng_state().offset);
+    }
+    EXPECT_EQ(offsets[1], offsets[0]) << (lazy ? "lazy" : "built");
+  }
+}
+
 // A layer whose gradient is summed in place, eager and recorded, with clipping and Adam.
 TEST_P(DataParallel, AWideLayerEndsWhereOneDeviceEnds) {
   const auto g = group();
