@@ -40,10 +40,10 @@ class TESSERA_API NestedList {
   NestedList(unsigned v) : NestedList(static_cast<long long>(v)) {}
   NestedList(unsigned long v) : NestedList(checked_signed(v)) {}
   NestedList(unsigned long long v) : NestedList(checked_signed(v)) {}
-  NestedList(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBool) {}
+  NestedList(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBoolean) {}
   NestedList(std::initializer_list<NestedList> items) : items_(items), kind_(Kind::kList) {}
 
-  enum class Kind { kBool, kInt, kFloat, kList };
+  enum class Kind { kBoolean, kInt, kFloat, kList };
   Kind kind() const { return kind_; }
   double value() const { return value_; }
   /// The exact value of an integer or bool entry (value() rounds past 2^53).

@@ -16,9 +16,9 @@ namespace tessera {
 
 class Scalar {
  public:
-  enum class Kind { kBool, kInteger, kFloating };
+  enum class Kind { kBoolean, kInteger, kFloating };
 
-  Scalar(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBool) {}  // NOLINT
+  Scalar(bool v) : value_(v ? 1.0 : 0.0), integer_(v ? 1 : 0), kind_(Kind::kBoolean) {}  // NOLINT
   template <typename T>
     requires(std::integral<T> && !std::same_as<T, bool>)
   Scalar(T v) : value_(static_cast<double>(v)), kind_(Kind::kInteger) {  // NOLINT: implicit

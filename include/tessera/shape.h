@@ -29,13 +29,13 @@ class TESSERA_API Shape {
 
   int size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  std::int64_t& operator[](int i) { return dims_[i]; }
-  std::int64_t operator[](int i) const { return dims_[i]; }
+  std::int64_t& operator[](int i) { return dims_[static_cast<std::size_t>(i)]; }
+  std::int64_t operator[](int i) const { return dims_[static_cast<std::size_t>(i)]; }
   std::int64_t* begin() { return dims_.data(); }
   std::int64_t* end() { return dims_.data() + size_; }
   const std::int64_t* begin() const { return dims_.data(); }
   const std::int64_t* end() const { return dims_.data() + size_; }
-  std::int64_t back() const { return dims_[size_ - 1]; }
+  std::int64_t back() const { return dims_[static_cast<std::size_t>(size_ - 1)]; }
   const std::int64_t* data() const { return dims_.data(); }
 
   /// Throws ShapeError when full.

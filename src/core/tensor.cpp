@@ -41,7 +41,8 @@ bool is_contiguous_layout(const Shape& shape, const Strides& strides) {
 void check_defined(const Tensor& t, const char* op, const char* name) {
   TESSERA_CHECK(t.defined(), Error,
                 "[{}] '{}' is an undefined tensor; create it with a factory such as zeros() "
-                "first",
+                "first. (A lazy layer's parameters exist only after its first call, a layer made "
+                "without a bias has none, and a grad is undefined until backward reaches it.)",
                 op, name);
 }
 

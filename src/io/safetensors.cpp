@@ -204,7 +204,9 @@ void save(const std::filesystem::path& path, const std::map<std::string, Tensor>
       TESSERA_CHECK(bad < 0, NonFiniteError,
                     "[{}] '{}': tensor '{}' holds a non-finite value (NaN or infinity) at "
                     "element {} of {}; nothing was written and the file is as it was. A "
-                    "diverged training run? Lower the learning rate or clip the gradients{}{}",
+                    "diverged training run? Check the data first (a class label outside [0, "
+                    "classes) or a NaN in the inputs makes the loss NaN), then lower the "
+                    "learning rate or clip the gradients{}{}",
                     refusal->op, io::printable(path.string()), escaped(name), bad, n,
                     refusal->keep_fix != nullptr ? ", or " : "",
                     refusal->keep_fix != nullptr ? refusal->keep_fix : "");

@@ -71,7 +71,7 @@ Dtype scalar_dtype(Dtype t, Scalar s, bool by_value) {
   const double v = s.value();
   const bool whole = v == std::floor(v) && std::isfinite(v);
   if (by_value ? !whole : !s.integral()) return kFloat32;
-  if (t == kBool && !by_value && s.kind() == Scalar::Kind::kBool) return kBool;  // mask * false
+  if (t == kBool && !by_value && s.kind() == Scalar::Kind::kBoolean) return kBool;  // mask * false
   return t == kBool ? kInt64 : t;
 }
 

@@ -100,7 +100,7 @@ Tensor tensor(const NestedList& values, TensorOptions options) {
   Shape shape;
   bool shape_known = false;
   std::vector<const NestedList*> leaves;
-  NestedList::Kind widest = NestedList::Kind::kBool;
+  NestedList::Kind widest = NestedList::Kind::kBoolean;
   flatten_nested(values, 0, shape, shape_known, leaves, widest);
   if (leaves.empty() && values.kind() == NestedList::Kind::kList) {
     widest = NestedList::Kind::kFloat;

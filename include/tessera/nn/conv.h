@@ -17,9 +17,10 @@ class TESSERA_API Conv2d : public Module {
  public:
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::array<int, 2> kernel_size,
          Conv2dOptions conv = {}, bool bias = true, TensorOptions options = {});
-  Conv2d(std::int64_t in_channels, std::int64_t out_channels, int kernel_size,
-         Conv2dOptions conv = {}, bool bias = true, TensorOptions options = {})
-      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, conv, bias, options) {}
+  // Parameters named apart from the members, for users' -Wshadow: the body is in the header.
+  Conv2d(std::int64_t in, std::int64_t out, int kernel, Conv2dOptions options_of_conv = {},
+         bool with_bias = true, TensorOptions options = {})
+      : Conv2d(in, out, {kernel, kernel}, options_of_conv, with_bias, options) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 

@@ -7,8 +7,7 @@ namespace tessera::nn {
 
 class TESSERA_API Flatten : public Module {
  public:
-  explicit Flatten(int start_dim = 1, int end_dim = -1)
-      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  explicit Flatten(int start = 1, int end = -1) : Module("Flatten"), start_dim(start), end_dim(end) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
