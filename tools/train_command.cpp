@@ -441,7 +441,9 @@ void add_train_command(CLI::App& app) {
       ->check(kNotEmpty)
       ->excludes(device)
       ->excludes(num_gpus);
-  cmd->add_option("--seed", a->seed, "Seed of initialization and shuffling: a run repeats exactly with the same threads and machine")
+  cmd->add_option("--seed", a->seed,
+                  "Seed of initialization and shuffling: a run repeats exactly with the same "
+                  "threads and machine")
       ->transform(kUnsigned)
       ->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir,

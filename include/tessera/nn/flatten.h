@@ -7,7 +7,8 @@ namespace tessera::nn {
 
 class TESSERA_API Flatten : public Module {
  public:
-  explicit Flatten(int start = 1, int end = -1) : Module("Flatten"), start_dim(start), end_dim(end) {}
+  explicit Flatten(int start = 1, int end = -1)
+      : Module("Flatten"), start_dim(start), end_dim(end) {}
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
