@@ -3,6 +3,7 @@
 #include "backend/cpu/conv/im2col_conv.h"
 
 #include <cblas.h>
+#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -94,12 +95,22 @@ void col2im_add(const Geometry& g, const T* col, T* dx) {
 }
 
 // Row-major C [m, n] = op(A) op(B) + beta C, single-threaded inside a parallel region.
+// float32 products of some size go to oneDNN, as matmul's do (Note [CPU GEMM choice] in
+// cpu_matmul.cpp): Debian's OpenBLAS 0.3.21 runs its Haswell kernel on AVX-512 CPUs, and a
+// 3x3 convolution of 64 channels took twice PyTorch's time, most of it in that kernel.
 template <typename T>
 void gemm(bool ta, bool tb, i64 m, i64 n, i64 k, const T* a, i64 lda, const T* b, i64 ldb, T beta,
           T* c, i64 ldc) {
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
+    constexpr i64 kDnnlMinWork = 32768;  // as matmul's: below it a call's cost dominates
+    // Inside a parallel region nothing may throw: a failed call (out of memory for oneDNN's
+    // packing) falls back to OpenBLAS, which needs no memory of its own here.
+    if (m * n * k >= kDnnlMinWork && dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a,
+                                                lda, b, ldb, beta, c, ldc) == dnnl_success) {
+      return;
+    }
     cblas_sgemm(CblasRowMajor, opa, opb, mi, ni, ki, 1.0f, a, static_cast<int>(lda), b,
                 static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
   } else {
