@@ -205,6 +205,55 @@ TEST_P(Reduce, Float64SumsAreCompensated) {
   EXPECT_TRUE(std::isnan(sum(both).item<double>()));
 }
 
+// Long rows take sixteen running extrema and a NaN flag (cpu_reducers.h, long_row): a NaN
+// anywhere in a row (in the lanes or in the tail), infinities and a row of one value.
+TEST_P(Reduce, LongRowsFindTheirExtremaAndNaNs) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::int64_t rows = 6, cols = 100;  // 6 blocks of 16, then a tail of 4
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    std::vector<double> v =
+        testing::random_values(static_cast<std::size_t>(rows * cols), 11, -50, 50);
+    const auto at = [&](std::int64_t r, std::int64_t c) -> double& {
+      return v[static_cast<std::size_t>(r * cols + c)];
+    };
+    at(1, 70) = nan;       // in the lanes
+    at(2, 98) = nan;       // in the tail
+    at(3, 5) = INFINITY;   // the max
+    at(3, 6) = -INFINITY;  // the min
+    for (std::int64_t c = 0; c < cols; ++c) at(4, c) = -7;
+    at(5, 99) = 1000;  // the max in the last element
+    const Tensor x = from_vector(v, {rows, cols}, {dtype, device()});
+    std::vector<double> want_max, want_min;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double hi = -INFINITY, lo = INFINITY;
+      bool has_nan = false;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const double e =
+            static_cast<double>(dtype == kFloat32 ? static_cast<float>(at(r, c)) : at(r, c));
+        has_nan = has_nan || std::isnan(e);
+        hi = std::max(hi, e);
+        lo = std::min(lo, e);
+      }
+      want_max.push_back(has_nan ? nan : hi);
+      want_min.push_back(has_nan ? nan : lo);
+    }
+    const auto expect_same = [](const Tensor& got, const std::vector<double>& want,
+                                const char* what) {
+      const std::vector<double> g = got.to_vector<double>();
+      ASSERT_EQ(g.size(), want.size());
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(g[i])) << what << " row " << i << ": " << g[i];
+        } else {
+          EXPECT_EQ(g[i], want[i]) << what << " row " << i;
+        }
+      }
+    };
+    expect_same(max(x, {1}), want_max, "max");
+    expect_same(min(x, {1}), want_min, "min");
+  }
+}
+
 TEST_P(Reduce, NanPropagatesAndArgmaxTakesTheFirst) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (Dtype dtype : {kFloat32, kFloat64}) {
