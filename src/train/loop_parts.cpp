@@ -147,6 +147,7 @@ constexpr const char* kLoaderEpochsKey = "loader_epochs_begun";
 constexpr const char* kBatchSizeKey = "batch_size";
 constexpr const char* kOptimizerKey = "optimizer";
 constexpr const char* kDataOrderKey = "data_order";
+constexpr const char* kStepOptionsKey = "step_options";
 // Module::str(): its layers. Not "model": `tessera train --save` names its model (e.g. "mlp")
 // there, so --load took a state's listing for another model, and --resume a --save file
 // for a state of another model.
@@ -173,6 +174,13 @@ std::pair<std::string, std::string> first_different_line(const std::string& a,
 std::string data_order(const data::DataLoader& train) {
   const data::LoaderOptions& o = train.options();
   return fmt::format("shuffle={}, seed={}, drop_last={}", o.shuffle, o.seed, o.drop_last);
+}
+
+// What each step does beyond the optimizer: a resume with other clipping or precision
+// trained on silently, no longer continuing the run.
+std::string step_options(const TrainerOptions& o) {
+  return fmt::format("gradient_clip_val={}, precision={}", o.gradient_clip_val,
+                     dtype_name(o.precision));
 }
 
 }  // namespace
@@ -219,6 +227,14 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "it would not continue that run. Resume with the same optimizer options (--lr, "
                   "--momentum), or start afresh",
                   io::printable(options.resume_from.string()), io::printable(*optimizer), now);
+  }
+  if (const auto steps = saved(kStepOptionsKey)) {
+    const std::string now = step_options(options);
+    TESSERA_CHECK(*steps == now, Error,
+                  "[Trainer] {} was trained with {} and this run with {}: resumed so, it would "
+                  "not continue that run. Resume with the same clipping and precision (--clip, "
+                  "--precision), or start afresh",
+                  io::printable(options.resume_from.string()), io::printable(*steps), now);
   }
   if (const auto order = saved(kDataOrderKey)) {
     const std::string now = data_order(train);
@@ -330,7 +346,8 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                        {kBatchSizeKey, std::to_string(train.options().batch_size)},
                        {kOptimizerKey, task.optimizer().str()},
                        {kModelKey, task.model().str()},
-                       {kDataOrderKey, data_order(train)}});
+                       {kDataOrderKey, data_order(train)},
+                       {kStepOptionsKey, step_options(options)}});
 }
 
 }  // namespace tessera::train::loop

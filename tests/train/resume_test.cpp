@@ -136,8 +136,10 @@ TEST_P(Resume, Float16ResumesWithItsGradientScaler) {
   fit(options, false, 1, state);
   const Run resumed = fit(options, false, 3, {}, state);
   expect_same_end(straight, resumed, 1e-4);
-  // A float32 run cannot continue it: the file's scaler has no place to go.
-  expect_throw_with<Error>([&] { fit({.device = device()}, false, 3, {}, state); }, {"scaler"});
+  // A float32 run cannot continue it: the saved run's precision is named (before it was,
+  // files keep the step's options, the file's scaler had no place to go).
+  expect_throw_with<Error>([&] { fit({.device = device()}, false, 3, {}, state); },
+                           {"precision=float16 and this run with", "precision=float32"});
 }
 
 TEST_P(Resume, EveryReplicaLoadsTheState) {

@@ -456,6 +456,36 @@ TEST(Trainer, AResumedRunWritesEachEpochOnce) {
   std::filesystem::remove(options.state_path);
 }
 
+// A resume with other clipping or precision than the saved run's is refused, naming both (it
+// trained on silently, no longer continuing that run).
+TEST(Trainer, AResumeWithOtherStepOptionsIsRefused) {
+  const auto [images, labels] = quadrant_images(32);
+  data::DataLoader loader(images, labels, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  train::TrainerOptions options{.max_epochs = 1, .gradient_clip_val = 0.5, .progress = false};
+  options.state_path = std::filesystem::temp_directory_path() /
+                       ("tessera_step_options_" + std::to_string(getpid()) + ".safetensors");
+  train::Trainer(options).fit(task, loader);
+  options.resume_from = options.state_path;
+  options.state_path.clear();
+  options.max_epochs = 2;
+  options.gradient_clip_val = 1.0;
+  testing::expect_throw_with<Error>(
+      [&] { train::Trainer(options).fit(task, loader); },
+      {"was trained with gradient_clip_val=0.5, precision=float32 and this run with "
+       "gradient_clip_val=1, precision=float32",
+       "--clip, --precision"});
+  options.gradient_clip_val = 0.5;
+  options.precision = kBFloat16;
+  testing::expect_throw_with<Error>([&] { train::Trainer(options).fit(task, loader); },
+                                    {"this run with gradient_clip_val=0.5, precision=bfloat16"});
+  options.precision = kFloat32;
+  train::Trainer(options).fit(task, loader);  // the same options: resumed
+  std::filesystem::remove(options.resume_from);
+}
+
 TEST(Trainer, AMetricsFileThatCannotBeWrittenSaysWhy) {
   const auto [images, labels] = quadrant_images(16);
   data::DataLoader loader(images, labels, {.batch_size = 16});
