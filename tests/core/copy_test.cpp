@@ -34,6 +34,34 @@ TEST_P(Copy, ToSameDeviceIsTheSameTensorAndAllocatesNothing) {
   EXPECT_EQ(transfer_stats(), TransferStats{});
 }
 
+// A transposed matrix made contiguous, copied in tiles on the CPU (Note [Transposed copies
+// in tiles]): every dtype size, sizes that are no multiple of the tile, a view of a wider
+// matrix (leading dimension past its rows), and sizes that split over threads.
+TEST_P(Copy, TransposedMatricesCopyElementForElement) {
+  for (const Dtype dtype : {kFloat32, kFloat64, kBFloat16, kUInt8, kInt64}) {
+    for (const auto& [rows, cols] :
+         {std::pair<std::int64_t, std::int64_t>{16, 16}, {37, 100}, {300, 129}, {1024, 64}}) {
+      // m [cols, rows + 3] cut to [cols, rows]: its transpose is [rows, cols] with strides
+      // (1, rows + 3), a leading dimension past its rows.
+      const std::int64_t ld = rows + 3;
+      std::vector<double> v(static_cast<std::size_t>(cols * ld));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 251);
+      const Tensor m = from_vector(v, {cols, ld}, {dtype, device()}).slice(1, 0, rows);
+      const Tensor src = m.t();
+      const Tensor out = src.contiguous();
+      ASSERT_TRUE(out.is_contiguous());
+      const std::vector<double> got = out.to_vector<double>();
+      for (std::int64_t i = 0; i < rows; ++i) {
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const double want = v[static_cast<std::size_t>(j * ld + i)];
+          ASSERT_EQ(got[static_cast<std::size_t>(i * cols + j)], want)
+              << dtype_name(dtype) << " " << rows << "x" << cols << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(Copy, CopyToAlwaysAllocates) {
   const Tensor z = rand({2, 3}, device());
   synchronize(device());  // let the queue free earlier tests' tensors first
