@@ -338,16 +338,25 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
   if (options.state_path.empty() || !lead) return;
   const RngState rng = rng_state();
   AllowSync deliberate;  // one read of the state per epoch
-  save_training_state(options.state_path, task.model(), task.optimizer(),
-                      options.precision == kFloat16 ? &scaler : nullptr, epoch,
-                      {{kRngSeedKey, std::to_string(rng.seed)},
-                       {kRngOffsetKey, std::to_string(rng.offset)},
-                       {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
-                       {kBatchSizeKey, std::to_string(train.options().batch_size)},
-                       {kOptimizerKey, task.optimizer().str()},
-                       {kModelKey, task.model().str()},
-                       {kDataOrderKey, data_order(train)},
-                       {kStepOptionsKey, step_options(options)}});
+  try {
+    save_training_state(options.state_path, task.model(), task.optimizer(),
+                        options.precision == kFloat16 ? &scaler : nullptr, epoch,
+                        {{kRngSeedKey, std::to_string(rng.seed)},
+                         {kRngOffsetKey, std::to_string(rng.offset)},
+                         {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
+                         {kBatchSizeKey, std::to_string(train.options().batch_size)},
+                         {kOptimizerKey, task.optimizer().str()},
+                         {kModelKey, task.model().str()},
+                         {kDataOrderKey, data_order(train)},
+                         {kStepOptionsKey, step_options(options)}});
+  } catch (const IOError& e) {
+    // A full disk said only "[save_safetensors] 'path': write failed": not that training
+    // stopped, after which epoch, nor that the file before was kept.
+    TESSERA_CHECK(false, IOError,
+                  "[Trainer] training stopped after epoch {}: its state could not be saved "
+                  "(state_path, --save-state); the file keeps the state it had. {}",
+                  epoch, e.what());
+  }
 }
 
 }  // namespace tessera::train::loop

@@ -486,6 +486,22 @@ TEST(Trainer, AResumeWithOtherStepOptionsIsRefused) {
   std::filesystem::remove(options.resume_from);
 }
 
+// A state that cannot be saved stops the run saying so, after which epoch, and that the
+// file before is kept (a full disk said only "[save_safetensors] ... write failed").
+TEST(Trainer, AStateThatCannotBeSavedSaysTrainingStopped) {
+  const auto [images, labels] = quadrant_images(16);
+  data::DataLoader loader(images, labels, {.batch_size = 16});
+  nn::Sequential net(nn::Flatten(), nn::Linear(64, 4));
+  optim::SGD opt(net.parameters(), {.lr = 0.1});
+  train::Classifier task(net, opt);
+  train::TrainerOptions options{.max_epochs = 2, .progress = false};
+  options.state_path = std::filesystem::temp_directory_path();  // a directory
+  testing::expect_throw_with<IOError>(
+      [&] { train::Trainer(options).fit(task, loader); },
+      {"[Trainer] training stopped after epoch 1: its state could not be saved", "--save-state",
+       "is a directory"});
+}
+
 TEST(Trainer, AMetricsFileThatCannotBeWrittenSaysWhy) {
   const auto [images, labels] = quadrant_images(16);
   data::DataLoader loader(images, labels, {.batch_size = 16});
