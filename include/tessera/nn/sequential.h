@@ -23,7 +23,16 @@ class TESSERA_API Sequential : public Module {
   template <typename... Ms>
     requires(sizeof...(Ms) > 0)
   explicit Sequential(Ms&&... modules) : Sequential() {
-    (push_back(std::forward<Ms>(modules)), ...);
+    if constexpr ((addable<Ms> && ...)) {
+      (push_back(std::forward<Ms>(modules)), ...);
+    } else {
+      // One line that names the fix, instead of 35 about push_back's constraints.
+      static_assert((addable<Ms> && ...),
+                    "nn::Sequential(...) takes modules as temporaries (nn::Linear(2, 8)) or as "
+                    "std::shared_ptr (std::make_shared<nn::Linear>(2, 8)); a named module "
+                    "would be copied: write std::move(layer), or keep it in a std::shared_ptr "
+                    "to share it. A function (relu) is no module: use nn::ReLU()");
+    }
   }
 
   /// Appends a module (named by its index, "0", "1", ...) and returns it.
@@ -33,6 +42,12 @@ class TESSERA_API Sequential : public Module {
   M& push_back(M&& module) {
     return static_cast<M&>(push_back(std::make_shared<M>(std::move(module))));
   }
+
+  /// Whether Sequential(...) takes an argument of type M: a module temporary or a shared_ptr.
+  template <typename M>
+  static constexpr bool addable =
+      (std::derived_from<std::remove_cvref_t<M>, Module> && !std::is_lvalue_reference_v<M>) ||
+      std::is_convertible_v<M, std::shared_ptr<Module>>;
 
   std::size_t size() const { return layers_.size(); }
   /// The i-th module; Error when i is out of range.
