@@ -80,6 +80,51 @@ TEST_P(Softmax, LargeValuesAreStable) {
   }
 }
 
+// Rows long enough for the float32 kernel's vector body (16 lanes) and a tail, with values
+// that reach each of its edges: an -inf among finite logits (exactly 0 / -inf out), logits
+// far below the max (e^(x - max) a denormal, or 0), a row all -inf and a row with a NaN (NaN
+// throughout, as before), and a max in the tail. A lane that kept the wrong max, a partial
+// sum left out or an exp off by more than an ulp or two shows against the float64 reference.
+TEST_P(Softmax, Float32LongRowsMatchReferenceAtTheEdges) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (const std::int64_t len : {1000, 1037}) {
+    const std::int64_t rows = 8;
+    std::vector<double> v = random_values(rows * len, 31 + len, -20, 20);
+    // Row 0: one -inf among finite values.
+    v[0 * len + 5] = -kInf;
+    // Row 1: the rest 40 to 105 below the max, e^(x - max) down to denormals, and 0.
+    v[1 * len + 3] = 60;
+    for (std::int64_t i = 10; i < 200; ++i) v[1 * len + i] = -45 + 0.25 * (i % 100);
+    v[1 * len + 300] = -10000;
+    // Row 2 all -inf, row 3 with a NaN: NaN throughout.
+    for (std::int64_t i = 0; i < len; ++i) v[2 * len + i] = -kInf;
+    v[3 * len + 17] = std::nan("");
+    // The max in the tail (row 4), in the first lane (row 5) and in the last (row 7): with
+    // a lane's or the tail's max left out, e^(x - max) would be inf.
+    v[4 * len + len - 1] = 500;
+    v[5 * len + 0] = 1e4;
+    v[7 * len + 15] = 400;
+    // Row 6 all equal: 1 / len each.
+    for (std::int64_t i = 0; i < len; ++i) v[6 * len + i] = 3.5;
+    const Tensor x = from_vector(v, {rows, len}, {kFloat32, device()});
+    const auto held = x.to_vector<double>();
+    for (bool log : {false, true}) {
+      const Tensor y = log ? log_softmax(x, -1) : softmax(x, -1);
+      auto expected = ref_softmax(held, {rows, len}, 1, log);
+      auto got = y.to_vector<double>();
+      EXPECT_EQ(got[0 * len + 5], log ? -kInf : 0.0) << "the -inf logit, len " << len;
+      got[0 * len + 5] = expected[0 * len + 5] = 0;  // -inf - -inf is no difference to bound
+      // softmax's values are below 1 (absolute error); log_softmax's reach -10000.
+      expect_close(got, expected, 2e-6, log ? 1e-5 : 1e-9,
+                   std::string(log ? "log_softmax" : "softmax") + " len " + std::to_string(len));
+      for (std::int64_t i = 0; i < len; ++i) {
+        ASSERT_TRUE(std::isnan(got[2 * len + i])) << "the row of -inf, element " << i;
+        ASSERT_TRUE(std::isnan(got[3 * len + i])) << "the row with a NaN, element " << i;
+      }
+    }
+  }
+}
+
 TEST_P(Softmax, ZeroDimAndEmpty) {
   const Tensor s = full({}, 3.0, {device()});
   EXPECT_EQ(softmax(s, 0).dim(), 0);

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/strided_loop.h"
+#include "backend/cpu/vector_math.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
@@ -35,11 +37,17 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tenso
     const T* xr = x + r * classes;
     T* pr = p + r * classes;
     T mx = -std::numeric_limits<T>::infinity();
-    for (i64 c = 0; c < classes; ++c) mx = xr[c] > mx ? xr[c] : mx;
     double sum = 0;
-    for (i64 c = 0; c < classes; ++c) {
-      pr[c] = std::exp(xr[c] - mx);
-      sum += static_cast<double>(pr[c]);
+    if constexpr (std::is_same_v<T, float>) {
+      // Vectorized as a float softmax row (cpu_softmax.cpp): same max, same exps as there.
+      mx = max_vectorizable(xr, classes);
+      sum = exp_sum_vectorizable(xr, classes, mx, pr);
+    } else {
+      for (i64 c = 0; c < classes; ++c) mx = xr[c] > mx ? xr[c] : mx;
+      for (i64 c = 0; c < classes; ++c) {
+        pr[c] = std::exp(xr[c] - mx);
+        sum += static_cast<double>(pr[c]);
+      }
     }
     const T scale = static_cast<T>(1.0 / sum);
     for (i64 c = 0; c < classes; ++c) pr[c] *= scale;

@@ -10,12 +10,16 @@
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 
-// e^x for float, within 1 ulp of std::exp where the result is a normal float (measured
-// max relative error 7.9e-8); inf above 88.72 like std::exp, and 2^-126 below -87.34
-// where std::exp returns denormals; NaN gives NaN. Cody-Waite
-// reduction x = n ln2 + r with |r| <= ln2 / 2, then Cephes' degree-6 polynomial for e^r.
+// e^x for float, within 1.02 ulp of the correctly rounded value (measured over every
+// seventh float in [-120, 90]; max relative error 7.9e-8 where the result is normal): inf
+// above 88.72 and 0 below -103.97 like std::exp, and between -103.97 and -87.34 the
+// denormals std::exp gives (a softmax's e^(x - max) of a far-off logit, or of -inf, is 0 as
+// libm's was, not 2^-126); NaN gives NaN. Cody-Waite reduction x = n ln2 + r with
+// |r| <= ln2 / 2, then Cephes' degree-6 polynomial for e^r.
 inline float exp_vectorizable(float x) {
-  const float clamped = x > 88.7228f ? 88.7228f : (x < -87.3365f ? -87.3365f : x);
+  // 88.7228394 is the largest float whose e^x is finite (a clamp at 88.7228 made e^x of the
+  // floats just above it 512 ulp low).
+  const float clamped = x > 88.7228394f ? 88.7228394f : (x < -104.0f ? -104.0f : x);
   // Round x / ln2 to the nearest integer with the 1.5 * 2^23 trick (no call to rint).
   constexpr float kMagic = 12582912.0f;
   const float t = clamped * 1.44269504088896341f + kMagic;
@@ -30,13 +34,18 @@ inline float exp_vectorizable(float x) {
   const float e = p * r * r + r + 1.0f;
   // 2^n from n's bits: t's low mantissa bits hold n + 2^22 offset from kMagic.
   const std::int32_t n_int = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(kMagic);
-  // n reaches 128 from x = 88.38 on, where e^x is still finite (up to 88.72): 2^128 has no
-  // float, so it is applied as 2^127 * 2 (the made 2^128 was inf, and e.g. a sigmoid there 0).
-  const bool top = n_int > 127;
-  const float scale = std::bit_cast<float>(((top ? 127 : n_int) + 127) << 23);
-  const float result = e * scale * (top ? 2.0f : 1.0f);
-  // Past ln(FLT_MAX) the clamped input would give FLT_MAX-ish: inf, as std::exp.
-  const float overflowed = x > 88.7228394f ? std::numeric_limits<float>::infinity() : result;
+  // n runs from -150 to 128, where 2^n is a denormal, nothing (2^-150, 2^128) or inf: it is
+  // applied as two normal factors 2^(n/2) and 2^(n - n/2). e (in [0.7, 1.42]) times the
+  // first is exact, so the result is rounded once, and only where it is a denormal. (n
+  // reaches 128 from x = 88.38 on, where e^x is still finite up to 88.72: a made 2^128 was
+  // inf, and a sigmoid there 0.)
+  const std::int32_t half = n_int >> 1;
+  const float result = e * std::bit_cast<float>((half + 127) << 23) *
+                       std::bit_cast<float>((n_int - half + 127) << 23);
+  // Past ln(FLT_MAX) the clamped input would give FLT_MAX-ish: inf, as std::exp. Below
+  // ln(2^-150) std::exp is 0 (the clamped input rounds there too; this says it).
+  const float overflowed =
+      x > 88.7228394f ? std::numeric_limits<float>::infinity() : (x < -104.0f ? 0.0f : result);
   return x != x ? x : overflowed;
 }
 
@@ -81,6 +90,44 @@ inline void sigmoid_vectorizable(const float* x, std::int64_t n, float* y) {
 #pragma omp simd simdlen(16)
   for (std::int64_t i = 0; i < n; ++i) y[i] = 1.0f + exp_vectorizable(-x[i]);
   reciprocal_of_at_least_one(y, n);
+}
+
+// The largest of x[0, n) that is not NaN, -inf where there is none: the value of the scalar
+// chain `m = x[i] > m ? x[i] : m` (a max of the numbers, whatever their order), kept in 16
+// running maxima so that it vectorizes; the chain waited on each compare.
+inline float max_vectorizable(const float* x, std::int64_t n) {
+  constexpr int kLanes = 16;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[j] = kLowest;
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float m = kLowest;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int j = 0; j < kLanes; ++j) m = lanes[j] > m ? lanes[j] : m;
+  return m;
+}
+
+// The sum in double of e^(x[i] - shift) over x[0, n), and with `y` (which may not overlap x)
+// y[i] = e^(x[i] - shift): a softmax's denominator. Partial sums, one per vector lane, so
+// the additions do not wait on each other; each term is a float below 1 added in double, so
+// their order moves the sum by well under a float ulp.
+inline double exp_sum_vectorizable(const float* x, std::int64_t n, float shift, float* y) {
+  double sum = 0;
+  if (y != nullptr) {
+#pragma omp simd simdlen(16) reduction(+ : sum)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float e = exp_vectorizable(x[i] - shift);
+      y[i] = e;
+      sum += static_cast<double>(e);
+    }
+  } else {
+#pragma omp simd simdlen(16) reduction(+ : sum)
+    for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(exp_vectorizable(x[i] - shift));
+  }
+  return sum;
 }
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA
