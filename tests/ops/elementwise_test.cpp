@@ -454,6 +454,57 @@ TEST_P(Elementwise, Float32ExpAndTanhMatchReferenceOverTheirRange) {
   }
 }
 
+// pow(x, 2 | 3 | 0.5 | -1 | 1) runs as multiplies, a sqrt or a division (Note [pow by a
+// common exponent]); the values are pow's within its rounding, its special values (-0,
+// +-inf, NaN, negatives under the root) exactly pow's, and the gradient pow's.
+TEST_P(Elementwise, CommonPowersAreStdPows) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> values = random_values(200, 43, -30, 30);
+  for (double v :
+       {0.0, -0.0, kInf, -kInf, std::nan(""), 1e-30, -1e-41, 3e12, -5e20, 1.0, -1.0, 0.25, 1e300}) {
+    values.push_back(v);
+  }
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const Tensor x =
+        from_vector(values, {static_cast<std::int64_t>(values.size())}, {dtype, device()});
+    const auto held = x.to_vector<double>();
+    const double ulp = dtype == kFloat32 ? 1.0 / (1 << 23) : 1.0 / (1LL << 52);
+    for (const double e : {2.0, 3.0, 0.5, -1.0, 1.0}) {
+      const auto got = pow(x, e).to_vector<double>();
+      for (std::size_t i = 0; i < held.size(); ++i) {
+        // pow in the dtype's precision, from the float64 value (exact for these exponents
+        // up to the one rounding to the dtype, a double cube's excepted).
+        const double want =
+            dtype == kFloat32 ? static_cast<float>(std::pow(held[i], e)) : std::pow(held[i], e);
+        const std::string what = fmt::format("pow({}, {}) in {}", held[i], e, dtype_name(dtype));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got[i])) << what << " = " << got[i];
+        } else if (std::isinf(want) || want == 0) {
+          EXPECT_EQ(got[i], want) << what;
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << what << "'s sign";
+        } else {
+          // A float's square, root and reciprocal are correctly rounded, as the float64
+          // value rounded to float is; a cube or a double may be an ulp off pow's.
+          if (dtype == kFloat32 && e != 3.0) {
+            EXPECT_EQ(got[i], want) << what;
+          } else {
+            EXPECT_LE(std::abs(got[i] - want), ulp * std::abs(want))
+                << what << " = " << got[i] << ", expected " << want;
+          }
+        }
+      }
+    }
+    // The gradients, from pow's own backward: 3x^2, -1/x^2, 0.5/sqrt(x).
+    const Tensor leaf =
+        from_vector(std::vector<double>{0.5, 2, 4}, {3}, {dtype, device()}).requires_grad_();
+    (pow(leaf, 3.0) + pow(leaf, -1.0) + pow(leaf, 0.5) + pow(leaf, 2.0)).sum().backward();
+    expect_close(leaf.grad(),
+                 {3 * 0.25 - 4 + 0.5 / std::sqrt(0.5) + 1, 12 - 0.25 + 0.5 / std::sqrt(2.0) + 4,
+                  48 - 1.0 / 16 + 0.25 + 8},
+                 1e-6, 1e-6, "gradients");
+  }
+}
+
 TEST_P(Elementwise, AbsOfNegativeZeroIsPositiveZero) {
   for (Dtype dtype : {kFloat32, kFloat64}) {
     const Tensor x = from_vector(std::vector<double>(40, -0.0), {40}, {dtype, device()});
