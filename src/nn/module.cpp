@@ -2,6 +2,7 @@
 #include "tessera/nn/module.h"
 
 #include <algorithm>
+#include <ostream>
 #include <set>
 #include <vector>
 
@@ -498,6 +499,8 @@ void Module::str_into(std::string& out, const std::string& label, int indent) co
   for (const Child& c : children_) c.module->str_into(out, c.name, indent + 1);
   out += pad + ")\n";
 }
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str(); }
 
 std::string Module::str() const {
   std::string out;

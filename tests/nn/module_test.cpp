@@ -2,6 +2,7 @@
 // state dicts, lazy layers, and the errors users meet.
 #include <cmath>
 #include <functional>
+#include <sstream>
 
 #include "support/device_test.h"
 
@@ -79,6 +80,9 @@ TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
   EXPECT_NE(net.str().find("(0): Linear(in_features=2, out_features=8, bias=true)"),
             std::string::npos)
       << net.str();
+  std::ostringstream printed;  // as print(net)
+  printed << net;
+  EXPECT_EQ(printed.str(), net.str());
   expect_throw_with<Error>([&] { net.at<nn::Linear>(1); }, {"Sequential[1] is a ReLU"});
   expect_throw_with<Error>([&] { net[3]; }, {"has 3 modules", "[3]"});
   expect_throw_with<Error>([&] { net.tensor("0.scale"); },

@@ -10,6 +10,7 @@
 ///   Tensor y = net(X);                 // X must be on net.device()
 ///   net.at<nn::Linear>(0).weight.device();   // the book's net[0].weight.data.device
 #include <functional>
+#include <iosfwd>
 #include <map>
 #include <memory>
 #include <optional>
@@ -161,5 +162,8 @@ class TESSERA_API Module {
   std::optional<Device> placed_device_;
   std::optional<Dtype> placed_dtype_;
 };
+
+/// Writes m.str(), the tree as PyTorch's print(net) shows it: std::cout << net.
+TESSERA_API std::ostream& operator<<(std::ostream& os, const Module& m);
 
 }  // namespace tessera::nn
