@@ -52,24 +52,28 @@ class TESSERA_API Tensor {
   bool shares_storage(const Tensor& other) const;
 
   // ---- moving between devices and dtypes (explicit, counted by the transfer ledger) ----
+  // [[nodiscard]]: these return a new tensor and leave this one where it is, unlike
+  // Module::to, which moves a model in place; `x.to(gpu());` alone did nothing, silently.
   /// This tensor itself when already on `device` (no allocation), else a copy there. A copy
   /// to the CPU from a GPU waits for the GPU (checked by SyncGuard, reported at `where`).
-  Tensor to(Device device, std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor to(Device device,
+                          std::source_location where = std::source_location::current()) const;
   /// This tensor itself when already of `dtype`, else a converted copy on the same device.
   /// Floating to integer truncates toward zero, as C++ and PyTorch do; NaN, infinity and
   /// values outside the integer dtype's range give an unspecified value (no error).
-  Tensor to(Dtype dtype) const;
-  Tensor to(Device device, Dtype dtype,
-            std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor to(Dtype dtype) const;
+  [[nodiscard]] Tensor to(Device device, Dtype dtype,
+                          std::source_location where = std::source_location::current()) const;
   /// Always allocates and copies, even onto the device the tensor is already on.
-  Tensor copy_to(Device device, std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor copy_to(Device device,
+                               std::source_location where = std::source_location::current()) const;
   /// to(cpu()) and to(gpu(i)).
-  Tensor cpu(std::source_location where = std::source_location::current()) const;
-  Tensor cuda(int index = 0) const;
+  [[nodiscard]] Tensor cpu(std::source_location where = std::source_location::current()) const;
+  [[nodiscard]] Tensor cuda(int index = 0) const;
   /// A copy on the same device with contiguous layout.
-  Tensor clone() const;
+  [[nodiscard]] Tensor clone() const;
   /// This tensor when contiguous, else clone().
-  Tensor contiguous() const;
+  [[nodiscard]] Tensor contiguous() const;
   /// Copies src's values into this tensor, converting dtype and broadcasting src to this
   /// shape; src may live on any device (an explicit copy, counted). Returns *this.
   Tensor& copy_(const Tensor& src, std::source_location where = std::source_location::current());
