@@ -43,6 +43,15 @@ train::OptimizerFactory make_opt(bool adam) {
   };
 }
 
+// Trains on `devices`: one is plain training on it, several data-parallel.
+void place(train::TrainerOptions& o, const std::vector<Device>& devices) {
+  if (devices.size() == 1) {
+    o.device = devices[0];
+  } else {
+    o.devices = devices;
+  }
+}
+
 // The parameters after `epochs` epochs on `devices` (one: plain training) from seed 0.
 std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bool conv, bool adam,
                                           double clip, int epochs,
@@ -63,11 +72,7 @@ std::vector<std::vector<double>> train_on(const std::vector<Device>& devices, bo
   train::TrainerOptions o{.max_epochs = epochs, .gradient_clip_val = clip, .progress = false};
   o.graph = graph;
   o.precision = precision;
-  if (devices.size() == 1) {
-    o.device = devices[0];
-  } else {
-    o.devices = devices;
-  }
+  place(o, devices);
   train::Trainer trainer(o);
   trainer.fit(task, loader);
   if (step_losses != nullptr) *step_losses = trainer.step_losses();
@@ -117,11 +122,7 @@ TEST_P(DataParallel, FitDrawsAsOneDeviceDoes) {
           },
           make_opt(false));
       train::TrainerOptions o{.max_epochs = 1, .progress = false};
-      if (devices.size() == 1) {
-        o.device = devices[0];
-      } else {
-        o.devices = devices;
-      }
+      place(o, devices);
       train::Trainer trainer(o);
       trainer.fit(task, loader);
       trainer.fit(task, loader);
@@ -396,11 +397,7 @@ TEST_P(DataParallel, ASecondFitGoesOnFromTheOptimizersState) {
 std::vector<std::vector<double>> fit_one_epoch(train::Task& task, data::DataLoader& loader,
                                                const std::vector<Device>& devices) {
   train::TrainerOptions o{.max_epochs = 1, .progress = false};
-  if (devices.size() == 1) {
-    o.device = devices[0];
-  } else {
-    o.devices = devices;
-  }
+  place(o, devices);
   train::Trainer(o).fit(task, loader);
   AllowSync deliberate;  // the test's own read
   std::vector<std::vector<double>> out;
