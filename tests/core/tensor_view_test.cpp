@@ -125,6 +125,13 @@ TEST_P(TensorView, ViewErrorsNameOpAndValues) {
       },
       {"[Shape]", "at most 8 dimensions"});
   expect_throw_with<Error>([] { Tensor().shape(); }, {"undefined tensor"});
+  // The undefined tensors users meet: a lazy layer's weight, a missing bias, an unset grad.
+  nn::LazyLinear lazy(2);
+  expect_throw_with<Error>([&] { (void)lazy.weight.device(); },
+                           {"undefined tensor",
+                            "lazy layer's parameters exist only after its "
+                            "first call",
+                            "without a bias"});
 }
 
 TEST_P(TensorView, SqueezeUnsqueezeFlatten) {

@@ -372,6 +372,7 @@ TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
       {"[save_checkpoint]",
        "tensor '0.bias' holds a non-finite value (NaN or infinity) at "
        "element 0 of 2; nothing was written and the file is as it was",
+       "a class label outside [0, classes) or a NaN in the inputs",
        "pass allow_non_finite = true to save them anyway"});
   // A training state has no such option: the message named one it lacks.
   optim::SGD sgd(net.parameters(), {.lr = 0.1});
