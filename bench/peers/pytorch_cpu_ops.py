@@ -1,0 +1,130 @@
+# The PyTorch side of bench/cpu_ops/ops.cpp: each case by name, one thread, best of 7
+# samples of ~10 ms, in microseconds. Benchmark-only (.bench-venv, bench/peers/torch-env).
+import sys, time, torch
+import torch.nn.functional as F
+torch.set_num_threads(1)
+torch.manual_seed(0)
+cs = []
+def add(n, f): cs.append((n, f))
+r = torch.randn
+c, rr = r(1024, 1), r(1, 1024); add("add_bcast_col_row_1024", lambda: c + rr)
+x, bb = r(32, 64, 32, 32), r(64, 1, 1); add("add_bcast_nchw_c11", lambda: x + bb)
+a, b = r(1024, 1024), r(1024, 1024)
+add("add_contig_1024sq", lambda: a + b)
+add("add_transposed_1024sq", lambda: a + b.t())
+add("add_both_transposed_1024sq", lambda: a.t() + b.t())
+s1, s2 = r(64, 64), r(64, 64)
+add("add_64x64", lambda: s1 + s2); add("exp_64x64", lambda: torch.exp(s1))
+add("sum_64x64_last", lambda: s1.sum(-1)); add("matmul_64", lambda: s1 @ s2)
+add("mul_scalar_64x64", lambda: s1 * 2.0)
+u = r(1 << 20)
+add("exp_1M", lambda: torch.exp(u)); add("log_1M", lambda: torch.log(torch.abs(u)))
+add("abs_1M", lambda: torch.abs(u)); add("tanh_1M", lambda: torch.tanh(u))
+add("sigmoid_1M", lambda: torch.sigmoid(u)); add("relu_1M", lambda: torch.relu(u))
+add("sqrt_1M", lambda: torch.sqrt(torch.abs(u))); add("pow2_1M", lambda: torch.pow(u, 2.0))
+add("div_1M", lambda: u / (torch.abs(u) + 1.0))
+add("exp_T_1024sq", lambda: torch.exp(a.t())); add("sigmoid_T_1024sq", lambda: torch.sigmoid(a.t()))
+add("relu_T_1024sq", lambda: torch.relu(a.t())); add("tanh_T_1024sq", lambda: torch.tanh(a.t()))
+add("gt_1M", lambda: u > 0.0)
+cond, u2 = u > 0, r(1 << 20)
+add("where_1M", lambda: torch.where(cond, u, u2))
+add("clamp_1M", lambda: torch.minimum(torch.clamp_min(u, -0.5), torch.tensor(0.5)) if False else torch.clamp_max(torch.clamp_min(u, -0.5), 0.5))
+add("maximum_1M", lambda: torch.maximum(u, u2))
+i32, i64, u8 = (u*100).to(torch.int32), (u*100).to(torch.int64), (u.abs()*50).to(torch.uint8)
+bf, bf2, f64, f64b = u.bfloat16(), u2.bfloat16(), u.double(), u2.double()
+add("add_int32_1M", lambda: i32 + i32); add("add_int64_1M", lambda: i64 + i64)
+add("add_uint8_1M", lambda: u8 + u8); add("add_bf16_1M", lambda: bf + bf2)
+add("mul_bf16_1M", lambda: bf * bf2); add("exp_bf16_1M", lambda: torch.exp(bf))
+add("add_f64_1M", lambda: f64 + f64b); add("exp_f64_1M", lambda: torch.exp(f64))
+add("to_bf16_1M", lambda: u.to(torch.bfloat16)); add("bf16_to_f32_1M", lambda: bf.to(torch.float32))
+add("to_f64_1M", lambda: u.to(torch.float64)); add("to_int32_1M", lambda: u.to(torch.int32))
+add("int64_to_f32_1M", lambda: i64.to(torch.float32)); add("mul_scalar_1M", lambda: u * 2.0)
+add("sum_last_1024sq", lambda: a.sum(-1)); add("sum_first_1024sq", lambda: a.sum(0))
+add("sum_all_1024sq", lambda: a.sum()); add("mean_last_1024sq", lambda: a.mean(-1))
+add("max_last_1024sq", lambda: a.amax(-1)); add("max_first_1024sq", lambda: a.amax(0))
+add("argmax_last_1024sq", lambda: a.argmax(-1)); add("argmax_first_1024sq", lambda: a.argmax(0))
+add("norm_1024sq", lambda: a.norm()); add("sum_last_T_1024sq", lambda: a.t().sum(-1))
+m = r(64, 256, 64)
+add("sum_mid_64x256x64", lambda: m.sum(1)); add("mean_mid_64x256x64", lambda: m.mean(1))
+v = r(32, 64, 32, 32); add("mean_nchw_023", lambda: v.mean((0, 2, 3)))
+ai, ab = (a*100).long(), a.bfloat16()
+add("sum_int64_last_1024sq", lambda: ai.sum(-1)); add("sum_bf16_last_1024sq", lambda: ab.sum(-1))
+add("softmax_last_1024sq", lambda: torch.softmax(a, -1)); add("softmax_first_1024sq", lambda: torch.softmax(a, 0))
+add("log_softmax_last_1024sq", lambda: torch.log_softmax(a, -1)); add("log_softmax_first_1024sq", lambda: torch.log_softmax(a, 0))
+cls = r(256, 10); add("softmax_256x10", lambda: torch.softmax(cls, -1))
+a5, b5 = r(512, 512), r(512, 512)
+add("mm_512", lambda: a5 @ b5); add("mm_tA_512", lambda: a5.t() @ b5); add("mm_tB_512", lambda: a5 @ b5.t())
+ba, bb3 = r(32, 128, 128), r(32, 128, 128)
+add("bmm_32x128", lambda: ba @ bb3); add("bmm_tB_32x128", lambda: ba @ bb3.transpose(1, 2))
+M, vv = r(2048, 2048), r(2048)
+add("mv_2048", lambda: M @ vv); add("vm_2048", lambda: vv @ M)
+ts, w = r(65536, 64), r(64, 64)
+add("mm_tall_65536x64x64", lambda: ts @ w); add("mm_tall_tA_64x65536x64", lambda: ts.t() @ ts)
+ad, bd = a5.double(), b5.double(); add("mm_f64_512", lambda: ad @ bd)
+ah, bh = a5.bfloat16(), b5.bfloat16(); add("mm_bf16_512", lambda: ah @ bh)
+xl, W, bias = r(256, 784), r(128, 784), r(128); add("linear_256x784x128", lambda: F.linear(xl, W, bias))
+xc, wc, bc = r(8, 64, 32, 32), r(64, 64, 3, 3), r(64)
+add("conv3x3_p1_8x64x32", lambda: F.conv2d(xc, wc, bc, 1, 1))
+add("conv3x3_s2_8x64x32", lambda: F.conv2d(xc, wc, bc, 2, 1))
+w1 = r(128, 64, 1, 1); add("conv1x1_8x64x32_to128", lambda: F.conv2d(xc, w1))
+x1 = r(1, 64, 56, 56); add("conv3x3_p1_b1_64x56", lambda: F.conv2d(x1, wc, bc, 1, 1))
+xi, wi = r(8, 3, 32, 32), r(64, 3, 3, 3); add("conv3x3_p1_8x3x32_to64", lambda: F.conv2d(xi, wi, None, 1, 1))
+add("maxpool2_8x64x32", lambda: F.max_pool2d(xc, 2)); add("avgpool2_8x64x32", lambda: F.avg_pool2d(xc, 2))
+add("maxpool3s2p1_8x64x32", lambda: F.max_pool2d(xc, 3, 2, 1))
+xg, wg = r(8, 64, 32, 32, requires_grad=True), r(64, 64, 3, 3, requires_grad=True)
+def cb(): F.conv2d(xg, wg, None, 1, 1).sum().backward()
+add("conv3x3_p1_fwdbwd_8x64x32", cb)
+def c1b(): F.conv2d(xg, wg[:, :, 1:2, 1:2]).sum().backward()
+add("conv1x1_fwdbwd_8x64x32", c1b)
+add("maxpool2_fwdbwd_8x64x32", lambda: F.max_pool2d(xg, 2).sum().backward())
+add("avgpool2_fwdbwd_8x64x32", lambda: F.avg_pool2d(xg, 2).sum().backward())
+A2 = r(2048, 2048)
+add("contig_T_2048sq", lambda: A2.t().contiguous()); add("clone_2048sq", lambda: A2.clone())
+add("slice_cols_copy_2048x512", lambda: A2[:, :512].contiguous())
+add("slice_step2_copy", lambda: A2[:, ::2].contiguous())
+add("permute0231_contig_32x64x32", lambda: v.permute(0, 2, 3, 1).contiguous())
+add("permute1023_contig_32x64x32", lambda: v.permute(1, 0, 2, 3).contiguous())
+add("contig_T_64", lambda: s1.t().contiguous())
+add("expand_contig_1x1024_to_1024sq", lambda: r(1, 1024).expand(1024, 1024).contiguous())
+p = r(8, requires_grad=True)
+def chain():
+    y = p
+    for i in range(25):
+        y = y * 1.01; y = y + 0.1; y = torch.tanh(y); y = y - 0.05
+    y.sum().backward()
+add("autograd_chain100_fwdbwd", chain)
+q = r(8)
+def chain_ng():
+    y = q
+    for i in range(25):
+        y = y * 1.01; y = y + 0.1; y = torch.tanh(y); y = y - 0.05
+add("chain100_fwd_nograd", chain_ng)
+
+lg = r(256, 1000, requires_grad=True); tg = torch.tensor([(i*37) % 1000 for i in range(256)])
+add("xent_fwdbwd_256x1000", lambda: F.cross_entropy(lg, tg).backward())
+add("softmax_fwdbwd_last_256x1000", lambda: (torch.softmax(lg, -1) * lg).sum().backward())
+ug = r(1 << 20, requires_grad=True); add("tanh_fwdbwd_1M", lambda: torch.tanh(ug).sum().backward())
+xx = r(1024, 1024)
+def ln():
+    m = xx.mean(-1, keepdim=True); d = xx - m; v = (d*d).mean(-1, keepdim=True); return d / torch.sqrt(v + 1e-5)
+add("layernorm_like_1024sq", ln)
+sr = r(65536, 10)
+add("argmax_last_65536x10", lambda: sr.argmax(-1)); add("max_last_65536x10", lambda: sr.amax(-1))
+add("sum_last_65536x10", lambda: sr.sum(-1)); add("softmax_last_65536x10", lambda: torch.softmax(sr, -1))
+xl2, W2, b2 = r(256, 784), r(128, 784, requires_grad=True), r(128, requires_grad=True)
+add("linear_fwdbwd_256x784x128", lambda: F.linear(xl2, W2, b2).sum().backward())
+
+def time_case(fn):
+    for _ in range(2): fn()
+    t0 = time.perf_counter(); fn(); one = time.perf_counter() - t0
+    reps = max(1, min(100000, int(0.01 / max(one, 1e-7))))
+    best = 1e30
+    for s in range(7):
+        t = time.perf_counter()
+        for _ in range(reps): fn()
+        best = min(best, (time.perf_counter() - t) / reps)
+    return best * 1e6
+filt = sys.argv[1] if len(sys.argv) > 1 else ""
+for n, f in cs:
+    if filt and filt != n: continue
+    print(n, "%.3f" % time_case(f), flush=True)
