@@ -175,6 +175,12 @@ void TempFile::link_in() {
   fail(op_, target_, "cannot link the written file in beside it: " + system_reason());
 }
 
+std::string reason_of(const IOError& e, const char* op, const std::filesystem::path& path) {
+  const std::string what = e.what();
+  const std::string head = fmt::format("[{}] '{}': ", op, printable(path.string()));
+  return what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
+}
+
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
                            const char* op) {
   TempFile file(follow_links(path, op), op);

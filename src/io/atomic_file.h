@@ -4,8 +4,11 @@
 // the Trainer's metrics file and the charts.
 #include <cstddef>
 #include <filesystem>
+#include <string>
 #include <string_view>
 #include <vector>
+
+#include "tessera/error.h"
 
 namespace tessera::io {
 
@@ -39,6 +42,10 @@ class TempFile {
   int fd_ = -1;
   bool named_ = false, committed_ = false;
 };
+
+// The reason in an IOError these functions threw for `path` under `op` ("[op] 'path':
+// reason" gives "reason"), for a caller's message of its own; the whole text otherwise.
+std::string reason_of(const IOError& e, const char* op, const std::filesystem::path& path);
 
 // Replaces (or creates) `path` with `bytes` in one step, following links.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,

@@ -27,14 +27,20 @@ Tensor prepare_operand(const Tensor& t, Dtype dtype, const Shape& shape) {
   return out.shape() == shape ? out : out.expand(shape);
 }
 
-void check_writable(const Tensor& t, const char* op) {
+bool writable(const Tensor& t) {
   const TensorImpl& impl = impl_of(t);
   for (int d = 0; d < impl.shape.size(); ++d) {
-    TESSERA_CHECK(impl.strides[d] != 0 || impl.shape[d] <= 1, Error,
-                  "[{}] cannot write in place to an expanded tensor (shape {}, strides {}): "
-                  "several of its elements share one memory location. Call .clone() first",
-                  op, impl.shape.str(), impl.strides.str());
+    if (impl.strides[d] == 0 && impl.shape[d] > 1) return false;
   }
+  return true;
+}
+
+void check_writable(const Tensor& t, const char* op) {
+  const TensorImpl& impl = impl_of(t);
+  TESSERA_CHECK(writable(t), Error,
+                "[{}] cannot write in place to an expanded tensor (shape {}, strides {}): "
+                "several of its elements share one memory location. Call .clone() first",
+                op, impl.shape.str(), impl.strides.str());
 }
 
 }  // namespace tessera::detail

@@ -11,8 +11,10 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 // `shape` (a stride-0 view, never a copy).
 Tensor prepare_operand(const Tensor& t, Dtype dtype, const Shape& shape);
 
-// Throws Error naming `op` when `t` cannot be written in place: some of its elements share
-// memory (an expanded view).
+// Whether `t` can be written in place: no two of its elements share memory (no stride 0
+// over a dim longer than 1, as an expanded view has).
+bool writable(const Tensor& t);
+// Throws Error naming `op` when `t` cannot be written in place (!writable(t)).
 void check_writable(const Tensor& t, const char* op);
 
 }  // namespace tessera::detail

@@ -5,23 +5,13 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "ops/broadcast.h"
 #include "tessera/autograd.h"
 #include "tessera/device_scope.h"
 #include "tessera/factories.h"
 #include "tessera/ops.h"
 
 namespace tessera::optim {
-namespace {
-
-// Whether no two elements of t share memory (no stride 0 over a dim longer than 1).
-bool writable_in_place(const Tensor& t) {
-  for (int d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) == 0 && t.size(d) > 1) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   TESSERA_CHECK(std::isfinite(max_norm) && max_norm >= 0, Error,
@@ -55,7 +45,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   const Tensor total = sqrt(total_sq);
   const Tensor scale = minimum(div(max_norm, add(total, 1e-6)), 1.0);
   for (std::size_t k = 0; k < grads.size(); ++k) {
-    if (writable_in_place(grads[k])) {
+    if (detail::writable(grads[k])) {
       grads[k].mul_(scale);
     } else {
       // An expanded grad (set_grad takes one) shares memory between elements: scaled in

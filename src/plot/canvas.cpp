@@ -9,7 +9,6 @@
 
 #include "core/check.h"
 #include "io/atomic_file.h"
-#include "io/printable.h"
 
 namespace tessera::detail {
 
@@ -111,10 +110,8 @@ struct Canvas::Impl {
     try {
       f();
     } catch (const IOError& e) {
-      const std::string what = e.what(),
-                        head = fmt::format("[{}] '{}': ", op, io::printable(path.string()));
       TESSERA_CHECK(false, IOError, "[{}] cannot write '{}': {}", op, path.string(),
-                    what.rfind(head, 0) == 0 ? what.substr(head.size()) : what);
+                    io::reason_of(e, op, path));
     }
   }
   void color(Rgb c) const { cairo_set_source_rgb(cr, c.r, c.g, c.b); }

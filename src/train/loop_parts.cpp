@@ -36,16 +36,6 @@ namespace tessera::train::loop {
 // or a full disk finds the previous complete file or the new one, and a failed write stops
 // the run with an IOError naming the file.
 
-namespace {
-
-// The reason in an io error about `path` ("[Trainer] 'path': reason"), for a message of ours.
-std::string reason_in(const IOError& e, const std::filesystem::path& path) {
-  const std::string what = e.what(), head = "[Trainer] '" + io::printable(path.string()) + "': ";
-  return what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
-}
-
-}  // namespace
-
 MetricsLog::MetricsLog(const TrainerOptions& options, bool lead) {
   if (options.metrics_path.empty() || !lead) return;
   path_ = options.metrics_path;
@@ -55,7 +45,7 @@ MetricsLog::MetricsLog(const TrainerOptions& options, bool lead) {
     TESSERA_CHECK(false, IOError,
                   "[Trainer] cannot write metrics to '{}': {}. Name a file in a directory that "
                   "exists and that you may write, or leave metrics_path empty",
-                  io::printable(path_.string()), reason_in(e, path_));
+                  io::printable(path_.string()), io::reason_of(e, "Trainer", path_));
   }
 }
 
@@ -85,7 +75,7 @@ void MetricsLog::append(const std::string& line) {
     TESSERA_CHECK(false, IOError,
                   "[Trainer] cannot write the metrics file '{}' ({}); the file keeps the lines "
                   "of the epochs before. Free space or name another file",
-                  io::printable(path_.string()), reason_in(e, path_));
+                  io::printable(path_.string()), io::reason_of(e, "Trainer", path_));
   }
 }
 
