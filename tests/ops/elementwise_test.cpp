@@ -160,6 +160,73 @@ TEST_P(Elementwise, NonContiguousOperands) {
   expect_close(a * b + 1.0, expected, 1e-14, 1e-14);
 }
 
+// Transposed and permuted operands of 16 or more along two dimensions are walked in 16x16
+// tiles on CPU devices (Note [Tiled walks]), with sizes that leave partial tiles. The
+// reference indexes the contiguous bases by hand, so no copy under test makes it.
+TEST_P(Elementwise, TransposedAndPermutedOperandsOfTileSize) {
+  constexpr std::int64_t R = 50, C = 37;  // bases [R, C]; their transposes are [C, R]
+  const auto av = random_values(R * C, 11, -3, 3), bv = random_values(R * C, 12, -3, 3);
+  const auto rv = random_values(R, 13, -3, 3);
+  auto at_t = [&](const std::vector<double>& v, std::int64_t i, std::int64_t j) {
+    return v[j * C + i];  // element [i, j] of the transpose
+  };
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const double tol = dtype == kFloat32 ? 2e-6 : 1e-14;
+    const Tensor a = from_vector(av, {R, C}, {dtype, device()});
+    const Tensor b = from_vector(bv, {R, C}, {dtype, device()});
+    const Tensor row = from_vector(rv, {R}, {dtype, device()});
+    const Tensor ac = a.t().contiguous();  // [C, R], contiguous
+    for (const UnaryCase& c : unary_cases()) {
+      const auto vals = random_values(R * C, 14, c.lo, c.hi);
+      const Tensor x = from_vector(vals, {R, C}, {dtype, device()});
+      std::vector<double> expected;
+      for (std::int64_t i = 0; i < C; ++i)
+        for (std::int64_t j = 0; j < R; ++j) expected.push_back(c.ref(at_t(vals, i, j)));
+      expect_close(c.op(x.t()), expected, tol, tol, std::string(c.name) + " of a.t()");
+    }
+    std::vector<double> sum_tt, prod_ct, scaled, picked;
+    for (std::int64_t i = 0; i < C; ++i) {
+      for (std::int64_t j = 0; j < R; ++j) {
+        sum_tt.push_back(at_t(av, i, j) + at_t(bv, i, j));
+        prod_ct.push_back(at_t(av, i, j) * at_t(bv, i, j));
+        scaled.push_back(at_t(av, i, j) * rv[j]);
+        picked.push_back(at_t(av, i, j) > 0 ? at_t(av, i, j) : at_t(bv, i, j));
+      }
+    }
+    expect_close(a.t() + b.t(), sum_tt, tol, tol, "a.t() + b.t()");
+    expect_close(ac * b.t(), prod_ct, tol, tol, "contiguous * b.t()");
+    expect_close(a.t() * row, scaled, tol, tol, "a.t() * a broadcast row");
+    expect_close(where(a.t() > 0, a.t(), b.t()), picked, tol, tol, "where over transposes");
+    expect_close(a.t().to(kFloat64), ac.to(kFloat64).to_vector<double>(), 0, 0,
+                 "a.t() converted to float64");
+    // In place on a transposed view: self is the operand walked across lines.
+    Tensor base = a.clone();
+    base.t().mul_(2.0).add_(b.t());
+    std::vector<double> updated(R * C);
+    for (std::int64_t k = 0; k < R * C; ++k) updated[k] = 2 * av[k] + bv[k];
+    expect_close(base, updated, tol, tol, "a.t().mul_(2).add_(b.t())");
+  }
+  // A permuted 3-D tensor, dense along its first dimension: the walk moves that dimension
+  // next to the innermost.
+  constexpr std::int64_t D0 = 20, D1 = 3, D2 = 17;
+  const auto pv = random_values(D0 * D1 * D2, 15, -3, 3);
+  const Tensor p = from_vector(pv, {D0, D1, D2}, {kFloat64, device()}).permute({2, 1, 0});
+  std::vector<double> relu_p, exp_p;
+  for (std::int64_t i = 0; i < D2; ++i) {
+    for (std::int64_t j = 0; j < D1; ++j) {
+      for (std::int64_t k = 0; k < D0; ++k) {
+        const double v = pv[(k * D1 + j) * D2 + i];
+        relu_p.push_back(v > 0 ? v : 0);
+        exp_p.push_back(std::exp(v) + v);
+      }
+    }
+  }
+  expect_close(relu(p), relu_p, 0, 0, "relu of a permute");
+  expect_close(exp(p) + p, exp_p, 1e-14, 1e-14, "exp(p) + p of a permute");
+  expect_close(exp(p.to(kFloat32)) + p.to(kFloat32), exp_p, 2e-6, 2e-6,
+               "exp(p) + p of a float32 permute");
+}
+
 TEST_P(Elementwise, ScalarOpsAndPromotion) {
   const Tensor i = tensor({1, 2, 3}, device());
   EXPECT_EQ(i.dtype(), kInt64);
