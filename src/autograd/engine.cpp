@@ -100,7 +100,7 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+void record(const char* name, const Tensor& out, std::span<const Tensor* const> inputs,
             BackwardFn backward, std::initializer_list<Saved> saved) {
   auto node = std::make_shared<Node>();
   node->name = name;

@@ -3,6 +3,7 @@
 // its backward formula with record(). In-place ops call check_inplace() first.
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "tessera/tensor.h"
@@ -24,9 +25,14 @@ struct Saved {
 
 // Makes `out` (fresh from op `name`) require grad, with `backward` giving one gradient per
 // input, in order. `saved` lists the tensors the formula reads: backward() refuses to run it
-// if any was written in place since (Note [Saved tensors]).
-void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+// if any was written in place since (Note [Saved tensors]). The span form takes any number of
+// inputs (cat's).
+void record(const char* name, const Tensor& out, std::span<const Tensor* const> inputs,
             BackwardFn backward, std::initializer_list<Saved> saved = {});
+inline void record(const char* name, const Tensor& out, std::initializer_list<const Tensor*> inputs,
+                   BackwardFn backward, std::initializer_list<Saved> saved = {}) {
+  record(name, out, std::span(inputs.begin(), inputs.size()), std::move(backward), saved);
+}
 
 // Throws Error naming `op` when grad mode is on and any operand takes part in the graph:
 // writing in place would corrupt values the graph saved. Marks nothing: the op marks what
