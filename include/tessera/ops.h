@@ -109,6 +109,29 @@ TESSERA_API Tensor diag(const Tensor& a);
 /// The sum of a 2-D tensor's main diagonal, as a 0-dim tensor. ShapeError for another rank.
 TESSERA_API Tensor trace(const Tensor& a);
 
+// ---- joining and splitting ----
+/// The tensors joined along `dim` (negative counts from the end), on their device. All must
+/// live on one device (DeviceMismatchError naming the first that does not) and have the same
+/// rank and sizes but along `dim`, where a size may be 0 (ShapeError naming the tensor, both
+/// shapes and the dim; a 0-dim tensor has no dim to join). Dtypes promote as in the binary
+/// ops. Throws Error for an empty list. Differentiable: each input's gradient is its slice of
+/// the result's.
+TESSERA_API Tensor cat(const std::vector<Tensor>& tensors, int dim = 0);
+/// The tensors joined along a new dim `dim` (from -(rank + 1) to rank): cat of each
+/// unsqueeze(dim). All must have one shape (ShapeError naming the tensor and both shapes);
+/// devices, dtypes and gradients as in cat.
+TESSERA_API Tensor stack(const std::vector<Tensor>& tensors, int dim = 0);
+/// Views of `a` along `dim`, split_size elements each (the last may have fewer; an empty dim
+/// gives one empty view). ShapeError when split_size is not positive.
+TESSERA_API std::vector<Tensor> split(const Tensor& a, std::int64_t split_size, int dim = 0);
+/// Views of `a` along `dim` of the given sizes, which must sum to the dim's size (ShapeError).
+TESSERA_API std::vector<Tensor> split(const Tensor& a, const std::vector<std::int64_t>& sizes,
+                                      int dim = 0);
+/// `a` split along `dim` into views of ceil(n / chunks) elements, as PyTorch's chunk: there
+/// may be fewer than `chunks` (5 elements in 4 chunks give 2, 2, 1); an empty dim gives
+/// `chunks` empty views. ShapeError when chunks is not positive.
+TESSERA_API std::vector<Tensor> chunk(const Tensor& a, std::int64_t chunks, int dim = 0);
+
 // ---- normalization ----
 /// softmax and log_softmax along `dim`, numerically stable (max subtracted first).
 TESSERA_API Tensor softmax(const Tensor& a, int dim);

@@ -139,6 +139,9 @@ class TESSERA_API Tensor {
   Tensor log_softmax(int dim) const;
   Tensor diag() const;
   Tensor trace() const;
+  std::vector<Tensor> split(std::int64_t split_size, int dim = 0) const;
+  std::vector<Tensor> split(const std::vector<std::int64_t>& sizes, int dim = 0) const;
+  std::vector<Tensor> chunk(std::int64_t chunks, int dim = 0) const;
 
   // ---- reading on the host (waits for the device; counted as a host wait and a
   //      device-to-host copy when the device is not the host) ----

@@ -30,5 +30,7 @@ void record_subview(const char* name, const Tensor& a, const Tensor& out,
                     std::function<Tensor(const Tensor& zeros_like_a)> same_view);
 void record_expand(const Tensor& a, const Tensor& out);
 void record_copy(const char* name, const Tensor& a, const Tensor& out);
+// out joins `inputs` along `dim` (normalized): each input's gradient is its slice of out's.
+void record_cat(const std::vector<Tensor>& inputs, int dim, const Tensor& out);
 
 }  // namespace tessera::detail

@@ -46,4 +46,27 @@ void record_copy(const char* name, const Tensor& a, const Tensor& out) {
   });
 }
 
+void record_cat(const std::vector<Tensor>& inputs, int dim, const Tensor& out) {
+  std::vector<const Tensor*> pointers;
+  std::vector<std::int64_t> starts;  // where each input begins along dim; the last is the end
+  pointers.reserve(inputs.size());
+  starts.reserve(inputs.size() + 1);
+  std::int64_t start = 0;
+  for (const Tensor& t : inputs) {
+    pointers.push_back(&t);
+    starts.push_back(start);
+    start += t.size(dim);
+  }
+  starts.push_back(start);
+  record("cat", out, pointers, [dim, starts = std::move(starts)](const Tensor& g) {
+    // Views of g, not copies: the engine copies a gradient it keeps when others can see it.
+    std::vector<Tensor> grads;
+    grads.reserve(starts.size() - 1);
+    for (std::size_t i = 0; i + 1 < starts.size(); ++i) {
+      grads.push_back(g.narrow(dim, starts[i], starts[i + 1] - starts[i]));
+    }
+    return grads;
+  });
+}
+
 }  // namespace tessera::detail

@@ -40,5 +40,14 @@ Tensor Tensor::softmax(int dim) const { return tessera::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int dim) const { return tessera::log_softmax(*this, dim); }
 Tensor Tensor::diag() const { return tessera::diag(*this); }
 Tensor Tensor::trace() const { return tessera::trace(*this); }
+std::vector<Tensor> Tensor::split(std::int64_t split_size, int dim) const {
+  return tessera::split(*this, split_size, dim);
+}
+std::vector<Tensor> Tensor::split(const std::vector<std::int64_t>& sizes, int dim) const {
+  return tessera::split(*this, sizes, dim);
+}
+std::vector<Tensor> Tensor::chunk(std::int64_t chunks, int dim) const {
+  return tessera::chunk(*this, chunks, dim);
+}
 
 }  // namespace tessera

@@ -177,6 +177,23 @@ TEST_P(GradCheck, Views) {
   gradcheck("clone", d, {{{3}}}, [](auto& x) { return x[0].clone() * x[0].contiguous(); });
 }
 
+TEST_P(GradCheck, JoiningAndSplitting) {
+  const Device d = device();
+  gradcheck("cat", d, {{{2, 3}}, {{2, 1}}, {{3, 2}}}, [](auto& x) {
+    return cat({x[0], x[1] * x[1], x[2].t()}, -1);
+  });
+  gradcheck("cat_reused", d, {{{2, 2}}}, [](auto& x) { return cat({x[0], exp(x[0]), x[0]}); });
+  gradcheck("stack", d, {{{3}}, {{3}}}, [](auto& x) { return stack({x[0], x[1] * x[0]}, 1); });
+  gradcheck("split", d, {{{5, 2}}}, [](auto& x) {
+    const std::vector<Tensor> p = split(x[0], {2, 0, 3});
+    return cat({p[2] * 2.0, p[1], p[0].sum({0}, true)});
+  });
+  gradcheck("chunk", d, {{{2, 5}}}, [](auto& x) {
+    const std::vector<Tensor> p = x[0].chunk(2, 1);  // 3 and 2 columns
+    return p[0].narrow(1, 0, 2) * p[1];
+  });
+}
+
 TEST_P(GradCheck, AcrossDevicesTheGradientComesBack) {
   TESSERA_REQUIRE_TWO_DEVICES();
   Device other = device();
