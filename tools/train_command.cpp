@@ -223,10 +223,10 @@ void run_train(const TrainArgs& a) {
                                 .progress = !a.quiet,
                                 .metrics_path = a.metrics,
                                 .device = std::nullopt,
-                                .devices = {}};
+                                .devices = {},
+                                .state_path = a.save_state,
+                                .resume_from = a.resume};
   options.graph = a.graph;
-  options.state_path = a.save_state;
-  options.resume_from = a.resume;
   options.precision = a.precision == "bf16"   ? kBFloat16
                       : a.precision == "fp16" ? kFloat16
                                               : kFloat32;
