@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -390,6 +392,31 @@ TEST_P(Safetensors, CheckpointsRefuseNonFiniteParametersUnlessAllowed) {
   EXPECT_THROW(nn::save_checkpoint(net, path), NonFiniteError);
   nn::save_checkpoint(net, path, {}, /*allow_non_finite=*/true);
   EXPECT_TRUE(std::isinf(load_safetensors(path).tensors.at("0.bias").to_vector<double>()[1]));
+}
+
+// A tensor over 64 MiB that is not a contiguous CPU tensor goes to the file in pieces along
+// dim 0 (Note [Saving without a second copy]): the bytes are the same as the contiguous
+// tensor's, and a non-finite value in a later piece is named by its index in the whole.
+TEST_P(Safetensors, LargeViewsAreSavedInPieces) {
+  TempDir dir;
+  constexpr std::int64_t n = 4100;  // [4100, 4100] float32: 67.2 MB, two pieces
+  const Tensor base = arange(0, n * n, 1, {kFloat32, device()}).reshape({n, n});
+  const Tensor view = base.t();
+  save_safetensors(dir / "view.safetensors", {{"x", view}});
+  save_safetensors(dir / "whole.safetensors", {{"x", view.contiguous()}});
+  EXPECT_EQ(read_bytes(dir / "view.safetensors"), read_bytes(dir / "whole.safetensors"));
+  const Tensor loaded = load_safetensors(dir / "view.safetensors").tensors.at("x");
+  EXPECT_EQ(loaded.to_vector<float>()[n * 4095 + 7], static_cast<float>(7 * n + 4095));
+  // Element [4095, 7] of the view is base[7, 4095], in the second piece.
+  {
+    NoGradGuard no_grad;
+    base.narrow(0, 7, 1).narrow(1, 4095, 1).fill_(std::nan(""));
+  }
+  expect_throw_with<NonFiniteError>(
+      [&] {
+        save_safetensors(dir / "view.safetensors", {{"x", view}}, {}, {.allow_non_finite = false});
+      },
+      {fmt::format("at element {} of {}", n * 4095 + 7, n * n)});
 }
 
 // A module whose buffer is an expanded view can be saved but not loaded in place: the load
