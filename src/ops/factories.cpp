@@ -34,14 +34,32 @@ Dtype dtype_of_options(const TensorOptions& o, Dtype fallback = kFloat32) {
 // once (Note [Half precision] in ops/half_compute.h).
 Dtype kernel_dtype(Dtype d) { return is_half(d) ? kFloat32 : d; }
 
+// Note [Half factories in bounded memory]
+// A bfloat16 or float16 factory made a float32 tensor of the whole shape and converted it:
+// zeros took 3x the result's memory, rand 7.5x (its float32 draws, their conversion, a mask
+// and a where over float32 copies), so a 4 GiB bfloat16 rand ran out of memory where
+// PyTorch fits. A filled one now converts one element and broadcasts it with the copy
+// kernel; random draws go in pieces of kHalfPiece elements, each converted into its slice
+// of the output (element i draws from counter offset + i however the pieces fall, so the
+// values are those of one whole draw).
+constexpr std::int64_t kHalfPiece = std::int64_t{1} << 22;
+
 Tensor filled(const Shape& shape, double value, const TensorOptions& options, const char* op) {
   const Dtype dtype = dtype_of_options(options);
   detail::check_scalar_fits(op, value, dtype);
-  Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
-  // A half value rounded once here, so that float32 holds it exactly and .to() keeps it.
-  detail::backend_of(t.device())
-      .fill(t, is_half(dtype) ? detail::stored_value(value, dtype) : value);
-  return t.to(dtype);
+  if (is_half(dtype)) {
+    NoGradGuard internal;
+    Tensor one = make_output({}, kFloat32, device_of(options), op);
+    // Rounded once here, so that float32 holds it exactly and .to() keeps it.
+    detail::backend_of(one.device()).fill(one, detail::stored_value(value, dtype));
+    const Tensor broadcast = one.to(dtype).expand(shape);
+    Tensor t = make_output(shape, dtype, one.device(), op);
+    detail::backend_of(t.device()).copy(broadcast, t);
+    return t;
+  }
+  Tensor t = make_output(shape, dtype, device_of(options), op);
+  detail::backend_of(t.device()).fill(t, value);
+  return t;
 }
 
 TensorOptions like(const Tensor& t, TensorOptions options) {
@@ -317,17 +335,33 @@ Tensor random_tensor(const Shape& shape, detail::RandomKind kind, double a, doub
     detail::check_scalar_fits(op, a, dtype);
     detail::check_scalar_fits(op, b, dtype);
   }
-  Tensor t = make_output(shape, kernel_dtype(dtype), device_of(options), op);
-  const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(t.numel()));
-  detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
-  if (!(uniform && is_half(dtype))) return t.to(dtype);
-  // Rounded to nearest, a float32 draw just below `b` becomes `b` (0.2% of bfloat16 rand()
-  // values were 1.0, and a dropout mask drawn so kept too few): those take the value below
-  // `b` (PyTorch's bfloat16 rand also tops out at 255/256). Every other draw keeps the
-  // format's precision: small values too (a grid of k / 256 had no value in (0, 1/256)).
+  Tensor t = make_output(shape, dtype, device_of(options), op);
+  const std::int64_t n = t.numel();
+  const auto [seed, offset] = detail::reserve_random(static_cast<std::uint64_t>(n));
+  if (!is_half(dtype)) {
+    detail::backend_of(t.device()).random(t, kind, a, b, seed, offset);
+    return t;
+  }
+  // In pieces: Note [Half factories in bounded memory].
   NoGradGuard internal;
-  const Tensor rounded = t.to(dtype);
-  return where(rounded >= b, largest_below(b, dtype), rounded);
+  const Tensor flat = t.view({n});
+  for (std::int64_t start = 0; start < n; start += kHalfPiece) {
+    const std::int64_t length = std::min(kHalfPiece, n - start);
+    const Tensor draws = make_output({length}, kFloat32, t.device(), op);
+    detail::backend_of(t.device())
+        .random(draws, kind, a, b, seed, offset + static_cast<std::uint64_t>(start));
+    Tensor rounded = draws.to(dtype);
+    if (uniform) {
+      // Rounded to nearest, a float32 draw just below `b` becomes `b` (0.2% of bfloat16
+      // rand() values were 1.0, and a dropout mask drawn so kept too few): those take the
+      // value below `b` (PyTorch's bfloat16 rand also tops out at 255/256). Every other draw
+      // keeps the format's precision: small values too (a grid of k / 256 had no value in
+      // (0, 1/256)).
+      rounded = where(rounded >= b, largest_below(b, dtype), rounded);
+    }
+    detail::backend_of(t.device()).copy(rounded, flat.narrow(0, start, length));
+  }
+  return t;
 }
 
 }  // namespace

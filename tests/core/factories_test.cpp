@@ -152,6 +152,39 @@ TEST_P(Factories, HalfFillsRoundTheDoubleOnce) {
   EXPECT_EQ(full({1}, 1 + 0x1p-8, {device(), kBFloat16}).item<double>(), 1.0);  // tie: even
 }
 
+// Half factories hold little more than their result (Note [Half factories in bounded
+// memory]): zeros and full made a float32 tensor of the whole shape (3x the result), rand 7.5x.
+// Drawn in pieces, rand's values are still one draw's: the same as a float32 draw rounded.
+TEST_P(Factories, HalfFactoriesAllocateLittleMoreThanTheirResult) {
+  constexpr std::int64_t n = std::int64_t{1} << 24;  // 32 MiB of bfloat16, four of rand's pieces
+  constexpr std::uint64_t result = 2 * n;
+  for (Dtype dtype : {kBFloat16, kFloat16}) {
+    synchronize(device());
+    const std::uint64_t base = memory_stats(device()).in_use;
+    reset_peak_memory(device());
+    {
+      const Tensor z = zeros({n}, {device(), dtype});
+      const Tensor f = full({n}, 0.5, {device(), dtype});
+      synchronize(device());
+      EXPECT_LE(memory_stats(device()).peak, base + 2 * result + (64u << 10)) << dtype_name(dtype);
+      EXPECT_EQ(f.narrow(0, n - 3, 3).to_vector<double>(), std::vector<double>(3, 0.5));
+      EXPECT_EQ(z.sum().item<double>(), 0.0);
+    }
+    synchronize(device());
+    reset_peak_memory(device());
+    manual_seed(21);
+    const Tensor r = rand({n}, {device(), dtype});
+    synchronize(device());
+    EXPECT_LE(memory_stats(device()).peak, base + result + (64u << 20)) << dtype_name(dtype);
+    manual_seed(21);
+    const Tensor reference = rand({n}, {device(), kFloat32}).to(dtype);
+    // Equal but where rounding reached 1, which rand moves below it.
+    const Tensor differ = (r != reference).to(kInt64) * (reference < 1.0).to(kInt64);
+    EXPECT_EQ(differ.sum().item<std::int64_t>(), 0) << dtype_name(dtype);
+    EXPECT_LT(r.max().item<double>(), 1.0);
+  }
+}
+
 TEST_P(Factories, SizesPastWhatAnyDeviceHoldsAreRefused) {
   // 2^64 - 4 bytes wrapped the allocator's size classes to a 0-byte block (heap overflow).
   expect_throw_with<OutOfMemoryError>([&] { empty({(std::int64_t{1} << 62) - 1}, device()); },
