@@ -11,7 +11,8 @@ cases=("$@")
 if [[ ${#cases[@]} -eq 0 ]]; then
   cases=(softmax_last_1024sq log_softmax_last_1024sq xent_fwdbwd_256x1000 exp_1M tanh_1M pow2_1M
     conv3x3_p1_8x64x32 conv3x3_p1_fwdbwd_8x64x32 conv1x1_8x64x32_to128 max_last_1024sq
-    contig_T_2048sq relu_T_1024sq)
+    contig_T_2048sq relu_T_1024sq add_transposed_1024sq add_both_transposed_1024sq
+    sigmoid_T_1024sq)
 fi
 prefix="$root/build/cpu-ops-prefix"
 cmake --install "$root/build" --prefix "$prefix" > /dev/null

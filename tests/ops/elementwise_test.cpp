@@ -160,11 +160,10 @@ TEST_P(Elementwise, NonContiguousOperands) {
   expect_close(a * b + 1.0, expected, 1e-14, 1e-14);
 }
 
-// Transposed and permuted operands of 16 or more along two dimensions are walked in 16x16
-// tiles on CPU devices (Note [Tiled walks]), with sizes that leave partial tiles. The
-// reference indexes the contiguous bases by hand, so no copy under test makes it.
-TEST_P(Elementwise, TransposedAndPermutedOperandsOfTileSize) {
-  constexpr std::int64_t R = 50, C = 37;  // bases [R, C]; their transposes are [C, R]
+// Transposed and permuted operands of 16 or more along two dimensions are walked in tiles on
+// CPU devices (Note [Tiled walks]), with sizes that leave partial tiles. The reference
+// indexes the contiguous bases by hand, so no copy under test makes it.
+void tiled_operands_match_reference(Device device, std::int64_t R, std::int64_t C) {
   const auto av = random_values(R * C, 11, -3, 3), bv = random_values(R * C, 12, -3, 3);
   const auto rv = random_values(R, 13, -3, 3);
   auto at_t = [&](const std::vector<double>& v, std::int64_t i, std::int64_t j) {
@@ -172,13 +171,13 @@ TEST_P(Elementwise, TransposedAndPermutedOperandsOfTileSize) {
   };
   for (Dtype dtype : {kFloat32, kFloat64}) {
     const double tol = dtype == kFloat32 ? 2e-6 : 1e-14;
-    const Tensor a = from_vector(av, {R, C}, {dtype, device()});
-    const Tensor b = from_vector(bv, {R, C}, {dtype, device()});
-    const Tensor row = from_vector(rv, {R}, {dtype, device()});
+    const Tensor a = from_vector(av, {R, C}, {dtype, device});
+    const Tensor b = from_vector(bv, {R, C}, {dtype, device});
+    const Tensor row = from_vector(rv, {R}, {dtype, device});
     const Tensor ac = a.t().contiguous();  // [C, R], contiguous
     for (const UnaryCase& c : unary_cases()) {
       const auto vals = random_values(R * C, 14, c.lo, c.hi);
-      const Tensor x = from_vector(vals, {R, C}, {dtype, device()});
+      const Tensor x = from_vector(vals, {R, C}, {dtype, device});
       std::vector<double> expected;
       for (std::int64_t i = 0; i < C; ++i)
         for (std::int64_t j = 0; j < R; ++j) expected.push_back(c.ref(at_t(vals, i, j)));
@@ -205,6 +204,15 @@ TEST_P(Elementwise, TransposedAndPermutedOperandsOfTileSize) {
     std::vector<double> updated(R * C);
     for (std::int64_t k = 0; k < R * C; ++k) updated[k] = 2 * av[k] + bv[k];
     expect_close(base, updated, tol, tol, "a.t().mul_(2).add_(b.t())");
+  }
+}
+
+TEST_P(Elementwise, TransposedAndPermutedOperandsOfTileSize) {
+  // Bases [R, C]; their transposes are [C, R]. The second has several bands of rows and
+  // blocks of columns, and is large enough for the pool.
+  for (const auto& [R, C] : {std::pair<std::int64_t, std::int64_t>{50, 37}, {530, 70}}) {
+    SCOPED_TRACE(fmt::format("[{}, {}]", R, C));
+    tiled_operands_match_reference(device(), R, C);
   }
   // A permuted 3-D tensor, dense along its first dimension: the walk moves that dimension
   // next to the innermost.
