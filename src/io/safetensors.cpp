@@ -220,7 +220,9 @@ void save(const std::filesystem::path& path, const std::map<std::string, Tensor>
   file.write(len_bytes, 8);
   file.write(text.data(), text.size());
   std::vector<char> host;
-  for (const auto& [name, t] : layout) {
+  for (const auto& entry : layout) {
+    const std::string& name = entry.first;  // not bindings: clang's OpenMP mode cannot capture
+    const Tensor& t = entry.second;         // them (the fuzzers build this file with it)
     for_each_piece(t, host, [&](const char* bytes, std::size_t n, std::int64_t first) {
       if (refusal != nullptr && is_floating(t.dtype())) {
         const std::int64_t bad = t.dtype() == kFloat32   ? first_non_finite<float>(bytes, n)
