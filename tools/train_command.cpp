@@ -202,6 +202,7 @@ nn::Sequential make_model(const std::string& name, Device device) {
   if (name == "softmax") return nn::models::softmax_regression(device);
   if (name == "mlp") return nn::models::mlp(256, device);
   if (name == "lenet") return nn::models::lenet(/*book=*/false, device);
+  if (name == "lenet-bn") return nn::models::lenet_batch_norm(device);
   return nn::models::lenet(/*book=*/true, device);  // "lenet-book"; the CLI checks the names
 }
 
@@ -397,10 +398,12 @@ void add_train_command(CLI::App& app) {
       "train",
       "Train a classifier on Fashion-MNIST (Debian's dataset-fashion-mnist) and print its test "
       "accuracy. Defaults: an MLP on try_gpu() for 10 epochs");
-  cmd->add_option("--model", a->model,
-                  "softmax (softmax regression), mlp (784-256-10, ReLU), lenet (LeNet-5 with ReLU "
-                  "and max pooling) or lenet-book (the book's LeNet: sigmoid, average pooling)")
-      ->check(CLI::IsMember({"softmax", "mlp", "lenet", "lenet-book"}))
+  cmd->add_option(
+         "--model", a->model,
+         "softmax (softmax regression), mlp (784-256-10, ReLU), lenet (LeNet-5 with ReLU "
+         "and max pooling), lenet-book (the book's LeNet: sigmoid, average pooling) or lenet-bn "
+         "(the book's LeNet with batch normalization)")
+      ->check(CLI::IsMember({"softmax", "mlp", "lenet", "lenet-book", "lenet-bn"}))
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Passes over the 60,000 training images")
       ->transform(cli::whole_number_in(0, 100000))

@@ -10,4 +10,5 @@
 #include "tessera/nn/loss.h"
 #include "tessera/nn/models.h"
 #include "tessera/nn/module.h"
+#include "tessera/nn/normalization.h"
 #include "tessera/nn/sequential.h"

@@ -8,6 +8,7 @@
 #include "core/code_names.h"
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
+#include "nn/layer_input.h"
 #include "ops/fused_ops.h"
 #include "ops/layer_dtypes.h"
 #include "tessera/autocast.h"
@@ -55,25 +56,6 @@ std::optional<Dtype> linear_autocast(const Tensor& x, const Tensor& weight, cons
   const auto castable = [](const Tensor& t) { return t.dtype() == kFloat32 || is_half(t.dtype()); };
   if (!d || !castable(x) || !castable(weight) || (bias.defined() && !castable(bias))) return {};
   return d;
-}
-
-// Refuses an input whose dtype the layer's parameters (of `params`) cannot take, unless
-// autocast runs the layer in one dtype.
-void check_input_dtype(const Module& m, const Tensor& x, Dtype params) {
-  const auto castable = [](Dtype d) { return d == kFloat32 || is_half(d); };
-  const bool autocast =
-      autocast_dtype(x.device().kind()).has_value() && castable(x.dtype()) && castable(params);
-  if (x.dtype() != params && !autocast) {
-    // A model converts to floating dtypes only: for an integer input the input must move.
-    const std::string model_too =
-        is_floating(x.dtype())
-            ? fmt::format(" or the model with .to({})", detail::dtype_code(x.dtype()))
-            : std::string();
-    throw DtypeError(fmt::format(
-        "[{}] {} has {} parameters but the input is {}; convert the input with .to({}){}",
-        m.type_name(), m.path(), dtype_name(params), dtype_name(x.dtype()),
-        detail::dtype_code(params), model_too));
-  }
 }
 
 Tensor linear_forward(const Module& m, const Tensor& x, const Tensor& weight, const Tensor& bias,

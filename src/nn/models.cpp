@@ -5,6 +5,7 @@
 #include "tessera/nn/conv.h"
 #include "tessera/nn/flatten.h"
 #include "tessera/nn/linear.h"
+#include "tessera/nn/normalization.h"
 
 namespace tessera::nn::models {
 
@@ -40,6 +41,15 @@ Sequential lenet(bool book, Device device) {
   net.push_back(activation());
   net.push_back(Linear(84, 10, true, device));
   return net;
+}
+
+Sequential lenet_batch_norm(Device device) {
+  // 28x28 -> conv 5 -> 24 -> pool -> 12 -> conv 5 -> 8 -> pool -> 4: 16 x 4 x 4 features.
+  return Sequential(Conv2d(1, 6, 5, {}, true, device), BatchNorm2d(6, {}, device), Sigmoid(),
+                    AvgPool2d(2), Conv2d(6, 16, 5, {}, true, device), BatchNorm2d(16, {}, device),
+                    Sigmoid(), AvgPool2d(2), Flatten(), Linear(16 * 4 * 4, 120, true, device),
+                    BatchNorm1d(120, {}, device), Sigmoid(), Linear(120, 84, true, device),
+                    BatchNorm1d(84, {}, device), Sigmoid(), Linear(84, 10, true, device));
 }
 
 }  // namespace tessera::nn::models

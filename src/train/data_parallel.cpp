@@ -30,6 +30,17 @@
 // while the host queues the next replica's. Metrics and the loss log stay on each device and
 // are read once per epoch (and once per fit), as on one device.
 
+// Note [Buffers across replicas]
+// A buffer that training changes (BatchNorm's running statistics) takes each replica's own
+// shard into account, so the replicas' copies drift apart, as they do under PyTorch's
+// DistributedDataParallel. PyTorch broadcasts rank 0's buffers before every forward; the
+// replicas here use their buffers only in evaluation mode, so rank 0's replica 0's are given
+// to every replica at the end of each epoch instead (one broadcast per buffer and epoch,
+// none when the model has no buffer): the validation pass, a checkpoint and the models each
+// rank holds after fit then agree. The batch statistics themselves are each replica's
+// shard's (no SyncBatchNorm), so a model with batch normalization does not train exactly as
+// one device with the whole batch would.
+
 // Note [One copy of a batch]
 // The host used to gather this rank's rows of a batch into host memory (cpu:0's, with
 // logical CPU devices) and cut it into views: replica r > 0's piece was then copied to its
@@ -231,12 +242,17 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     for (std::size_t r = 0; r < k; ++r) same.push_back(params[r][i]);
     start_from_first(same);
   }
-  const auto buffers = task.model().buffers();
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    std::vector<Tensor> same;
-    for (std::size_t r = 0; r < k; ++r) same.push_back(tasks[r]->model().buffers()[i]);
-    start_from_first(same);
+  // Each buffer on every replica, and rank 0's replica 0's values given to them all: at the
+  // start, and at the end of every epoch (Note [Buffers across replicas]).
+  std::vector<std::vector<Tensor>> buffers(task.model().buffers().size());
+  for (std::size_t r = 0; r < k; ++r) {
+    const std::vector<Tensor> mine = tasks[r]->model().buffers();
+    for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].push_back(mine[i]);
   }
+  const auto buffers_from_first = [&] {
+    for (const std::vector<Tensor>& same : buffers) start_from_first(same);
+  };
+  buffers_from_first();
   // The replicas' optimizers start from the task's state too: a second fit() (or a task
   // whose optimizer stepped before) gave the replicas empty momentum and Adam moments, so
   // replica 1 took another step than replica 0 and every later gradient was off. (An
@@ -390,6 +406,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       progress.update(++done);
     }
     progress.finish();
+    if (!buffers.empty()) buffers_from_first();  // before the validation pass reads them
     EpochMetrics m;
     m.epoch = epoch;
     std::vector<const loop::DeviceSums*> parts;

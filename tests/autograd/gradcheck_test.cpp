@@ -115,6 +115,24 @@ TEST_P(GradCheck, ConvolutionAndPooling) {
   });
 }
 
+TEST_P(GradCheck, Normalization) {
+  const Device d = device();
+  // Training: the batch's statistics depend on x, so every output depends on every input of
+  // its channel.
+  gradcheck("batch_norm, training", d, {{{4, 3, 2}}, {{3}, 0.5, 2}, {{3}}},
+            [](auto& x) { return nn::batch_norm(x[0], {}, {}, x[1], x[2], /*training=*/true); });
+  gradcheck("batch_norm, evaluation", d, {{{3, 2, 2, 2}}, {{2}}, {{2}}}, [d](auto& x) {
+    const Tensor mean = from_vector(std::vector<double>{0.3, -0.2}, {2}, {kFloat64, d});
+    const Tensor var = from_vector(std::vector<double>{0.5, 2.0}, {2}, {kFloat64, d});
+    return nn::batch_norm(x[0], mean, var, x[1], x[2], /*training=*/false);
+  });
+  gradcheck("layer_norm", d, {{{3, 2, 3}}, {{2, 3}}, {{2, 3}}}, [](auto& x) {
+    return nn::layer_norm(x[0], {2, 3}, x[1], x[2]);
+  });
+  gradcheck("layer_norm without affine", d, {{{2, 5}}},
+            [](auto& x) { return nn::layer_norm(x[0], {5}); });
+}
+
 TEST_P(GradCheck, UnaryOps) {
   const Device d = device();
   gradcheck("neg", d, {{{4}}}, [](auto& x) { return -x[0]; });

@@ -245,6 +245,41 @@ TEST_F(TrainerRanks, EveryRankWalksRankZerosShuffle) {
   expect_same(run(&group(), group().rank() == 0), run(nullptr, true));
 }
 
+// Each rank's running statistics follow its own shard; at each epoch's end every rank takes
+// rank 0's (Note [Buffers across replicas]), so the validation pass and the models the ranks
+// hold after fit agree.
+TEST_F(TrainerRanks, EveryRankEndsWithRankZerosRunningStatistics) {
+  ASSERT_EQ(group().size(), 2) << "run under mpirun -np 2";
+  const auto [images, labels] = random_images(24);
+  data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 3});
+  manual_seed(0);
+  train::Classifier task(
+      [] {
+        return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 6),
+                                                nn::BatchNorm1d(6), nn::ReLU(), nn::Linear(6, 4));
+      },
+      [](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+        return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.3});
+      });
+  train::TrainerOptions o{.max_epochs = 2, .progress = false};
+  o.process_group = &group();
+  o.devices = local_devices();
+  const auto history = train::Trainer(o).fit(task, loader, &loader);
+  AllowSync deliberate;  // the test's own reads
+  for (const char* name : {"2.running_mean", "2.running_var", "2.weight"}) {
+    const std::vector<double> both =
+        group().all_gather(task.model().tensor(name).reshape({1, 6})).to_vector<double>();
+    EXPECT_EQ(std::vector<double>(both.begin(), both.begin() + 6),
+              std::vector<double>(both.begin() + 6, both.end()))
+        << name;
+  }
+  const std::vector<double> val =
+      group()
+          .all_gather(from_vector(std::vector<double>{history.back().val_loss}, {1}))
+          .to_vector<double>();
+  EXPECT_EQ(val[0], val[1]) << "both ranks validated the same model";
+}
+
 TEST_F(TrainerRanks, OnlyRankZeroWritesTheMetricsFile) {
   const auto dir = std::filesystem::temp_directory_path() /
                    fmt::format("tessera_ranks_{}", getppid());  // mpirun's pid: shared

@@ -173,6 +173,40 @@ TEST_P(DataParallel, ReplicasStayIdenticalWithoutAHostWaitPerStep) {
   }
 }
 
+// Each replica's running statistics follow its own shard; at the end of every epoch every
+// replica takes the first one's (Note [Buffers across replicas]), eager and recorded.
+TEST_P(DataParallel, ReplicasTakeTheFirstOnesBuffersAtEachEpochsEnd) {
+  const auto g = group();
+  if (g.size() < 2) GTEST_SKIP() << "needs two devices of one kind (TESSERA_CPU_DEVICES=2)";
+  const auto [images, labels] = random_images(32);
+  for (const bool graph :
+       g[0].is_cpu() ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    SCOPED_TRACE(graph ? "recorded steps" : "eager steps");
+    data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 1});
+    std::vector<std::shared_ptr<nn::Module>> models;
+    train::Classifier task(
+        [&models] {
+          models.push_back(std::make_shared<nn::Sequential>(
+              nn::Flatten(), nn::Linear(64, 6), nn::BatchNorm1d(6), nn::ReLU(), nn::Linear(6, 4)));
+          return models.back();
+        },
+        make_opt(false));
+    train::Trainer trainer({.max_epochs = 2, .progress = false, .devices = g, .graph = graph});
+    const auto history = trainer.fit(task, loader, &loader);
+    ASSERT_EQ(models.size(), g.size());
+    AllowSync deliberate;  // the test's reads
+    const auto first = models[0]->tensor("2.running_mean").to_vector<double>();
+    EXPECT_NE(first, std::vector<double>(6, 0.0)) << "the statistics moved";
+    for (std::size_t r = 1; r < models.size(); ++r) {
+      EXPECT_EQ(models[r]->tensor("2.running_mean").to_vector<double>(), first) << "replica " << r;
+      EXPECT_EQ(models[r]->tensor("2.running_var").to_vector<double>(),
+                models[0]->tensor("2.running_var").to_vector<double>())
+          << "replica " << r;
+    }
+    for (const auto& m : history) EXPECT_TRUE(std::isfinite(m.val_loss));
+  }
+}
+
 TEST_P(DataParallel, TheLedgerShowsTheAllReduceBytes) {
   const auto g = group();
   if (g.size() != 2) GTEST_SKIP() << "counts bytes for two devices";

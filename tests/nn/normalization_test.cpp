@@ -1,0 +1,283 @@
+// batch_norm, layer_norm and their layers against float64 references on every device: the
+// normalized values, the running statistics, evaluation mode, buffers that move and save
+// with the module, no host wait, and the errors. Their gradients are checked in
+// tests/autograd/gradcheck_test.cpp.
+#include <cmath>
+
+#include "support/device_test.h"
+
+namespace tessera {
+namespace {
+
+using testing::DeviceTest;
+using testing::expect_close;
+using testing::expect_throw_with;
+using testing::random_values;
+
+// x of shape [n, c, inner] (row-major) normalized per channel by its batch statistics, then
+// w and b; also the channels' means and unbiased variances.
+struct BatchNormReference {
+  std::vector<double> y, mean, unbiased_var;
+};
+BatchNormReference reference_batch_norm(const std::vector<double>& x, int n, int c, int inner,
+                                        const std::vector<double>& w, const std::vector<double>& b,
+                                        double eps) {
+  BatchNormReference r{std::vector<double>(x.size()), std::vector<double>(c),
+                       std::vector<double>(c)};
+  const auto at = [&](int i, int ch, int j) {
+    return (static_cast<std::size_t>(i) * c + ch) * inner + j;
+  };
+  const double count = static_cast<double>(n) * inner;
+  for (int ch = 0; ch < c; ++ch) {
+    double sum = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < inner; ++j) sum += x[at(i, ch, j)];
+    const double mean = sum / count;
+    double squares = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < inner; ++j)
+        squares += (x[at(i, ch, j)] - mean) * (x[at(i, ch, j)] - mean);
+    const double var = squares / count;
+    r.mean[ch] = mean;
+    r.unbiased_var[ch] = squares / (count - 1);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < inner; ++j) {
+        r.y[at(i, ch, j)] = (x[at(i, ch, j)] - mean) / std::sqrt(var + eps) * w[ch] + b[ch];
+      }
+  }
+  return r;
+}
+
+class Normalization : public DeviceTest {};
+
+TEST_P(Normalization, BatchNorm2dTrainsOnTheBatchAndUpdatesItsRunningStatistics) {
+  const Device d = device();
+  const int n = 3, c = 4, h = 5, w = 2;
+  manual_seed(0);
+  nn::BatchNorm2d bn(c, {.momentum = 0.25}, {kFloat32, d});
+  const auto weight = random_values(c, 2, 0.5, 1.5), bias = random_values(c, 3);
+  bn.weight = from_vector(weight, {c}, {kFloat32, d});
+  bn.bias = from_vector(bias, {c}, {kFloat32, d});
+  // Values offset from 0 so the mean matters; a permuted (non-contiguous) input.
+  const auto xs = random_values(n * c * h * w, 4, 2, 5);
+  const Tensor x = from_vector(xs, {n, h, w, c}, {kFloat32, d}).permute({0, 3, 1, 2});
+  std::vector<double> contiguous(xs.size());  // x in [n, c, h*w] order, for the reference
+  for (int i = 0; i < n; ++i)
+    for (int y = 0; y < h; ++y)
+      for (int z = 0; z < w; ++z)
+        for (int ch = 0; ch < c; ++ch) {
+          contiguous[((i * c + ch) * h + y) * w + z] = xs[((i * h + y) * w + z) * c + ch];
+        }
+  const auto ref = reference_batch_norm(contiguous, n, c, h * w, weight, bias, 1e-5);
+  const Tensor y = bn(x);
+  EXPECT_EQ(y.device(), d);
+  EXPECT_EQ(y.shape(), Shape({n, c, h, w}));
+  expect_close(y, ref.y, 1e-4, 1e-4, "training output");
+  std::vector<double> want_mean(c), want_var(c);
+  for (int ch = 0; ch < c; ++ch) {
+    want_mean[ch] = 0.25 * ref.mean[ch];
+    want_var[ch] = 0.75 + 0.25 * ref.unbiased_var[ch];
+  }
+  expect_close(bn.running_mean, want_mean, 1e-5, 1e-5, "running_mean");
+  expect_close(bn.running_var, want_var, 1e-5, 1e-5, "running_var");
+  EXPECT_EQ(bn.running_mean.device(), d);
+
+  // Evaluation mode normalizes by the running statistics and leaves them alone.
+  bn.eval();
+  const Tensor e = bn(x);
+  std::vector<double> want(contiguous.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const int ch = static_cast<int>(i / (h * w)) % c;
+    want[i] =
+        (contiguous[i] - want_mean[ch]) / std::sqrt(want_var[ch] + 1e-5) * weight[ch] + bias[ch];
+  }
+  expect_close(e, want, 1e-4, 1e-4, "evaluation output");
+  expect_close(bn.running_mean, want_mean, 1e-5, 1e-5, "running_mean after evaluation");
+}
+
+TEST_P(Normalization, BatchNorm1dTakesTwoAndThreeDimsAndFloat64) {
+  const Device d = device();
+  for (const bool three : {false, true}) {
+    SCOPED_TRACE(three ? "[N, C, L]" : "[N, C]");
+    const int n = 6, c = 3, l = three ? 4 : 1;
+    nn::BatchNorm1d bn(c, {.affine = false}, {kFloat64, d});
+    EXPECT_FALSE(bn.weight.defined());
+    EXPECT_TRUE(bn.parameters().empty());
+    const auto xs = random_values(n * c * l, 7, -3, 3);
+    const Shape shape = three ? Shape({n, c, l}) : Shape({n, c});
+    const auto ref = reference_batch_norm(xs, n, c, l, std::vector<double>(c, 1.0),
+                                          std::vector<double>(c, 0.0), 1e-5);
+    expect_close(bn(from_vector(xs, shape, {kFloat64, d})), ref.y, 1e-12, 1e-12);
+    std::vector<double> want(c);
+    for (int ch = 0; ch < c; ++ch) want[ch] = 0.9 + 0.1 * ref.unbiased_var[ch];
+    expect_close(bn.running_var, want, 1e-12, 1e-12, "running_var");
+  }
+}
+
+TEST_P(Normalization, WithoutRunningStatisticsEvaluationUsesTheBatch) {
+  const Device d = device();
+  nn::BatchNorm1d bn(2, {.track_running_stats = false}, {kFloat32, d});
+  EXPECT_FALSE(bn.running_mean.defined());
+  EXPECT_TRUE(bn.buffers().empty());
+  bn.eval();
+  const auto xs = random_values(8, 9);
+  const auto ref = reference_batch_norm(xs, 4, 2, 1, {1, 1}, {0, 0}, 1e-5);
+  expect_close(bn(from_vector(xs, {4, 2}, {kFloat32, d})), ref.y, 1e-4, 1e-4);
+}
+
+TEST_P(Normalization, BuffersMoveSaveAndLoadWithTheModule) {
+  const Device d = device();
+  nn::Sequential net(nn::Linear(3, 4), nn::BatchNorm1d(4));
+  net.to(d);
+  const auto state = net.state_dict();
+  ASSERT_EQ(state.count("1.running_mean"), 1u);
+  ASSERT_EQ(state.count("1.running_var"), 1u);
+  EXPECT_EQ(net.buffers().size(), 2u);
+  EXPECT_EQ(net.at<nn::BatchNorm1d>(1).running_mean.device(), d);
+  (void)net(from_vector(random_values(15, 1), {5, 3}, {kFloat32, d}));  // updates the buffers
+  nn::Sequential copy(nn::Linear(3, 4), nn::BatchNorm1d(4));
+  copy.load_state_dict(net.state_dict());
+  AllowSync deliberate;  // the test's reads
+  EXPECT_EQ(copy.at<nn::BatchNorm1d>(1).running_var.to_vector<double>(),
+            net.at<nn::BatchNorm1d>(1).running_var.to_vector<double>());
+  EXPECT_NE(copy.at<nn::BatchNorm1d>(1).running_var.to_vector<double>(),
+            std::vector<double>(4, 1.0));
+  EXPECT_NE(net.str().find("BatchNorm1d(4, eps=1e-05, momentum=0.1, affine=true, "
+                           "track_running_stats=true)"),
+            std::string::npos)
+      << net.str();
+  if (available_devices().size() > 1) {
+    const Device other = available_devices()[available_devices()[0] == d ? 1 : 0];
+    net.to(other);
+    EXPECT_EQ(net.at<nn::BatchNorm1d>(1).running_mean.device(), other);
+    EXPECT_EQ(net.device(), other);
+  }
+}
+
+TEST_P(Normalization, TrainingQueuesWithoutAHostWait) {
+  const Device d = device();
+  nn::Sequential net(nn::Conv2d(2, 3, 3, {.padding = {1, 1}}), nn::BatchNorm2d(3), nn::ReLU(),
+                     nn::Flatten(), nn::Linear(3 * 16, 5), nn::LayerNorm({5}));
+  net.to(d);
+  const Tensor x = randn({4, 2, 4, 4}, {kFloat32, d});
+  synchronize(d);
+  {
+    SyncGuard no_waits(SyncMode::kError);
+    sum(net(x) * net(x)).backward();
+  }
+  for (const Tensor& p : net.parameters()) EXPECT_TRUE(p.grad().defined());
+  AllowSync deliberate;
+  for (const double g : net.at<nn::BatchNorm2d>(1).weight.grad().to_vector<double>()) {
+    EXPECT_TRUE(std::isfinite(g));
+  }
+}
+
+TEST_P(Normalization, LayerNormMatchesAReferenceOverTheLastDims) {
+  const Device d = device();
+  const int rows = 5, a = 3, b = 4;
+  nn::LayerNorm ln({a, b}, 1e-5, true, {kFloat32, d});
+  const auto weight = random_values(a * b, 11, 0.5, 1.5), bias = random_values(a * b, 12);
+  ln.weight = from_vector(weight, {a, b}, {kFloat32, d});
+  ln.bias = from_vector(bias, {a, b}, {kFloat32, d});
+  const auto xs = random_values(rows * a * b, 13, -2, 4);
+  std::vector<double> want(xs.size());
+  for (int r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < a * b; ++i) mean += xs[r * a * b + i] / (a * b);
+    for (int i = 0; i < a * b; ++i) {
+      var += (xs[r * a * b + i] - mean) * (xs[r * a * b + i] - mean) / (a * b);
+    }
+    for (int i = 0; i < a * b; ++i) {
+      want[r * a * b + i] =
+          (xs[r * a * b + i] - mean) / std::sqrt(var + 1e-5) * weight[i] + bias[i];
+    }
+  }
+  expect_close(ln(from_vector(xs, {rows, a, b}, {kFloat32, d})), want, 1e-4, 1e-4);
+  EXPECT_EQ(ln.str(), "LayerNorm([3, 4], eps=1e-05, elementwise_affine=true)\n");
+}
+
+TEST_P(Normalization, HalfInputsUnderAutocastNormalizeInFloat32) {
+  const Device d = device();
+  nn::BatchNorm1d bn(3, {}, {kFloat32, d});
+  nn::LayerNorm ln({3}, 1e-5, true, {kFloat32, d});
+  const auto xs = random_values(12, 14, -2, 2);
+  const Tensor x = from_vector(xs, {4, 3}, {kBFloat16, d});
+  AutocastGuard autocast(d.kind(), kBFloat16);
+  const Tensor y = bn(x), z = ln(x);
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_EQ(z.dtype(), kBFloat16);
+  EXPECT_EQ(bn.running_mean.dtype(), kFloat32);
+  const auto held = x.to_vector<double>();  // the bfloat16 values the layer saw
+  const auto ref = reference_batch_norm(held, 4, 3, 1, {1, 1, 1}, {0, 0, 0}, 1e-5);
+  expect_close(y, ref.y, 1e-2, 1e-2, "batch norm in bfloat16");
+}
+
+TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
+  const Device d = device();
+  nn::Sequential net(nn::BatchNorm2d(3));
+  net.to(d);
+  const TensorOptions f32{kFloat32, d};
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)net(zeros({2, 3, 4}, f32));
+      },
+      {"[BatchNorm2d] Sequential[0] takes inputs [N, C, H, W]", "got shape [2, 3, 4]"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)net(zeros({2, 4, 1, 1}, f32));
+      },
+      {"num_features=3", "the input has 4 channels"});
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)net(zeros({1, 3, 1, 1}, f32));
+      },
+      {"more than 1 value per channel", "[1, 3, 1, 1]", "eval()"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)net(zeros({2, 3, 2, 2}, {kFloat64, d}));
+      },
+      {"has float32 parameters but the input is float64"});
+  nn::BatchNorm1d one(2);
+  expect_throw_with<ShapeError>([&] { (void)one(zeros({2, 2, 2, 2})); }, {"[N, C] or [N, C, L]"});
+  expect_throw_with<Error>([] { nn::BatchNorm1d(2, {.momentum = 1.5}); },
+                           {"[BatchNorm1d] momentum", "[0, 1]", "1.5"});
+  expect_throw_with<ShapeError>([] { nn::BatchNorm2d(0); }, {"num_features must be positive"});
+  expect_throw_with<DtypeError>([] { nn::BatchNorm2d(2, {}, kInt64); },
+                                {"floating-point", "int64"});
+  const Tensor x = zeros({4, 2}, f32);
+  expect_throw_with<Error>([&] { (void)nn::batch_norm(x, {}, {}); },
+                           {"[batch_norm] evaluation", "undefined", "training = true"});
+  expect_throw_with<ShapeError>([&] { (void)nn::batch_norm(x, zeros({3}, f32), ones({3}, f32)); },
+                                {"running_mean has shape [3] but must be [2]", "[4, 2]"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)nn::batch_norm(x, zeros({2}, {kFloat64, d}), ones({2}, {kFloat64, d}));
+      },
+      {"the input is float32 but running_mean is float64"});
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)nn::batch_norm(zeros({4, 2}, {kInt64, d}), {}, {}, {}, {}, true);
+      },
+      {"floating inputs", "int64"});
+  expect_throw_with<ShapeError>([&] { (void)nn::layer_norm(x, {3}); },
+                                {"[layer_norm] normalized_shape [3]", "input has shape [4, 2]"});
+  expect_throw_with<ShapeError>([] { nn::LayerNorm({}); }, {"1 dim or more"});
+  expect_throw_with<Error>([&] { (void)nn::layer_norm(x, {2}, {}, {}, -1); }, {"eps", "-1"});
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device other = available_devices()[available_devices()[0] == d ? 1 : 0];
+  expect_throw_with<DeviceMismatchError>(
+      [&] {
+        (void)nn::batch_norm(x, zeros({2}, {kFloat32, other}), ones({2}, f32));
+      },
+      {"batch_norm", "running_mean"});
+  expect_throw_with<DeviceMismatchError>(
+      [&] {
+        (void)net(zeros({2, 3, 2, 2}, {kFloat32, other}));
+      },
+      {"Sequential[0]"});
+}
+
+TESSERA_INSTANTIATE_DEVICE_SUITE(Normalization);
+
+}  // namespace
+}  // namespace tessera
