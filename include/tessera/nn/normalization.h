@@ -2,6 +2,9 @@
 /// Normalization layers: BatchNorm1d, BatchNorm2d (the book's batch normalization, with
 /// running statistics kept as buffers on the module's device) and LayerNorm.
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "tessera/export.h"
 #include "tessera/factories.h"
@@ -73,17 +76,19 @@ class TESSERA_API BatchNorm : public Module {
 /// BatchNorm1d(num_features): inputs [N, C] or [N, C, L].
 class TESSERA_API BatchNorm1d : public BatchNorm {
  public:
-  explicit BatchNorm1d(std::int64_t num_features, BatchNormOptions norm = {},
+  // Parameters named apart from the members, for users' -Wshadow: the body is in the header.
+  explicit BatchNorm1d(std::int64_t features, BatchNormOptions options_of_norm = {},
                        TensorOptions options = {})
-      : BatchNorm("BatchNorm1d", num_features, norm, options, {2, 3}) {}
+      : BatchNorm("BatchNorm1d", features, options_of_norm, options, {2, 3}) {}
 };
 
 /// BatchNorm2d(num_features): inputs [N, C, H, W].
 class TESSERA_API BatchNorm2d : public BatchNorm {
  public:
-  explicit BatchNorm2d(std::int64_t num_features, BatchNormOptions norm = {},
+  // Parameters named apart from the members, for users' -Wshadow: the body is in the header.
+  explicit BatchNorm2d(std::int64_t features, BatchNormOptions options_of_norm = {},
                        TensorOptions options = {})
-      : BatchNorm("BatchNorm2d", num_features, norm, options, {4}) {}
+      : BatchNorm("BatchNorm2d", features, options_of_norm, options, {4}) {}
 };
 
 /// LayerNorm(normalized_shape): normalizes over the input's last dims, which must equal
