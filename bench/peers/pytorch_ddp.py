@@ -36,6 +36,12 @@ def read_idx(name):
 def model(name):
     if name == "mlp":  # tessera's nn::models::mlp
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    if name == "lenet-bn":  # tessera's nn::models::lenet_batch_norm, the book's BNLeNet
+        return nn.Sequential(
+            nn.Conv2d(1, 6, 5), nn.BatchNorm2d(6), nn.Sigmoid(), nn.AvgPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.BatchNorm2d(16), nn.Sigmoid(), nn.AvgPool2d(2), nn.Flatten(),
+            nn.Linear(256, 120), nn.BatchNorm1d(120), nn.Sigmoid(),
+            nn.Linear(120, 84), nn.BatchNorm1d(84), nn.Sigmoid(), nn.Linear(84, 10))
     # tessera's nn::models::lenet(book=false): ReLU and max pooling
     return nn.Sequential(
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -57,8 +63,8 @@ def run(rank, args):
     net = model(args.model)
     if args.world > 1:
         net = nn.parallel.DistributedDataParallel(net)
-    lr = args.lr if args.lr else (0.05 if args.model == "lenet" else 0.1)
-    momentum = args.momentum if args.momentum is not None else (0.9 if args.model == "lenet" else 0.0)
+    lr = args.lr if args.lr else (0.05 if args.model.startswith("lenet") else 0.1)
+    momentum = args.momentum if args.momentum is not None else (0.9 if args.model.startswith("lenet") else 0.0)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(epoch))
@@ -83,7 +89,7 @@ def run(rank, args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "lenet"], default="mlp")
+    p.add_argument("--model", choices=["mlp", "lenet", "lenet-bn"], default="mlp")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--world", type=int, default=2)

@@ -61,6 +61,13 @@ struct Window2d {
 
 enum class PoolKind : std::uint8_t { kMax, kAvg };
 
+// Scalars of batch normalization (Backend::batch_norm).
+struct BatchNormParams {
+  bool training = false;  // normalize by the batch's statistics (else the running ones)
+  double momentum = 0;    // the batch's weight in the running statistics
+  double eps = 0;
+};
+
 // Scalars of one fused SGD step (PyTorch's torch.optim.SGD); see Backend::sgd_step.
 struct SgdParams {
   double lr = 0;
@@ -273,6 +280,28 @@ class Backend {
   // grad_logits[i, c] = (probs[i, c] - (c == targets[i])) * grad_losses[i]; all contiguous.
   virtual void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
                                       const Tensor& grad_losses, const Tensor& grad_logits) = 0;
+
+  // Batch normalization of contiguous x seen as [N, C, S] (S: the product of the dims after
+  // dim 1) into y (contiguous, like x), float32 or float64; every other tensor is [C],
+  // contiguous, of x's dtype, or undefined where allowed. Training: the mean and the biased
+  // variance of each channel's N x S values go to save_mean and, as 1 / sqrt(var + eps), to
+  // save_invstd; defined running_mean and running_var move toward them in place,
+  // r = (1 - momentum) r + momentum stat, the variance unbiased (M / (M - 1), M = N S).
+  // Evaluation: save_mean = running_mean, save_invstd = 1 / sqrt(running_var + eps). Then
+  // y = (x - save_mean) save_invstd weight + bias (weight 1, bias 0 when undefined). N S > 0.
+  virtual void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                          const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                          const Tensor& save_mean, const Tensor& save_invstd,
+                          const BatchNormParams& p) = 0;
+  // Its gradients from grad_y (contiguous, like x), each written only when defined: grad_x
+  // (like x), grad_weight and grad_bias [C]. With xhat = (x - save_mean) save_invstd:
+  // grad_bias = sum grad_y, grad_weight = sum grad_y xhat (over each channel's N x S), and
+  // grad_x = weight save_invstd (grad_y - (grad_bias + xhat grad_weight) / M) in training,
+  // weight save_invstd grad_y in evaluation. weight may be undefined (1).
+  virtual void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                   bool training, const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) = 0;
 
   // 2-D convolution (cross-correlation, like PyTorch) of contiguous NCHW x [N, C, H, W] with
   // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.

@@ -9,20 +9,21 @@
 #include "core/device_rules.h"
 #include "core/tensor_impl.h"
 #include "nn/layer_input.h"
+#include "ops/fused_ops.h"
+#include "ops/half_compute.h"
 #include "tessera/autocast.h"
 #include "tessera/autograd.h"
 #include "tessera/operators.h"
 #include "tessera/ops.h"
 
 // Note [Normalization from ops]
-// batch_norm and layer_norm are written with the ops (mean, sub, mul, pow), so they run on
-// every device kind, queue without a host wait, capture in graphs, and autograd
-// differentiates them, at the cost of a few passes over x more than a fused kernel makes:
-// training reads x about seven times. The running statistics are updated in place under
-// NoGradGuard, on their device: recorded in a graph, a replay updates them again, as an
-// eager step would. Under autocast a half input is widened to float32 (a recorded cast, so
-// its gradient comes back in its dtype) and the result narrowed back to the input's dtype,
-// as PyTorch's CPU and CUDA kernels return it.
+// layer_norm is written with the ops (mean, sub, mul, pow), so it runs on every device kind,
+// queues without a host wait, captures in graphs, and autograd differentiates it, at the
+// cost of a few passes over x more than a fused kernel makes. batch_norm, in every model of
+// the book's later chapters, is one kernel each way (Note [Fused batch normalization] in
+// ops/batch_norm.cpp). Under autocast a half input is widened to float32 (a recorded cast,
+// so its gradient comes back in its dtype) and the result narrowed back to the input's
+// dtype, as PyTorch's CPU and CUDA kernels return it.
 
 namespace tessera::nn {
 namespace {
@@ -68,14 +69,6 @@ Tensor in_dtype(const Tensor& t, Dtype dtype) {
 void check_eps(const char* op, double eps) {
   TESSERA_CHECK(std::isfinite(eps) && eps >= 0, Error,
                 "[{}] eps is added to the variance and must be finite and >= 0, got {}", op, eps);
-}
-
-// The running statistics move toward the batch's: stat = (1 - momentum) stat + momentum
-// batch_stat, on their device, in their dtype.
-void update_running(const Tensor& running, const Tensor& batch_stat, double momentum) {
-  NoGradGuard no_grad;
-  Tensor stat = running;  // a handle to the buffer itself
-  stat.mul_(1.0 - momentum).add_(batch_stat.detach().reshape({stat.numel()}) * momentum);
 }
 
 }  // namespace
@@ -125,36 +118,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 "or more, or call eval() on the model to use the running statistics",
                 kOp, x.shape().str());
 
-  // [1, C, 1, ...]: broadcasts a per-channel tensor over x.
-  Shape broadcast(x.shape());
-  for (int d = 0; d < broadcast.size(); ++d) broadcast[d] = d == 1 ? channels : 1;
-  std::vector<int> reduced{0};
-  for (int d = 2; d < x.dim(); ++d) reduced.push_back(d);
-
-  const Tensor input = in_dtype(x, dtype);  // Note [Normalization from ops]
-  const Tensor w = weight.defined() ? in_dtype(weight, dtype).view(broadcast) : Tensor();
-  const Tensor b = bias.defined() ? in_dtype(bias, dtype).view(broadcast) : Tensor();
-  Tensor y;
-  if (training) {
-    const Tensor mean = input.mean(reduced, /*keepdim=*/true);
-    const Tensor centered = input - mean;
-    const Tensor var = (centered * centered).mean(reduced, /*keepdim=*/true);
-    if (running_mean.defined() && per_channel > 0) {
-      // The running variance is the unbiased one (n / (n - 1)), as PyTorch keeps it.
-      const double n = static_cast<double>(per_channel);
-      update_running(running_mean, mean, momentum);
-      update_running(running_var, var * (n / (n - 1)), momentum);
-    }
-    const Tensor invstd = (var + eps).pow(-0.5);
-    y = centered * (w.defined() ? invstd * w : invstd);
-    if (b.defined()) y = y + b;
-  } else {
-    // x scale + shift, with scale and shift per channel: two passes over x.
-    const Tensor mean = in_dtype(running_mean, dtype).view(broadcast);
-    const Tensor invstd = (in_dtype(running_var, dtype).view(broadcast) + eps).pow(-0.5);
-    const Tensor scale = w.defined() ? invstd * w : invstd;
-    const Tensor shift = b.defined() ? b - mean * scale : -(mean * scale);
-    y = input * scale + shift;
+  // The kernels compute in float32 or float64: a half x (and half parameters) in float32
+  // copies, through recorded casts, so gradients come back in each tensor's dtype.
+  const Dtype kernel_dtype = is_half(dtype) ? kFloat32 : dtype;
+  const Tensor input = in_dtype(x, kernel_dtype);
+  const Tensor w = in_dtype(weight, kernel_dtype);
+  const Tensor b = in_dtype(bias, kernel_dtype);
+  // Running statistics of another dtype (a half model's) are updated in copies, stored back.
+  Tensor mean = running_mean, var = running_var;
+  const bool copied = running_mean.defined() && running_mean.dtype() != kernel_dtype;
+  if (copied) {
+    NoGradGuard no_grad;
+    mean = running_mean.to(kernel_dtype);
+    var = running_var.to(kernel_dtype);
+  }
+  const Tensor y = detail::fused_batch_norm(
+      input, w, b, mean, var, {.training = training, .momentum = momentum, .eps = eps});
+  if (copied && training) {
+    detail::store_converted(mean, running_mean);
+    detail::store_converted(var, running_var);
   }
   return in_dtype(y, x.dtype());
 }

@@ -17,6 +17,15 @@ Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved);
 // backward when logits need grad. A target outside [0, C) gives a NaN loss.
 Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets);
 
+// Batch normalization of x [N, C, ...] in one kernel each way (Backend::batch_norm, Note
+// [Fused batch normalization] in batch_norm.cpp): x float32 or float64, every defined
+// per-channel tensor [C] of x's dtype on x's device (the caller, nn::batch_norm, has checked
+// all of it); running statistics updated in place in training. Recorded for backward when
+// x, weight or bias need grad.
+Tensor fused_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& running_mean, const Tensor& running_var,
+                        const BatchNormParams& p);
+
 // Names one parameter of an optimizer in errors: "[SGD.step] ... parameter 3 ...".
 struct ParamSite {
   const char* op;  // "SGD.step"

@@ -126,6 +126,16 @@ TEST_P(GradCheck, Normalization) {
     const Tensor var = from_vector(std::vector<double>{0.5, 2.0}, {2}, {kFloat64, d});
     return nn::batch_norm(x[0], mean, var, x[1], x[2], /*training=*/false);
   });
+  // [N, C]: the kernels' loops across the channels of each row.
+  gradcheck("batch_norm of [N, C], training", d, {{{5, 3}}, {{3}, 0.5, 2}, {{3}}},
+            [](auto& x) { return nn::batch_norm(x[0], {}, {}, x[1], x[2], /*training=*/true); });
+  gradcheck("batch_norm of [N, C], evaluation", d, {{{4, 2}}, {{2}}}, [d](auto& x) {
+    const Tensor mean = from_vector(std::vector<double>{0.1, -0.4}, {2}, {kFloat64, d});
+    const Tensor var = from_vector(std::vector<double>{1.5, 0.25}, {2}, {kFloat64, d});
+    return nn::batch_norm(x[0], mean, var, x[1], {}, /*training=*/false);
+  });
+  gradcheck("batch_norm of a transposed input", d, {{{3, 4}}},
+            [](auto& x) { return nn::batch_norm(x[0].t(), {}, {}, {}, {}, /*training=*/true); });
   gradcheck("layer_norm", d, {{{3, 2, 3}}, {{2, 3}}, {{2, 3}}}, [](auto& x) {
     return nn::layer_norm(x[0], {2, 3}, x[1], x[2]);
   });

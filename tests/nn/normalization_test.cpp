@@ -114,6 +114,79 @@ TEST_P(Normalization, BatchNorm1dTakesTwoAndThreeDimsAndFloat64) {
   }
 }
 
+// Large enough for the kernels to split channels and rows across threads.
+TEST_P(Normalization, ALargeBatchMatchesTheReferenceForwardAndBackward) {
+  const Device d = device();
+  const int n = 8, c = 4, h = 32, w = 33;  // 33,792 values
+  nn::BatchNorm2d bn(c, {}, {kFloat32, d});
+  const auto xs = random_values(n * c * h * w, 21, -1, 3);
+  const Tensor x = from_vector(xs, {n, c, h, w}, {kFloat32, d}).requires_grad_();
+  const auto ref = reference_batch_norm(xs, n, c, h * w, std::vector<double>(c, 1.0),
+                                        std::vector<double>(c, 0.0), 1e-5);
+  const Tensor y = bn(x);
+  expect_close(y, ref.y, 1e-4, 1e-4, "output");
+  // d/dx sum(y * g) for a fixed g: with xhat = y, grad_x = invstd (g - mean(g) - xhat
+  // mean(g xhat)) per channel.
+  const auto gs = random_values(xs.size(), 22);
+  sum(y * from_vector(gs, y.shape(), {kFloat32, d})).backward();
+  const int inner = h * w;
+  std::vector<double> want(xs.size());
+  for (int ch = 0; ch < c; ++ch) {
+    double mean_g = 0, mean_gx = 0, var = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < inner; ++j) {
+        const std::size_t at = (static_cast<std::size_t>(i) * c + ch) * inner + j;
+        mean_g += gs[at] / (n * inner);
+        mean_gx += gs[at] * ref.y[at] / (n * inner);
+        var += (xs[at] - ref.mean[ch]) * (xs[at] - ref.mean[ch]) / (n * inner);
+      }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < inner; ++j) {
+        const std::size_t at = (static_cast<std::size_t>(i) * c + ch) * inner + j;
+        want[at] = (gs[at] - mean_g - ref.y[at] * mean_gx) / std::sqrt(var + 1e-5);
+      }
+  }
+  expect_close(x.grad(), want, 1e-3, 1e-4, "grad_x");
+  std::vector<double> want_db(c, 0.0);
+  for (std::size_t i = 0; i < gs.size(); ++i) want_db[(i / inner) % c] += gs[i];
+  expect_close(bn.bias.grad(), want_db, 1e-4, 1e-3, "grad_bias");
+}
+
+TEST_P(Normalization, AnEmptyBatchLeavesTheStatisticsAlone) {
+  const Device d = device();
+  nn::BatchNorm1d bn(3, {}, {kFloat32, d});
+  const Tensor x = zeros({0, 3}, {kFloat32, d}).requires_grad_();
+  const Tensor y = bn(x);
+  EXPECT_EQ(y.shape(), Shape({0, 3}));
+  sum(y).backward();
+  expect_close(bn.running_mean, {0, 0, 0}, 0, 0, "running_mean");
+  expect_close(bn.running_var, {1, 1, 1}, 0, 0, "running_var");
+  expect_close(bn.weight.grad(), {0, 0, 0}, 0, 0, "grad_weight");
+}
+
+TEST_P(Normalization, AHalfModelNormalizesInFloat32AndKeepsItsDtype) {
+  const Device d = device();
+  for (const Dtype half : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(half));
+    nn::BatchNorm1d bn(3, {.momentum = 0.5}, {kFloat32, d});
+    bn.to(half);
+    const auto xs = random_values(12, 23, -2, 2);
+    const Tensor x = from_vector(xs, {4, 3}, {half, d}).requires_grad_();
+    const Tensor y = bn(x);
+    EXPECT_EQ(y.dtype(), half);
+    EXPECT_EQ(bn.running_mean.dtype(), half);
+    sum(y * y).backward();
+    EXPECT_EQ(x.grad().dtype(), half);
+    EXPECT_EQ(bn.weight.grad().dtype(), half);
+    const auto held = x.to_vector<double>();
+    const auto ref = reference_batch_norm(held, 4, 3, 1, {1, 1, 1}, {0, 0, 0}, 1e-5);
+    expect_close(y, ref.y, 1e-2, 1e-2, "output");
+    std::vector<double> want(3);
+    for (int ch = 0; ch < 3; ++ch) want[ch] = 0.5 * ref.mean[ch];
+    expect_close(bn.running_mean, want, 1e-2, 1e-2, "running_mean");
+  }
+}
+
 TEST_P(Normalization, WithoutRunningStatisticsEvaluationUsesTheBatch) {
   const Device d = device();
   nn::BatchNorm1d bn(2, {.track_running_stats = false}, {kFloat32, d});

@@ -300,6 +300,14 @@ class CpuBackend final : public CpuBackendBase {
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                        const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                        const Window2d& w) override;
+  void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                  const Tensor& save_mean, const Tensor& save_invstd,
+                  const BatchNormParams& p) override;
+  void batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                           const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                           const Tensor& grad_x, const Tensor& grad_weight,
+                           const Tensor& grad_bias) override;
   void pool2d(PoolKind kind, const Tensor& x, const Tensor& out, const Tensor& indices,
               const Window2d& w) override;  // cpu_pool.cpp
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,

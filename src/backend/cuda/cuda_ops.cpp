@@ -1,6 +1,7 @@
 // The CUDA backend's kernel entry points: each passes the tensors to its launcher on the
 // device's stream (kernels.h). Nothing here waits.
 #include "backend/cuda/cuda_backend.h"
+#include "core/tensor_impl.h"
 
 namespace tessera::detail {
 
@@ -63,6 +64,31 @@ void CudaBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targ
   cuda::launch_cross_entropy_backward(activate(probs.device().index()), kernel_arg(probs),
                                       kernel_arg(targets), kernel_arg(grad_losses),
                                       kernel_arg(grad_logits));
+}
+
+namespace {
+void* data_or_null(const Tensor& t) { return t.defined() ? impl_of(t).data() : nullptr; }
+}  // namespace
+
+void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
+                             const Tensor& save_mean, const Tensor& save_invstd,
+                             const BatchNormParams& p) {
+  cuda::launch_batch_norm(activate(x.device().index()), kernel_arg(x), data_or_null(weight),
+                          data_or_null(bias), data_or_null(running_mean), data_or_null(running_var),
+                          kernel_arg(y), data_or_null(save_mean), data_or_null(save_invstd), p);
+}
+
+void CudaBackend::batch_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                                      const Tensor& save_mean, const Tensor& save_invstd,
+                                      bool training, const Tensor& grad_x,
+                                      const Tensor& grad_weight, const Tensor& grad_bias) {
+  // The per-channel sums, freed in stream order once the kernels that read them have run.
+  const Tensor sums = make_tensor({2 * x.size(1)}, kFloat64, x.device(), "batch_norm_backward");
+  cuda::launch_batch_norm_backward(
+      activate(x.device().index()), kernel_arg(x), data_or_null(weight), kernel_arg(grad_y),
+      data_or_null(save_mean), data_or_null(save_invstd), training, data_or_null(sums),
+      data_or_null(grad_x), data_or_null(grad_weight), data_or_null(grad_bias));
 }
 
 }  // namespace tessera::detail

@@ -1,0 +1,193 @@
+// CUDA batch normalization (Backend::batch_norm and batch_norm_backward), x seen as
+// [N, C, S]. One block per channel forms its sums over the channel's N x S values in double,
+// combined in a fixed tree in shared memory (so the result does not depend on timing); the
+// passes that write x's shape are grid-stride loops over every element. The math is
+// cpu_batch_norm.cpp's.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernel_utils.cuh"
+#include "core/dispatch.h"
+
+namespace tessera::detail::cuda {
+namespace {
+
+using i64 = std::int64_t;
+
+// The sum of every thread's v in the block (kThreads threads), read by all of them.
+__device__ double block_sum(double v, double* smem) {
+  smem[threadIdx.x] = v;
+  __syncthreads();
+  for (int off = kThreads / 2; off > 0; off /= 2) {
+    if (threadIdx.x < off) smem[threadIdx.x] += smem[threadIdx.x + off];
+    __syncthreads();
+  }
+  const double total = smem[0];
+  __syncthreads();  // smem is reused by the next call
+  return total;
+}
+
+struct Geometry {
+  i64 n, c, s;
+  __device__ i64 offset(i64 ch, i64 i) const {  // the i-th of channel ch's n x s values
+    const i64 row = i / s;
+    return (row * c + ch) * s + (i - row * s);
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    statistics_kernel(const T* __restrict__ x, Geometry g, T* running_mean, T* running_var,
+                      T* __restrict__ save_mean, T* __restrict__ save_invstd, BatchNormParams p) {
+  __shared__ double smem[kThreads];
+  const i64 ch = blockIdx.x;
+  if (!p.training) {
+    if (threadIdx.x == 0) {
+      save_mean[ch] = running_mean[ch];
+      save_invstd[ch] = static_cast<T>(1.0 / sqrt(static_cast<double>(running_var[ch]) + p.eps));
+    }
+    return;
+  }
+  const i64 m = g.n * g.s;
+  double sum = 0;
+  for (i64 i = threadIdx.x; i < m; i += kThreads) sum += static_cast<double>(x[g.offset(ch, i)]);
+  const double mean = block_sum(sum, smem) / static_cast<double>(m);
+  double squares = 0;
+  for (i64 i = threadIdx.x; i < m; i += kThreads) {
+    const double v = static_cast<double>(x[g.offset(ch, i)]) - mean;
+    squares += v * v;
+  }
+  const double var = block_sum(squares, smem) / static_cast<double>(m);
+  if (threadIdx.x != 0) return;
+  save_mean[ch] = static_cast<T>(mean);
+  save_invstd[ch] = static_cast<T>(1.0 / sqrt(var + p.eps));
+  if (running_mean != nullptr) {
+    const double unbiased = static_cast<double>(m) / static_cast<double>(m - 1);
+    running_mean[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_mean[ch]) +
+                                      p.momentum * mean);
+    running_var[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_var[ch]) +
+                                     p.momentum * var * unbiased);
+  }
+}
+
+template <typename T>
+__global__ void normalize_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                 const T* __restrict__ bias, const T* __restrict__ save_mean,
+                                 const T* __restrict__ save_invstd, T* __restrict__ y, Geometry g,
+                                 i64 numel) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < numel; i += stride) {
+    const i64 ch = (i / g.s) % g.c;
+    const T k = save_invstd[ch] * (weight != nullptr ? weight[ch] : T(1));
+    y[i] = (x[i] - save_mean[ch]) * k + (bias != nullptr ? bias[ch] : T(0));
+  }
+}
+
+// sums[ch] = sum grad_y, sums[c + ch] = sum grad_y (x - mean); grad_bias and grad_weight
+// from them when wanted.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    gradient_sums_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                         const T* __restrict__ save_mean, const T* __restrict__ save_invstd,
+                         Geometry g, double* __restrict__ sums, T* grad_weight, T* grad_bias) {
+  __shared__ double smem[kThreads];
+  const i64 ch = blockIdx.x;
+  const i64 m = g.n * g.s;
+  const double mean = static_cast<double>(save_mean[ch]);
+  double a = 0, b = 0;
+  for (i64 i = threadIdx.x; i < m; i += kThreads) {
+    const i64 at = g.offset(ch, i);
+    const double grad = static_cast<double>(dy[at]);
+    a += grad;
+    b += grad * (static_cast<double>(x[at]) - mean);
+  }
+  const double sum_dy = block_sum(a, smem);
+  const double sum_dy_xmu = block_sum(b, smem);
+  if (threadIdx.x != 0) return;
+  sums[ch] = sum_dy;
+  sums[g.c + ch] = sum_dy_xmu;
+  if (grad_bias != nullptr) grad_bias[ch] = static_cast<T>(sum_dy);
+  if (grad_weight != nullptr) {
+    grad_weight[ch] = static_cast<T>(sum_dy_xmu * static_cast<double>(save_invstd[ch]));
+  }
+}
+
+template <typename T>
+__global__ void input_gradient_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                      const T* __restrict__ dy, const T* __restrict__ save_mean,
+                                      const T* __restrict__ save_invstd,
+                                      const double* __restrict__ sums, bool training, Geometry g,
+                                      i64 numel, T* __restrict__ dx) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  const double m = static_cast<double>(g.n * g.s);
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < numel; i += stride) {
+    const i64 ch = (i / g.s) % g.c;
+    const double invstd = static_cast<double>(save_invstd[ch]);
+    const double k = invstd * (weight != nullptr ? static_cast<double>(weight[ch]) : 1.0);
+    double grad = static_cast<double>(dy[i]);
+    if (training) {
+      const double xmu = static_cast<double>(x[i]) - static_cast<double>(save_mean[ch]);
+      grad -= (sums[ch] + xmu * invstd * invstd * sums[g.c + ch]) / m;
+    }
+    dx[i] = static_cast<T>(k * grad);
+  }
+}
+
+Geometry geometry_of(const KernelArg& x) {
+  i64 s = 1;
+  for (int d = 2; d < x.ndim; ++d) s *= x.sizes[d];
+  return {x.sizes[0], x.sizes[1], s};
+}
+
+int elementwise_grid(i64 numel) {
+  return static_cast<int>(std::clamp<i64>((numel + kThreads - 1) / kThreads, 1, 65535));
+}
+
+}  // namespace
+
+void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias,
+                       void* running_mean, void* running_var, const KernelArg& y, void* save_mean,
+                       void* save_invstd, const BatchNormParams& p) {
+  const Geometry g = geometry_of(x);
+  if (g.c == 0 || x.numel == 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  dispatch_floating(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    statistics_kernel<T><<<static_cast<unsigned>(g.c), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data), g, static_cast<T*>(running_mean),
+        static_cast<T*>(running_var), static_cast<T*>(save_mean), static_cast<T*>(save_invstd), p);
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm");
+    normalize_kernel<T><<<elementwise_grid(x.numel), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data), static_cast<const T*>(weight), static_cast<const T*>(bias),
+        static_cast<const T*>(save_mean), static_cast<const T*>(save_invstd),
+        static_cast<T*>(y.data), g, x.numel);
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm");
+  });
+}
+
+void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
+                                const KernelArg& grad_y, void* save_mean, void* save_invstd,
+                                bool training, void* sums, void* grad_x, void* grad_weight,
+                                void* grad_bias) {
+  const Geometry g = geometry_of(x);
+  if (g.c == 0 || x.numel == 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  dispatch_floating(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gradient_sums_kernel<T><<<static_cast<unsigned>(g.c), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data), static_cast<const T*>(grad_y.data),
+        static_cast<const T*>(save_mean), static_cast<const T*>(save_invstd), g,
+        static_cast<double*>(sums), static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm_backward");
+    if (grad_x == nullptr) return;
+    input_gradient_kernel<T><<<elementwise_grid(x.numel), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data), static_cast<const T*>(weight),
+        static_cast<const T*>(grad_y.data), static_cast<const T*>(save_mean),
+        static_cast<const T*>(save_invstd), static_cast<const double*>(sums), training, g, x.numel,
+        static_cast<T*>(grad_x));
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm_backward");
+  });
+}
+
+}  // namespace tessera::detail::cuda
