@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "support/device_test.h"
+#include "support/random_images.h"
 
 namespace tessera {
 namespace {
@@ -348,6 +349,36 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
         (void)net(zeros({2, 3, 2, 2}, {kFloat32, other}));
       },
       {"Sequential[0]"});
+}
+
+// A recorded training step (TrainerOptions::graph) updates the running statistics at every
+// replay, as eager steps do, and trains the same parameters.
+TEST_P(Normalization, RecordedStepsUpdateTheRunningStatisticsAsEagerStepsDo) {
+  const Device d = device();
+  const auto [images, labels] = testing::random_images(40);  // 5 batches of 8
+  std::vector<std::vector<double>> results[2];
+  for (const bool graph : {false, true}) {
+    data::DataLoader loader(images, labels, {.batch_size = 8, .seed = 2});
+    manual_seed(0);
+    train::Classifier task(
+        [] {
+          return std::make_shared<nn::Sequential>(nn::Flatten(), nn::Linear(64, 6),
+                                                  nn::BatchNorm1d(6), nn::ReLU(), nn::Linear(6, 4));
+        },
+        [](const std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+          return std::make_unique<optim::SGD>(p, optim::SgdOptions{.lr = 0.2, .momentum = 0.9});
+        });
+    train::Trainer({.max_epochs = 2, .progress = false, .device = d, .graph = graph})
+        .fit(task, loader);
+    AllowSync deliberate;  // the test's reads
+    for (const auto& [name, t] : task.model().state_dict()) {
+      results[graph].push_back(t.to_vector<double>());
+    }
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (std::size_t i = 0; i < results[0].size(); ++i) {
+    expect_close(results[1][i], results[0][i], 1e-5, 1e-6, "state " + std::to_string(i));
+  }
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Normalization);
