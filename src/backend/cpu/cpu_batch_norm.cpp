@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/strided_loop.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -16,11 +17,6 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backe
 namespace {
 
 using i64 = std::int64_t;
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
-}
 
 struct Dims {
   i64 n, c, s;

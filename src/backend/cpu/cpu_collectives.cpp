@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/spin_wait.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -35,11 +36,6 @@ Chunk chunk_of(std::int64_t n, int k, int j) {
   const std::int64_t base = n / k, extra = n % k;
   const std::int64_t begin = j * base + std::min<std::int64_t>(j, extra);
   return {begin, begin + base + (j < extra ? 1 : 0)};
-}
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return reinterpret_cast<T*>(impl_of(t).data());
 }
 
 // out[e] = sum (or mean) over i of in[i][e], for e in [begin, end), where any out may be an

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/cpu/vector_math.h"
 #include "core/dispatch.h"
@@ -17,11 +18,6 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backe
 namespace {
 
 using i64 = std::int64_t;
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return reinterpret_cast<T*>(impl_of(t).data());
-}
 
 template <typename T>
 void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& losses,

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/optimizer_math.h"
 #include "core/dispatch.h"
@@ -26,11 +27,6 @@ void parallel_ranges(std::int64_t n, F&& f) {
     const std::int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     f(n * t / threads, n * (t + 1) / threads);
   }
-}
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return reinterpret_cast<T*>(impl_of(t).data());
 }
 
 // Whether a 0-dim float32 flag of DeviceStepState is set (undefined: not set).

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/strided_loop.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -14,11 +15,6 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backe
 namespace {
 
 using i64 = std::int64_t;
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
-}
 
 // The window of output (oy, ox), clipped to the plane: rows [y0, y1), columns [x0, x1).
 struct Span {

@@ -6,17 +6,13 @@
 #include "backend/cpu/conv/direct_conv.h"
 #include "backend/cpu/conv/im2col_conv.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/scratch_memory.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
-
-template <typename T>
-T* data_of(const Tensor& t) {
-  return t.defined() ? reinterpret_cast<T*>(impl_of(t).data()) : nullptr;
-}
 
 template <typename T>
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
