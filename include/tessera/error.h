@@ -38,6 +38,15 @@ class TESSERA_API DtypeError : public Error {
   using Error::Error;
 };
 
+/// An index outside the range of the dim it indexes (index_select, index_add, nn::Embedding).
+/// Index values live on the device, so this is thrown when the kernel finds one: by the op on
+/// the plain CPU, at the next wait for the device (item(), to_vector(), synchronize())
+/// elsewhere.
+class TESSERA_API IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// A memory request that the device cannot satisfy (its limit or its physical memory).
 class TESSERA_API OutOfMemoryError : public Error {
  public:

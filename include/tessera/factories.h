@@ -116,6 +116,12 @@ TESSERA_API Tensor arange(Scalar start, Scalar end, Scalar step = 1, TensorOptio
 /// Floating dtypes only (DtypeError otherwise).
 TESSERA_API Tensor rand(const Shape& shape, TensorOptions options = {});
 TESSERA_API Tensor randn(const Shape& shape, TensorOptions options = {});
+/// Integers uniform in [low, high) (or [0, high)) from the default generator, int64 (the
+/// only dtype: DtypeError for another; convert with .to()). The same seed draws the same
+/// values on every device. Throws Error unless low < high.
+TESSERA_API Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape,
+                           TensorOptions options = {});
+TESSERA_API Tensor randint(std::int64_t high, const Shape& shape, TensorOptions options = {});
 /// Uniform in [low, high), normal with mean and standard deviation.
 TESSERA_API Tensor uniform(const Shape& shape, double low, double high, TensorOptions options = {});
 TESSERA_API Tensor normal(const Shape& shape, double mean, double stddev,

@@ -132,6 +132,25 @@ TESSERA_API std::vector<Tensor> split(const Tensor& a, const std::vector<std::in
 /// `chunks` empty views. ShapeError when chunks is not positive.
 TESSERA_API std::vector<Tensor> chunk(const Tensor& a, std::int64_t chunks, int dim = 0);
 
+// ---- indexing ----
+/// The slices of `x` along `dim` (negative counts from the end) that `index` names, in its
+/// order, as PyTorch's index_select: the result has index.numel() elements along dim and
+/// x's sizes elsewhere, x's dtype (any) and device. `index` is a 1-D (or 0-dim) int64 or
+/// int32 tensor on x's device (DtypeError, ShapeError, DeviceMismatchError); an index may
+/// repeat. Indices must be in [0, x.size(dim)): negative ones are refused, as in PyTorch.
+/// Index values stay on the device, so a bad one throws IndexError where the kernel meets
+/// it: from this call on the plain CPU, at the next wait for the device (item(),
+/// to_vector(), synchronize()) elsewhere. Differentiable in x: the gradient is index_add of
+/// the result's gradient into zeros (repeated indices add up).
+TESSERA_API Tensor index_select(const Tensor& x, int dim, const Tensor& index);
+/// A copy of `x` with source's slice i added to its slice index[i] along `dim`, for each i in
+/// order (repeated indices add up), as PyTorch's index_add. source has x's dtype and rank,
+/// index.numel() elements along dim and x's sizes elsewhere (DtypeError, ShapeError); index
+/// and its errors as in index_select. bool adds as logical or. Differentiable in x (the
+/// gradient passes through) and source (index_select of the gradient). x.index_add_() is
+/// the in-place form.
+TESSERA_API Tensor index_add(const Tensor& x, int dim, const Tensor& index, const Tensor& source);
+
 // ---- normalization ----
 /// softmax and log_softmax along `dim`, numerically stable (max subtracted first).
 TESSERA_API Tensor softmax(const Tensor& a, int dim);

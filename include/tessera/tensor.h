@@ -142,6 +142,8 @@ class TESSERA_API Tensor {
   std::vector<Tensor> split(std::int64_t split_size, int dim = 0) const;
   std::vector<Tensor> split(const std::vector<std::int64_t>& sizes, int dim = 0) const;
   std::vector<Tensor> chunk(std::int64_t chunks, int dim = 0) const;
+  Tensor index_select(int dim, const Tensor& index) const;
+  Tensor index_add(int dim, const Tensor& index, const Tensor& source) const;
 
   // ---- reading on the host (waits for the device; counted as a host wait and a
   //      device-to-host copy when the device is not the host) ----
@@ -184,6 +186,10 @@ class TESSERA_API Tensor {
   Tensor& mul_(Scalar value);
   Tensor& div_(const Tensor& other);
   Tensor& div_(Scalar value);
+  /// index_add (ops.h) into this tensor: its slice index[i] along dim += source's slice i.
+  /// Not recorded for autograd: refused, as every in-place op, when grad mode is on and an
+  /// operand takes part in the graph.
+  Tensor& index_add_(int dim, const Tensor& index, const Tensor& source);
   Tensor& fill_(double value);
   Tensor& zero_();
 

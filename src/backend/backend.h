@@ -245,6 +245,10 @@ class Backend {
   virtual void arange(const Tensor& out, double start, double step) = 0;
   virtual void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
                       std::uint64_t offset) = 0;
+  // out (contiguous int64) gets low + (64 random bits of counter offset + i) mod span, the
+  // same values on every backend (philox.h: uniform_int). span >= 1.
+  virtual void random_int(const Tensor& out, std::int64_t low, std::uint64_t span,
+                          std::uint64_t seed, std::uint64_t offset) = 0;
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
   // grad_in = the gradient of an activation (kRelu, kSigmoid, kTanh) in one pass, from the
   // gradient of its output and `saved` (the op's input for kRelu, its output otherwise).
@@ -302,6 +306,17 @@ class Backend {
                                    const Tensor& save_mean, const Tensor& save_invstd,
                                    bool training, const Tensor& grad_x, const Tensor& grad_weight,
                                    const Tensor& grad_bias) = 0;
+
+  // Indexing along `dim` (Note [Indices checked by the kernel] in backend/indexing.h: an
+  // index outside [0, size of dim) is found and reported by the kernel, never read past).
+  // index is contiguous int64 [k] with k > 0. index_select: out's slice i along dim = x's
+  // slice index[i]; x and out contiguous, of one dtype, any (halves too: rows are moved as
+  // bytes). index_add: target's slice index[i] += source's slice i, in place, in the order of
+  // i for each element (so the same on every run); target and source contiguous, of one
+  // dtype that is not a half type (bool adds as logical or).
+  virtual void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) = 0;
+  virtual void index_add(const Tensor& target, int dim, const Tensor& index,
+                         const Tensor& source) = 0;
 
   // 2-D convolution (cross-correlation, like PyTorch) of contiguous NCHW x [N, C, H, W] with
   // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.

@@ -65,6 +65,15 @@ inline T largest_below_bound(double high) {
   return f;
 }
 
+// An integer in [low, low + span) from 64 random bits, modulo span: the bias toward small
+// remainders is below span / 2^64 (none for a power of two), as PyTorch's randint. Computed
+// in uint64, so a span past INT64_MAX (randint(INT64_MIN, INT64_MAX)) does not overflow.
+TESSERA_HOST_DEVICE inline std::int64_t uniform_int(const Philox4& r, std::int64_t low,
+                                                    std::uint64_t span) {
+  const std::uint64_t bits = (static_cast<std::uint64_t>(r.x[0]) << 32) | r.x[1];
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(low) + bits % span);
+}
+
 // Standard normal by Box-Muller from two uniforms in (0, 1], computed in double so both
 // backends round the same way.
 TESSERA_HOST_DEVICE inline double normal_double(const Philox4& r) {

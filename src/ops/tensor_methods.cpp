@@ -50,4 +50,11 @@ std::vector<Tensor> Tensor::chunk(std::int64_t chunks, int dim) const {
   return tessera::chunk(*this, chunks, dim);
 }
 
+Tensor Tensor::index_select(int dim, const Tensor& index) const {
+  return tessera::index_select(*this, dim, index);
+}
+Tensor Tensor::index_add(int dim, const Tensor& index, const Tensor& source) const {
+  return tessera::index_add(*this, dim, index, source);
+}
+
 }  // namespace tessera

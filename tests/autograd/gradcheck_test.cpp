@@ -222,6 +222,21 @@ TEST_P(GradCheck, JoiningAndSplitting) {
   });
 }
 
+TEST_P(GradCheck, Indexing) {
+  const Device d = device();
+  const Tensor rows = from_vector(std::vector<std::int64_t>{2, 0, 2, 3}, {4}, {kInt64, d});
+  const Tensor cols = from_vector(std::vector<std::int64_t>{1, 1, 0}, {3}, {kInt32, d});
+  gradcheck("index_select", d, {{{4, 3}}}, [&](auto& x) {
+    return index_select(x[0], 0, rows) * x[0].index_select(1, cols).sum();
+  });
+  gradcheck("index_select_t", d, {{{3, 4}}},
+            [&](auto& x) { return x[0].t().index_select(-1, cols); });
+  gradcheck("index_add", d, {{{4, 3}}, {{4, 3}}},
+            [&](auto& x) { return index_add(x[0] * x[0], 0, rows, x[1] * x[1]); });
+  gradcheck("index_add_dim1", d, {{{2, 3}}, {{2, 3}}},
+            [&](auto& x) { return x[0].index_add(1, cols, exp(x[1])) * x[0]; });
+}
+
 TEST_P(GradCheck, AcrossDevicesTheGradientComesBack) {
   TESSERA_REQUIRE_TWO_DEVICES();
   Device other = device();

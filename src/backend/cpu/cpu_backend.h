@@ -280,6 +280,11 @@ class CpuBackend final : public CpuBackendBase {
   void arange(const Tensor& out, double start, double step) override;
   void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
               std::uint64_t offset) override;
+  void random_int(const Tensor& out, std::int64_t low, std::uint64_t span, std::uint64_t seed,
+                  std::uint64_t offset) override;
+  void index_select(const Tensor& x, int dim, const Tensor& index,
+                    const Tensor& out) override;  // cpu_index.cpp
+  void index_add(const Tensor& target, int dim, const Tensor& index, const Tensor& source) override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
                       const Tensor& grad_in) override;

@@ -1,4 +1,5 @@
-// CPU elementwise kernels: fill, arange, random, unary, binary (tensor or scalar), where.
+// CPU elementwise kernels: fill, arange, random, random_int, unary, binary (tensor or scalar),
+// where.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -106,6 +107,19 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, 
               o[i] = below_bound(a + (b - a) * uniform_double(r), below);
             }
           });
+        });
+      },
+      out);
+}
+
+void CpuBackend::random_int(const Tensor& out, std::int64_t low, std::uint64_t span,
+                            std::uint64_t seed, std::uint64_t offset) {
+  launch_with(
+      out.device().index(),
+      [low, span, seed, offset](const Tensor& out) {
+        auto* o = reinterpret_cast<std::int64_t*>(impl_of(out).data());
+        parallel_index_loop(out.numel(), [&](std::int64_t i) {
+          o[i] = uniform_int(philox4x32(offset + static_cast<std::uint64_t>(i), seed), low, span);
         });
       },
       out);

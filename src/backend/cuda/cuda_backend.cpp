@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include <fmt/format.h>
@@ -99,6 +100,12 @@ CudaBackend::PerDevice& CudaBackend::device(int index) {
     TESSERA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
     std::uint64_t keep = UINT64_MAX;
     TESSERA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    // Made here, not at the first index kernel, which may be in a graph capture. Its host
+    // address is its device address (unified addressing on every GPU tessera supports).
+    void* fault = nullptr;
+    TESSERA_CUDA_CHECK(cudaHostAlloc(&fault, sizeof(cuda::IndexFault),
+                                     cudaHostAllocMapped | cudaHostAllocPortable));
+    d.index_fault = new (fault) cuda::IndexFault{};
   });
   return d;
 }

@@ -65,6 +65,10 @@ class CudaBackend final : public Backend {
   void arange(const Tensor& out, double start, double step) override;
   void random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
               std::uint64_t offset) override;
+  void random_int(const Tensor& out, std::int64_t low, std::uint64_t span, std::uint64_t seed,
+                  std::uint64_t offset) override;
+  void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& target, int dim, const Tensor& index, const Tensor& source) override;
   void unary(UnaryOp op, const Tensor& in, const Tensor& out) override;
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
                       const Tensor& grad_in) override;
@@ -155,7 +159,13 @@ class CudaBackend final : public Backend {
     // Graph capture (cuda_graph.cpp).
     std::atomic<bool> capturing{false};
     std::shared_ptr<GraphPool> capture_pool;
+    // Where index kernels record a bad index (Note [Indices checked by the kernel] in
+    // backend/indexing.h): mapped pinned host memory, made with the device.
+    cuda::IndexFault* index_fault = nullptr;
   };
+  // Throws the IndexError an index kernel recorded on GPU `index` since the last report, and
+  // clears it; call after waiting for the GPU (cuda_ops.cpp).
+  void report_index_fault(int index);
   PerDevice& device(int index);
   void apply_joins(PerDevice& d);
   // The streams a freed block may still be used on (empty when only the default runs).

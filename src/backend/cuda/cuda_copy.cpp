@@ -126,6 +126,7 @@ void CudaBackend::copy_to_host(const Tensor& src, void* dst) {
   }
   // No unsafe asynchronous device-to-host copy: the host has the values when we return.
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  report_index_fault(src.device().index());
 }
 
 void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
@@ -179,6 +180,7 @@ void CudaBackend::synchronize(int index) {
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(slot.stream));
   }
   reap_finished_copies();
+  report_index_fault(index);
 }
 
 }  // namespace tessera::detail

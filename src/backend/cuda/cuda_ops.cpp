@@ -1,6 +1,7 @@
 // The CUDA backend's kernel entry points: each passes the tensors to its launcher on the
 // device's stream (kernels.h). Nothing here waits.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/indexing.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail {
@@ -16,6 +17,40 @@ void CudaBackend::arange(const Tensor& out, double start, double step) {
 void CudaBackend::random(const Tensor& out, RandomKind kind, double a, double b, std::uint64_t seed,
                          std::uint64_t offset) {
   cuda::launch_random(activate(out.device().index()), kernel_arg(out), kind, a, b, seed, offset);
+}
+
+void CudaBackend::random_int(const Tensor& out, std::int64_t low, std::uint64_t span,
+                             std::uint64_t seed, std::uint64_t offset) {
+  cuda::launch_random_int(activate(out.device().index()), kernel_arg(out), low, span, seed, offset);
+}
+
+void CudaBackend::index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) {
+  const int d = out.device().index();
+  const IndexGeometry g = index_geometry(x, dim);
+  const cudaStream_t stream = activate(d);
+  cuda::launch_index_select(stream, kernel_arg(x), kernel_arg(index), kernel_arg(out), g.outer, g.n,
+                            g.inner, dim, device(d).index_fault);
+}
+
+void CudaBackend::index_add(const Tensor& target, int dim, const Tensor& index,
+                            const Tensor& source) {
+  const int d = target.device().index();
+  const IndexGeometry g = index_geometry(target, dim);
+  const cudaStream_t stream = activate(d);
+  cuda::launch_index_add(stream, kernel_arg(target), kernel_arg(index), kernel_arg(source), g.outer,
+                         g.n, g.inner, dim, device(d).index_fault);
+}
+
+void CudaBackend::report_index_fault(int index) {
+  cuda::IndexFault* fault = devices_[index].index_fault;
+  // Read after the wait for the kernels that may have written it (the caller's).
+  if (fault == nullptr || __atomic_load_n(&fault->claimed, __ATOMIC_ACQUIRE) == 0) [[likely]] {
+    return;
+  }
+  const cuda::IndexFault seen = *fault;
+  __atomic_store_n(&fault->claimed, 0u, __ATOMIC_RELEASE);
+  throw_index_out_of_range(static_cast<IndexOp>(seen.op), seen.value, seen.position, seen.dim,
+                           seen.size);
 }
 
 void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {

@@ -127,6 +127,7 @@ void CudaBackend::order_stream_after(int index, int waiter, int waited) {
 void CudaBackend::synchronize_stream(int index, int id) {
   activate(index);
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(devices_[index].streams[id].stream));
+  report_index_fault(index);
 }
 
 }  // namespace tessera::detail

@@ -126,3 +126,32 @@ void launch_pool2d_backward(StreamHandle s, PoolKind kind, const KernelArg& grad
                             const void* indices, const KernelArg& grad_x, const Window2d& w);
 
 }  // namespace tessera::detail::cuda
+
+namespace tessera::detail::cuda {
+
+// ---- indexing (kernels_index.cu) ----
+// Where a kernel records an index it found out of range (Note [Indices checked by the
+// kernel] in backend/indexing.h): mapped pinned host memory, one per GPU, that kernels write
+// through its device address and the host reads after waiting for the GPU. `claimed` goes
+// from 0 to 1 by atomicCAS in the one thread that then writes the rest; the host puts it
+// back to 0 once it has reported the error.
+struct IndexFault {
+  unsigned int claimed;
+  int op;   // an IndexOp (backend/indexing.h)
+  int dim;  // the indexed dim
+  std::int64_t value, position, size;
+};
+// Same contracts as Backend::index_select and Backend::index_add, for x (or target) seen as
+// [outer, n, inner] around `dim` and an int64 index of k > 0 values; `fault` is the GPU's
+// slot (its device address).
+void launch_index_select(StreamHandle s, const KernelArg& x, const KernelArg& index,
+                         const KernelArg& out, std::int64_t outer, std::int64_t n,
+                         std::int64_t inner, int dim, IndexFault* fault);
+void launch_index_add(StreamHandle s, const KernelArg& target, const KernelArg& index,
+                      const KernelArg& source, std::int64_t outer, std::int64_t n,
+                      std::int64_t inner, int dim, IndexFault* fault);
+// Same contract as Backend::random_int (kernels_random.cu).
+void launch_random_int(StreamHandle s, const KernelArg& out, std::int64_t low, std::uint64_t span,
+                       std::uint64_t seed, std::uint64_t offset);
+
+}  // namespace tessera::detail::cuda

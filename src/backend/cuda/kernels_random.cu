@@ -1,5 +1,5 @@
-// CUDA arange and random: element i is a function of i alone, so the values are the CPU
-// backend's. Note [Same numbers on every device] explains the rounding.
+// CUDA arange, random and random_int: element i is a function of i alone, so the values are
+// the CPU backend's. Note [Same numbers on every device] explains the rounding.
 #include <type_traits>
 
 #include "backend/cuda/map_kernel.cuh"
@@ -65,6 +65,16 @@ struct NormalFn {
   }
 };
 
+struct IntegerFn {
+  using Indexed = void;
+  std::uint64_t seed, offset;
+  std::int64_t low;
+  std::uint64_t span;
+  __device__ std::int64_t operator()(std::int64_t i) const {
+    return uniform_int(philox4x32(offset + static_cast<std::uint64_t>(i), seed), low, span);
+  }
+};
+
 }  // namespace
 
 void launch_arange(StreamHandle s, const KernelArg& out, double start, double step) {
@@ -96,6 +106,13 @@ void launch_random(StreamHandle s, const KernelArg& out, RandomKind kind, double
     const UniformDoubleFn fn{seed, offset, a, b - a, largest_below_bound<double>(b)};
     launch_map<double, double, double, 0>(stream, "rand", fn, out);
   }
+}
+
+void launch_random_int(StreamHandle s, const KernelArg& out, std::int64_t low, std::uint64_t span,
+                       std::uint64_t seed, std::uint64_t offset) {
+  TESSERA_CUDA_EXPECT(out.dtype == kInt64, "random_int draws into a dtype other than int64");
+  launch_map<std::int64_t, std::int64_t, std::int64_t, 0>(static_cast<cudaStream_t>(s), "randint",
+                                                          IntegerFn{seed, offset, low, span}, out);
 }
 
 }  // namespace tessera::detail::cuda

@@ -1,0 +1,134 @@
+// CUDA index_select and index_add. No device assert and no read outside a tensor for a bad
+// index: see Note [Indices checked by the kernel] in backend/indexing.h.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/kernel_utils.cuh"
+#include "backend/indexing.h"
+#include "core/dispatch.h"
+
+namespace tessera::detail::cuda {
+namespace {
+
+using i64 = std::int64_t;
+
+// Records the bad index `value` at `position` in the GPU's slot, unless a thread already did.
+__device__ void report_bad_index(IndexFault* fault, IndexOp op, int dim, i64 value, i64 position,
+                                 i64 size) {
+  if (atomicCAS(&fault->claimed, 0u, 1u) != 0u) return;
+  fault->op = static_cast<int>(op);
+  fault->dim = dim;
+  fault->value = value;
+  fault->position = position;
+  fault->size = size;
+  __threadfence_system();  // the host reads the slot after waiting for the kernel
+}
+
+// One element of out per step (moved as an unsigned integer of the dtype's width, so every
+// dtype, halves included, shares four instantiations).
+template <typename U>
+__global__ void index_select_kernel(const U* __restrict__ x, const i64* __restrict__ index,
+                                    U* __restrict__ out, i64 total, i64 k, i64 n, i64 inner,
+                                    int dim, IndexFault* fault) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; e < total; e += stride) {
+    const i64 j = e % inner, r = e / inner;  // r: the row (o, i) of out
+    const i64 i = r % k, o = r / k;
+    const i64 v = index[i];
+    if (v < 0 || v >= n) [[unlikely]] {
+      if (j == 0) report_bad_index(fault, IndexOp::kIndexSelect, dim, v, i, n);
+      out[e] = U(0);
+      continue;
+    }
+    out[e] = x[(o * n + v) * inner + j];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void add_into(T& d, T s) {
+  if constexpr (std::is_same_v<T, bool>) {
+    d = d || s;
+  } else {
+    d = static_cast<T>(d + s);
+  }
+}
+
+// One thread per column (o, j) of target, over i in order: no two threads write one element,
+// so no atomics, and the sums run in the CPU's order.
+template <typename T>
+__global__ void index_add_kernel(T* __restrict__ target, const i64* __restrict__ index,
+                                 const T* __restrict__ source, i64 columns, i64 k, i64 n, i64 inner,
+                                 int dim, IndexFault* fault) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 c = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; c < columns; c += stride) {
+    const i64 o = c / inner, j = c % inner;
+    bool reported = false;
+    for (i64 i = 0; i < k; ++i) {
+      const i64 v = index[i];
+      if (v < 0 || v >= n) [[unlikely]] {
+        if (!reported) report_bad_index(fault, IndexOp::kIndexAdd, dim, v, i, n);
+        reported = true;
+        continue;
+      }
+      add_into(target[(o * n + v) * inner + j], source[(o * k + i) * inner + j]);
+    }
+  }
+}
+
+template <typename U>
+void select_as(cudaStream_t stream, const KernelArg& x, const KernelArg& index,
+               const KernelArg& out, i64 k, i64 n, i64 inner, int dim, IndexFault* fault) {
+  constexpr auto kernel = index_select_kernel<U>;
+  kernel<<<grid_for<kernel>(out.numel), kThreads, 0, stream>>>(
+      static_cast<const U*>(x.data), static_cast<const i64*>(index.data), static_cast<U*>(out.data),
+      out.numel, k, n, inner, dim, fault);
+}
+
+}  // namespace
+
+void launch_index_select(StreamHandle s, const KernelArg& x, const KernelArg& index,
+                         const KernelArg& out, i64 outer, i64 n, i64 inner, int dim,
+                         IndexFault* fault) {
+  TESSERA_CUDA_EXPECT(index.dtype == kInt64 && index.contiguous && x.contiguous && out.contiguous,
+                      "index_select operands are not contiguous with an int64 index");
+  const i64 k = index.numel;
+  if (out.numel == 0) return;  // nothing to write: no thread reads an index
+  const auto stream = static_cast<cudaStream_t>(s);
+  switch (itemsize(x.dtype)) {
+    case 1:
+      select_as<std::uint8_t>(stream, x, index, out, k, n, inner, dim, fault);
+      break;
+    case 2:
+      select_as<std::uint16_t>(stream, x, index, out, k, n, inner, dim, fault);
+      break;
+    case 4:
+      select_as<std::uint32_t>(stream, x, index, out, k, n, inner, dim, fault);
+      break;
+    default:
+      select_as<std::uint64_t>(stream, x, index, out, k, n, inner, dim, fault);
+      break;
+  }
+  TESSERA_CUDA_CHECK_LAUNCH(stream, "index_select");
+}
+
+void launch_index_add(StreamHandle s, const KernelArg& target, const KernelArg& index,
+                      const KernelArg& source, i64 outer, i64 n, i64 inner, int dim,
+                      IndexFault* fault) {
+  TESSERA_CUDA_EXPECT(index.dtype == kInt64 && index.contiguous && target.contiguous &&
+                          source.contiguous && target.dtype == source.dtype,
+                      "index_add operands are not contiguous of one dtype with an int64 index");
+  const i64 columns = outer * inner;
+  if (columns == 0 || index.numel == 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  dispatch_dtype(target.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr auto kernel = index_add_kernel<T>;
+    kernel<<<grid_for<kernel>(columns), kThreads, 0, stream>>>(
+        static_cast<T*>(target.data), static_cast<const i64*>(index.data),
+        static_cast<const T*>(source.data), columns, index.numel, n, inner, dim, fault);
+  });
+  TESSERA_CUDA_CHECK_LAUNCH(stream, "index_add");
+}
+
+}  // namespace tessera::detail::cuda
