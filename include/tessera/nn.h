@@ -4,6 +4,7 @@
 #include "tessera/nn/checkpoint.h"
 #include "tessera/nn/conv.h"
 #include "tessera/nn/dropout.h"
+#include "tessera/nn/embedding.h"
 #include "tessera/nn/flatten.h"
 #include "tessera/nn/init.h"
 #include "tessera/nn/linear.h"
