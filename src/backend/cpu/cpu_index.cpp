@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernel_data.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/indexing.h"
 #include "core/dispatch.h"
@@ -30,12 +31,12 @@ void check_indices(IndexOp op, const i64* index, i64 k, int dim, i64 size) {
 void select_rows(const Tensor& x, int dim, const Tensor& index, const Tensor& out) {
   const IndexGeometry g = index_geometry(x, dim);
   const i64 k = index.numel();
-  const i64* idx = reinterpret_cast<const i64*>(impl_of(index).data());
+  const i64* idx = data_of<const i64>(index);
   check_indices(IndexOp::kIndexSelect, idx, k, dim, g.n);
   const auto row = static_cast<std::size_t>(g.inner) * x.itemsize();
   if (row == 0) return;
-  const char* src = static_cast<const char*>(impl_of(x).data());
-  char* dst = static_cast<char*>(impl_of(out).data());
+  const char* src = data_of<const char>(x);
+  char* dst = data_of<char>(out);
   const i64 rows = g.outer * k;
   const bool serial = rows * g.inner < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
@@ -54,11 +55,11 @@ template <typename T>
 void add_rows(const Tensor& target, int dim, const Tensor& index, const Tensor& source) {
   const IndexGeometry g = index_geometry(target, dim);
   const i64 k = index.numel();
-  const i64* idx = reinterpret_cast<const i64*>(impl_of(index).data());
+  const i64* idx = data_of<const i64>(index);
   check_indices(IndexOp::kIndexAdd, idx, k, dim, g.n);
   if (g.inner == 0 || g.outer == 0) return;
-  T* dst = reinterpret_cast<T*>(impl_of(target).data());
-  const T* src = reinterpret_cast<const T*>(impl_of(source).data());
+  T* dst = data_of<T>(target);
+  const T* src = data_of<const T>(source);
   const i64 blocks = (g.inner + kColumnBlock - 1) / kColumnBlock;
   const i64 tasks = g.outer * blocks;
   const bool serial = g.outer * k * g.inner < kParallelGrain || omp_in_parallel();
