@@ -193,6 +193,43 @@ int main(int argc, char** argv) {
       sum(y).backward();
     });
   }
+  // ---- normalization and indexing (2026-11-27, later) ----
+  {
+    Tensor xb = randn({32, 64, 32, 32}).requires_grad_();
+    Tensor gamma = ones({64}).requires_grad_(), beta = zeros({64}).requires_grad_();
+    Tensor rm = zeros({64}), rv = ones({64});
+    add("batchnorm2d_fwdbwd_32x64x32", [=] {
+      auto y = nn::batch_norm(xb, rm, rv, gamma, beta, /*training=*/true);
+      sum(y).backward();
+    });
+    add("batchnorm2d_eval_32x64x32", [=] {
+      NoGradGuard no_grad;
+      auto y = nn::batch_norm(xb, rm, rv, gamma, beta, /*training=*/false);
+    });
+    Tensor x1 = randn({256, 120}).requires_grad_();
+    Tensor g1 = ones({120}).requires_grad_(), b1 = zeros({120}).requires_grad_();
+    Tensor rm1 = zeros({120}), rv1 = ones({120});
+    add("batchnorm1d_fwdbwd_256x120", [=] {
+      auto y = nn::batch_norm(x1, rm1, rv1, g1, b1, /*training=*/true);
+      sum(y).backward();
+    });
+    Tensor xl = randn({256, 512}).requires_grad_();
+    Tensor gl = ones({512}).requires_grad_(), bl = zeros({512}).requires_grad_();
+    add("layernorm_fwdbwd_256x512", [=] {
+      auto y = nn::layer_norm(xl, {512}, gl, bl);
+      sum(y).backward();
+    });
+    Tensor table = randn({50000, 256}).requires_grad_();
+    Tensor ids = randint(0, 50000, {4096});
+    add("index_select_4096_of_50000x256", [=] {
+      NoGradGuard no_grad;
+      auto y = index_select(table, 0, ids);
+    });
+    add("embedding_fwdbwd_4096_of_50000x256", [=] {
+      auto y = nn::embedding(ids, table);
+      sum(y).backward();
+    });
+  }
   // ---- data movement ----
   {
     Tensor a = randn({2048, 2048});
