@@ -307,6 +307,22 @@ class Backend {
                                    bool training, const Tensor& grad_x, const Tensor& grad_weight,
                                    const Tensor& grad_bias) = 0;
 
+  // Layer normalization of contiguous x seen as [R, D] (D: the product of the normalized
+  // dims) into y (contiguous, like x), float32 or float64; weight and bias [D] (or
+  // undefined: 1 and 0), save_mean and save_invstd [R], all contiguous and of x's dtype. Per
+  // row: its mean and biased variance, save_invstd = 1 / sqrt(var + eps), and
+  // y = (x - mean) invstd weight + bias. R D > 0.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                          const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) = 0;
+  // Its gradients from grad_y (contiguous, like x), each written only when defined: with
+  // xhat = (x - mean) invstd and h = grad_y weight, grad_x = invstd (h - mean(h) - xhat
+  // mean(h xhat)) over each row; grad_weight = the sum over rows of grad_y xhat, grad_bias
+  // the sum over rows of grad_y ([D]).
+  virtual void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                                   const Tensor& save_mean, const Tensor& save_invstd,
+                                   const Tensor& grad_x, const Tensor& grad_weight,
+                                   const Tensor& grad_bias) = 0;
+
   // Indexing along `dim` (Note [Indices checked by the kernel] in backend/indexing.h: an
   // index outside [0, size of dim) is found and reported by the kernel, never read past).
   // index is contiguous int64 [k] with k > 0. index_select: out's slice i along dim = x's

@@ -16,13 +16,12 @@
 #include "tessera/operators.h"
 #include "tessera/ops.h"
 
-// Note [Normalization from ops]
-// layer_norm is written with the ops (mean, sub, mul, pow), so it runs on every device kind,
-// queues without a host wait, captures in graphs, and autograd differentiates it, at the
-// cost of a few passes over x more than a fused kernel makes. batch_norm, in every model of
-// the book's later chapters, is one kernel each way (Note [Fused batch normalization] in
-// ops/batch_norm.cpp). Under autocast a half input is widened to float32 (a recorded cast,
-// so its gradient comes back in its dtype) and the result narrowed back to the input's
+// Note [Normalization kernels]
+// batch_norm and layer_norm are one kernel forward and one (two for layer_norm's parameters)
+// backward on every backend (Note [Fused batch normalization] in ops/batch_norm.cpp); the
+// code here checks shapes, devices and dtypes. The kernels compute in float32 or float64: a
+// half input (under autocast, or a half model) is widened to float32 through a recorded cast,
+// so its gradient comes back in its dtype, and the result is narrowed back to the input's
 // dtype, as PyTorch's CPU and CUDA kernels return it.
 
 namespace tessera::nn {
@@ -114,8 +113,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const std::int64_t per_channel = channels == 0 ? 0 : x.numel() / channels;
   TESSERA_CHECK(!training || per_channel != 1, ShapeError,
                 "[{}] training normalizes each channel by its batch's mean and variance, which "
-                "needs more than 1 value per channel; input {} has 1. Train with a batch of 2 "
-                "or more, or call eval() on the model to use the running statistics",
+                "needs more than 1 value per channel; input {} has 1. Train with batches of 2 "
+                "or more on each device (in data-parallel training each device gets its share "
+                "of a batch: drop a short last batch with LoaderOptions::drop_last, tessera "
+                "train --drop-last), or call eval() on the model to use the running statistics",
                 kOp, x.shape().str());
 
   // The kernels compute in float32 or float64: a half x (and half parameters) in float32
@@ -124,19 +125,21 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   const Tensor input = in_dtype(x, kernel_dtype);
   const Tensor w = in_dtype(weight, kernel_dtype);
   const Tensor b = in_dtype(bias, kernel_dtype);
-  // Running statistics of another dtype (a half model's) are updated in copies, stored back.
-  Tensor mean = running_mean, var = running_var;
-  const bool copied = running_mean.defined() && running_mean.dtype() != kernel_dtype;
-  if (copied) {
+  // Running statistics of another dtype (a half model's), or strided ones (columns of one
+  // tensor, say) that the kernels would read as [C], are updated in copies, stored back.
+  const auto fits = [&](const Tensor& t) {
+    return !t.defined() || (t.dtype() == kernel_dtype && t.is_contiguous());
+  };
+  const auto kernel_copy = [&](const Tensor& t) {
     NoGradGuard no_grad;
-    mean = running_mean.to(kernel_dtype);
-    var = running_var.to(kernel_dtype);
-  }
+    return fits(t) ? t : t.to(kernel_dtype).contiguous();
+  };
+  const Tensor mean = kernel_copy(running_mean), var = kernel_copy(running_var);
   const Tensor y = detail::fused_batch_norm(
       input, w, b, mean, var, {.training = training, .momentum = momentum, .eps = eps});
-  if (copied && training) {
-    detail::store_converted(mean, running_mean);
-    detail::store_converted(var, running_var);
+  if (training) {
+    if (!fits(running_mean)) detail::store_converted(mean, running_mean);
+    if (!fits(running_var)) detail::store_converted(var, running_var);
   }
   return in_dtype(y, x.dtype());
 }
@@ -160,15 +163,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   check_eps(kOp, eps);
   const Dtype dtype = compute_dtype(kOp, x, {{"weight", &weight}, {"bias", &bias}});
 
-  std::vector<int> reduced;
-  for (int d = x.dim() - k; d < x.dim(); ++d) reduced.push_back(d);
-  const Tensor input = in_dtype(x, dtype);
-  const Tensor mean = input.mean(reduced, /*keepdim=*/true);
-  const Tensor centered = input - mean;
-  const Tensor var = (centered * centered).mean(reduced, /*keepdim=*/true);
-  Tensor y = centered * (var + eps).pow(-0.5);
-  if (weight.defined()) y = y * in_dtype(weight, dtype);  // broadcasts over the leading dims
-  if (bias.defined()) y = y + in_dtype(bias, dtype);
+  // The kernels compute in float32 or float64 (Note [Normalization kernels]).
+  const Dtype kernel_dtype = is_half(dtype) ? kFloat32 : dtype;
+  const Tensor y =
+      detail::fused_layer_norm(in_dtype(x, kernel_dtype), k, in_dtype(weight, kernel_dtype),
+                               in_dtype(bias, kernel_dtype), eps);
   return in_dtype(y, x.dtype());
 }
 
@@ -188,6 +187,12 @@ Tensor filled(const char* layer, const Shape& shape, double value, TensorOptions
   return full(shape, value, options);
 }
 
+// num_batches_tracked: a 0-dim int64 zero on the options' device.
+Tensor counter_on(TensorOptions options) {
+  options.dtype = kInt64;
+  return zeros({}, options);
+}
+
 }  // namespace
 
 BatchNorm::BatchNorm(const char* type_name, std::int64_t features, BatchNormOptions norm_options,
@@ -201,6 +206,9 @@ BatchNorm::BatchNorm(const char* type_name, std::int64_t features, BatchNormOpti
       running_var(norm.track_running_stats
                       ? register_buffer("running_var", filled(type_name, {features}, 1, options))
                       : Tensor()),
+      num_batches_tracked(norm.track_running_stats
+                              ? register_buffer("num_batches_tracked", counter_on(options))
+                              : Tensor()),
       ranks_(ranks) {
   TESSERA_CHECK(norm.momentum >= 0 && norm.momentum <= 1, Error,
                 "[{}] momentum is the batch's weight in the running statistics, in [0, 1]; got "
@@ -232,8 +240,13 @@ Tensor BatchNorm::forward(const Tensor& x) {
   if (running_mean.defined()) check_input_dtype(*this, x, running_mean.dtype());
   // Without running statistics the batch's are used in evaluation too (PyTorch's rule).
   const bool batch_stats = is_training() || !running_mean.defined();
-  return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, norm.momentum,
-                    norm.eps);
+  Tensor y =
+      batch_norm(x, running_mean, running_var, weight, bias, batch_stats, norm.momentum, norm.eps);
+  if (is_training() && num_batches_tracked.defined()) {
+    NoGradGuard no_grad;
+    Tensor(num_batches_tracked).add_(1);
+  }
+  return y;
 }
 
 std::string BatchNorm::extra_repr() const {

@@ -26,6 +26,13 @@ Tensor fused_batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const Tensor& running_mean, const Tensor& running_var,
                         const BatchNormParams& p);
 
+// Layer normalization over the last `normalized_dims` dims of x in one kernel forward and
+// one or two backward (Backend::layer_norm): x float32 or float64, weight and bias of those
+// dims' shape (or undefined), of x's dtype on x's device (checked by the caller,
+// nn::layer_norm). Recorded for backward when x, weight or bias need grad.
+Tensor fused_layer_norm(const Tensor& x, int normalized_dims, const Tensor& weight,
+                        const Tensor& bias, double eps);
+
 // Names one parameter of an optimizer in errors: "[SGD.step] ... parameter 3 ...".
 struct ParamSite {
   const char* op;  // "SGD.step"

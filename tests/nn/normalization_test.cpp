@@ -188,6 +188,28 @@ TEST_P(Normalization, AHalfModelNormalizesInFloat32AndKeepsItsDtype) {
   }
 }
 
+// Running statistics that are views with strides (columns of one tensor) are read and
+// updated where they are, as PyTorch does: the kernels take [C] contiguous, so they get
+// copies that are written back.
+TEST_P(Normalization, StridedRunningStatisticsAreUpdatedInPlace) {
+  const Device d = device();
+  const Tensor store =
+      from_vector(std::vector<double>{0.5, 2, -0.5, 1, 0, 3}, {3, 2}, {kFloat32, d});
+  const Tensor mean = store.select(1, 0), var = store.select(1, 1);
+  const auto xs = random_values(12, 41, -1, 2);
+  const Tensor x = from_vector(xs, {4, 3}, {kFloat32, d});
+  const auto ref = reference_batch_norm(xs, 4, 3, 1, {1, 1, 1}, {0, 0, 0}, 1e-5);
+  expect_close(nn::batch_norm(x, mean, var, {}, {}, /*training=*/true, 0.5), ref.y, 1e-4, 1e-4,
+               "training output");
+  const std::vector<double> old_mean{0.5, -0.5, 0}, old_var{2, 1, 3};
+  std::vector<double> want;
+  for (int ch = 0; ch < 3; ++ch) {
+    want.push_back(0.5 * old_mean[ch] + 0.5 * ref.mean[ch]);
+    want.push_back(0.5 * old_var[ch] + 0.5 * ref.unbiased_var[ch]);
+  }
+  expect_close(store, want, 1e-5, 1e-5, "the store of both statistics");
+}
+
 TEST_P(Normalization, WithoutRunningStatisticsEvaluationUsesTheBatch) {
   const Device d = device();
   nn::BatchNorm1d bn(2, {.track_running_stats = false}, {kFloat32, d});
@@ -206,12 +228,19 @@ TEST_P(Normalization, BuffersMoveSaveAndLoadWithTheModule) {
   const auto state = net.state_dict();
   ASSERT_EQ(state.count("1.running_mean"), 1u);
   ASSERT_EQ(state.count("1.running_var"), 1u);
-  EXPECT_EQ(net.buffers().size(), 2u);
+  EXPECT_EQ(net.buffers().size(), 3u);
+  ASSERT_EQ(state.count("1.num_batches_tracked"), 1u);  // PyTorch's names, for its files
   EXPECT_EQ(net.at<nn::BatchNorm1d>(1).running_mean.device(), d);
   (void)net(from_vector(random_values(15, 1), {5, 3}, {kFloat32, d}));  // updates the buffers
   nn::Sequential copy(nn::Linear(3, 4), nn::BatchNorm1d(4));
   copy.load_state_dict(net.state_dict());
   AllowSync deliberate;  // the test's reads
+  EXPECT_EQ(net.at<nn::BatchNorm1d>(1).num_batches_tracked.item<std::int64_t>(), 1);
+  EXPECT_EQ(net.at<nn::BatchNorm1d>(1).num_batches_tracked.dtype(), kInt64);
+  net.eval();
+  (void)net(from_vector(random_values(15, 1), {5, 3}, {kFloat32, d}));  // counts training only
+  EXPECT_EQ(net.at<nn::BatchNorm1d>(1).num_batches_tracked.item<std::int64_t>(), 1);
+  net.train();
   EXPECT_EQ(copy.at<nn::BatchNorm1d>(1).running_var.to_vector<double>(),
             net.at<nn::BatchNorm1d>(1).running_var.to_vector<double>());
   EXPECT_NE(copy.at<nn::BatchNorm1d>(1).running_var.to_vector<double>(),
@@ -270,6 +299,51 @@ TEST_P(Normalization, LayerNormMatchesAReferenceOverTheLastDims) {
   EXPECT_EQ(ln.str(), "LayerNorm([3, 4], eps=1e-05, elementwise_affine=true)\n");
 }
 
+// Rows enough for the kernel to split them across threads; the gradients of x, weight and
+// bias against a float64 reference.
+TEST_P(Normalization, ALargeLayerNormMatchesTheReferenceForwardAndBackward) {
+  const Device d = device();
+  const int rows = 300, n = 128;  // 38,400 values
+  const auto xs = random_values(rows * n, 31, -1, 3), ws = random_values(n, 32, 0.5, 1.5),
+             bs = random_values(n, 33), gs = random_values(rows * n, 34);
+  const Tensor x = from_vector(xs, {rows, n}, {kFloat32, d}).requires_grad_();
+  const Tensor w = from_vector(ws, {n}, {kFloat32, d}).requires_grad_();
+  const Tensor b = from_vector(bs, {n}, {kFloat32, d}).requires_grad_();
+  const Tensor y = nn::layer_norm(x, {n}, w, b);
+  sum(y * from_vector(gs, {rows, n}, {kFloat32, d})).backward();
+  std::vector<double> want_y(xs.size()), want_dx(xs.size()), want_dw(n, 0.0), want_db(n, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const double* xr = xs.data() + static_cast<std::size_t>(r) * n;
+    const double* gr = gs.data() + static_cast<std::size_t>(r) * n;
+    double mean = 0, var = 0;
+    for (int j = 0; j < n; ++j) mean += xr[j] / n;
+    for (int j = 0; j < n; ++j) var += (xr[j] - mean) * (xr[j] - mean) / n;
+    const double invstd = 1 / std::sqrt(var + 1e-5);
+    double mean_h = 0, mean_hx = 0;
+    for (int j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - mean) * invstd;
+      want_y[r * n + j] = xhat * ws[j] + bs[j];
+      mean_h += gr[j] * ws[j] / n;
+      mean_hx += gr[j] * ws[j] * xhat / n;
+      want_dw[j] += gr[j] * xhat;
+      want_db[j] += gr[j];
+    }
+    for (int j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - mean) * invstd;
+      want_dx[r * n + j] = invstd * (gr[j] * ws[j] - mean_h - xhat * mean_hx);
+    }
+  }
+  expect_close(y, want_y, 1e-4, 1e-4, "output");
+  expect_close(x.grad(), want_dx, 1e-3, 1e-4, "grad_x");
+  expect_close(w.grad(), want_dw, 1e-4, 1e-3, "grad_weight");
+  expect_close(b.grad(), want_db, 1e-4, 1e-3, "grad_bias");
+  // No rows: an empty result, and zero gradients for the parameters.
+  const Tensor none = zeros({0, n}, {kFloat32, d}).requires_grad_();
+  Tensor(w).set_grad({});
+  sum(nn::layer_norm(none, {n}, w, b)).backward();
+  expect_close(w.grad(), std::vector<double>(n, 0.0), 0, 0, "grad_weight of no rows");
+}
+
 TEST_P(Normalization, HalfInputsUnderAutocastNormalizeInFloat32) {
   const Device d = device();
   nn::BatchNorm1d bn(3, {}, {kFloat32, d});
@@ -305,7 +379,7 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
       [&] {
         (void)net(zeros({1, 3, 1, 1}, f32));
       },
-      {"more than 1 value per channel", "[1, 3, 1, 1]", "eval()"});
+      {"more than 1 value per channel", "[1, 3, 1, 1]", "eval()", "on each device", "--drop-last"});
   expect_throw_with<DtypeError>(
       [&] {
         (void)net(zeros({2, 3, 2, 2}, {kFloat64, d}));

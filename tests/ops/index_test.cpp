@@ -266,6 +266,34 @@ TEST_P(Index, OutOfRangeIsReportedByTheOpOrAtTheNextWaitWithoutAHostWait) {
   if (!device().is_cpu()) EXPECT_FALSE(thrown_by_op) << "a GPU kernel never throws in the op";
 }
 
+// A result copied to another device before the error is reported carries the error there
+// (Note [Errors follow the work] in work_queue.cpp): reading the copy throws, where it read
+// garbage without a word.
+TEST_P(Index, AnErrorFollowsTheResultToAnotherDevice) {
+  TESSERA_REQUIRE_TWO_DEVICES();
+  const Device other = available_devices()[available_devices()[0] == device() ? 1 : 0];
+  const Tensor x = random_tensor({4, 3}, kFloat32, device(), 8, false);
+  bool thrown_by_op = false;
+  Tensor moved;
+  try {
+    moved = index_select(x, 0, index_tensor({0, 7}, kInt64, device())).to(other);
+  } catch (const IndexError&) {
+    thrown_by_op = true;  // the plain CPU's kernel runs inside the op
+  }
+  if (thrown_by_op) GTEST_SKIP() << "the op itself threw on this device";
+  expect_throw_with<IndexError>([&] { (void)moved.to_vector<double>(); },
+                                {"[index_select] index[1] is 7"});
+  // Both devices held it; each reports it once, then works on.
+  try {
+    synchronize(device());
+  } catch (const IndexError&) {
+  }
+  EXPECT_NO_THROW(synchronize(device()));
+  EXPECT_NO_THROW(synchronize(other));
+  const Tensor ok = index_select(x, 0, index_tensor({3}, kInt64, device())).to(other);
+  expect_close(ok, reference_select(x.to_vector<double>(), {4, 3}, 0, {3}), 0, 0);
+}
+
 TEST_P(Index, BadArgumentsAreRefusedByName) {
   const Tensor x = zeros({2, 3}, device());
   const Tensor idx = index_tensor({0, 1}, kInt64, device());

@@ -18,7 +18,7 @@ namespace tessera::nn {
 /// ([C] each; either may be undefined). In training, defined running statistics are updated
 /// in place, on their device and without a host wait: stat = (1 - momentum) stat + momentum
 /// batch_stat, the variance unbiased there, as PyTorch does. Differentiable in x, weight and
-/// bias. Under autocast a half x is normalized in float32 and the result is x's dtype.
+/// bias. A half x is normalized in float32 and the result has x's dtype.
 TESSERA_API Tensor batch_norm(const Tensor& x, const Tensor& running_mean,
                               const Tensor& running_var, const Tensor& weight = {},
                               const Tensor& bias = {}, bool training = false, double momentum = 0.1,
@@ -26,8 +26,8 @@ TESSERA_API Tensor batch_norm(const Tensor& x, const Tensor& running_mean,
 
 /// Layer normalization over the last normalized_shape.size() dims of x, which must equal
 /// normalized_shape: mean and biased variance over those dims, then weight and bias (of
-/// normalized_shape, or undefined). Under autocast a half x is normalized in float32 and the
-/// result is float32, as PyTorch's autocast does.
+/// normalized_shape, or undefined). A half x is normalized in float32 and the result has x's
+/// dtype, as PyTorch's CPU and CUDA kernels return it.
 TESSERA_API Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
                               const Tensor& weight = {}, const Tensor& bias = {},
                               double eps = 1e-5);
@@ -45,8 +45,9 @@ struct TESSERA_API BatchNormOptions {
 
 /// The buffers and parameters of BatchNorm1d and BatchNorm2d, which differ only in the
 /// input ranks they take. Parameters: weight, bias [C]; buffers: running_mean (zeros),
-/// running_var (ones) [C], which move with to(), live in state_dict() and checkpoints, and
-/// are updated in place in training mode. In data-parallel training each replica
+/// running_var (ones) [C] and num_batches_tracked, which move with to(), live in
+/// state_dict() and checkpoints under PyTorch's names, and are updated in place in training
+/// mode. In data-parallel training each replica
 /// normalizes by its own shard's statistics, as PyTorch's DistributedDataParallel does
 /// without SyncBatchNorm; the Trainer gives every replica the first one's running statistics
 /// at the end of each epoch.
@@ -64,6 +65,9 @@ class TESSERA_API BatchNorm : public Module {
   /// in place (`Tensor(bn.running_var).fill_(1)`) or with load_state_dict.
   const Tensor running_mean;
   const Tensor running_var;
+  /// The training calls counted so far (0-dim int64, undefined without
+  /// track_running_stats), as PyTorch counts them, so checkpoints match PyTorch's names.
+  const Tensor num_batches_tracked;
 
  protected:
   BatchNorm(const char* type_name, std::int64_t num_features, BatchNormOptions norm,

@@ -383,7 +383,7 @@ void CpuBackendBase::copy(const Tensor& src, const Tensor& dst) {
     qd->wait(dst_ready);
     copy_kernel(src, dst);
   });
-  qd->submit([qs, copied] { qs->wait(copied); });
+  qd->submit([qs, copied] { qs->wait_in_task(copied); });  // Note [Errors follow the work]
 }
 
 void CpuBackendBase::copy_from_cpu(const Tensor& src, const Tensor& dst) {

@@ -102,7 +102,7 @@ void CpuBackendBase::order_after(int index, int waiter, int waited) {
   const std::uint64_t ticket = from->last_ticket();
   if (ticket == 0) return;
   if (WorkQueue* to = queue_of_stream(index, waiter)) {
-    to->submit([from, ticket] { from->wait(ticket); });
+    to->submit([from, ticket] { from->wait_in_task(ticket); });  // Note [Errors follow the work]
   } else {
     from->wait(ticket);  // the waiter is the default stream, run by this thread
   }
@@ -125,7 +125,12 @@ void CpuBackendBase::apply_joins(int index) {
     }
   };
   if (WorkQueue* q = queue(index)) {
-    q->submit(wait_all);
+    q->submit([joins, wait_all] {
+      wait_all();  // every join first: an error must not cut the waiting short
+      for (const auto& [from, ticket] : joins) {
+        if (from != nullptr) from->wait_in_task(ticket);  // Note [Errors follow the work]
+      }
+    });
   } else {
     wait_all();
   }
@@ -175,7 +180,7 @@ void CpuBackendBase::order_stream_after(int index, int waiter, int waited) {
       WorkQueue* const to = s.queues[waiter].get();
       for (int id = 1; id <= kSideStreams; ++id) {
         if (s.joins[id] == 0 || id == waiter) continue;
-        to->submit([q = s.queues[id].get(), ticket = s.joins[id]] { q->wait(ticket); });
+        to->submit([q = s.queues[id].get(), ticket = s.joins[id]] { q->wait_in_task(ticket); });
       }
     }
   }

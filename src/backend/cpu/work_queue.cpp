@@ -119,6 +119,23 @@ void WorkQueue::wait(std::uint64_t ticket) {
   }
 }
 
+// Note [Errors follow the work]
+// A task that throws (an index out of range found by its kernel) leaves its error on its
+// queue, reported at the next synchronize of that queue. Work that another queue runs after
+// it (a copy to another device, a stream joined into another) would otherwise go on with
+// the failed task's garbage and report nothing where the user reads it: the waiting task
+// rethrows the error, so the waiting queue holds it too, and the user's next wait for either
+// device reports it.
+void WorkQueue::wait_in_task(std::uint64_t ticket) {
+  wait(ticket);
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(mutex_);
+    error = error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 void WorkQueue::synchronize() {
   wait(submitted_.load());
   std::exception_ptr error;

@@ -47,6 +47,11 @@ class WorkQueue {
   bool thread_here() const { return made_in_ == ::getpid(); }
   // Blocks until the task with `ticket` (and all before it) has run.
   void wait(std::uint64_t ticket);
+  // From a task of another queue that depends on this one's work up to `ticket` (a copy
+  // between devices, a stream join): waits for it, then rethrows the error this queue holds,
+  // if any, without clearing it, so that the waiting queue reports it too (Note [Errors
+  // follow the work]).
+  void wait_in_task(std::uint64_t ticket);
   // Waits for everything submitted so far, then rethrows the first exception a task threw
   // since the last synchronize (like a sticky CUDA error, but cleared once reported).
   void synchronize();

@@ -89,6 +89,11 @@ class CudaBackend final : public Backend {
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
                        const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                        const Window2d& w) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                  const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) override;
+  void layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                           const Tensor& save_mean, const Tensor& save_invstd, const Tensor& grad_x,
+                           const Tensor& grad_weight, const Tensor& grad_bias) override;
   void batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                   const Tensor& save_mean, const Tensor& save_invstd,

@@ -105,6 +105,23 @@ namespace {
 void* data_or_null(const Tensor& t) { return t.defined() ? impl_of(t).data() : nullptr; }
 }  // namespace
 
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                             const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
+  cuda::launch_layer_norm(activate(x.device().index()), kernel_arg(x), data_or_null(weight),
+                          data_or_null(bias), eps, kernel_arg(y), data_or_null(save_mean),
+                          data_or_null(save_invstd), save_mean.numel());
+}
+
+void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_y,
+                                      const Tensor& save_mean, const Tensor& save_invstd,
+                                      const Tensor& grad_x, const Tensor& grad_weight,
+                                      const Tensor& grad_bias) {
+  cuda::launch_layer_norm_backward(
+      activate(x.device().index()), kernel_arg(x), data_or_null(weight), kernel_arg(grad_y),
+      data_or_null(save_mean), data_or_null(save_invstd), save_mean.numel(), data_or_null(grad_x),
+      data_or_null(grad_weight), data_or_null(grad_bias));
+}
+
 void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                              const Tensor& running_mean, const Tensor& running_var, const Tensor& y,
                              const Tensor& save_mean, const Tensor& save_invstd,

@@ -66,11 +66,17 @@ void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelA
                           const KernelArg& losses, const KernelArg& probs);
 void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const KernelArg& targets,
                                    const KernelArg& grad_losses, const KernelArg& grad_logits);
-// Backend::batch_norm and batch_norm_backward (kernels_norm.cu); a null pointer is an
+// Backend::batch_norm, layer_norm and their backwards (kernels_norm.cu); a null pointer is an
 // undefined tensor. `sums` is scratch of 2 C doubles on the stream's device.
 void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias,
                        void* running_mean, void* running_var, const KernelArg& y, void* save_mean,
                        void* save_invstd, const BatchNormParams& p);
+void launch_layer_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias, double eps,
+                       const KernelArg& y, void* save_mean, void* save_invstd, std::int64_t rows);
+void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
+                                const KernelArg& grad_y, void* save_mean, void* save_invstd,
+                                std::int64_t rows, void* grad_x, void* grad_weight,
+                                void* grad_bias);
 void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
                                 const KernelArg& grad_y, void* save_mean, void* save_invstd,
                                 bool training, void* sums, void* grad_x, void* grad_weight,

@@ -1,8 +1,10 @@
 // CUDA batch normalization (Backend::batch_norm and batch_norm_backward), x seen as
-// [N, C, S]. One block per channel forms its sums over the channel's N x S values in double,
-// combined in a fixed tree in shared memory (so the result does not depend on timing); the
-// passes that write x's shape are grid-stride loops over every element. The math is
-// cpu_batch_norm.cpp's.
+// [N, C, S], and layer normalization (Backend::layer_norm, layer_norm_backward), x seen as
+// [R, D]. One block per channel (per row) forms its sums in double, combined in a fixed tree
+// in shared memory (so the result does not depend on timing); the batch norm passes that
+// write x's shape are grid-stride loops over every element, and the layer norm parameters'
+// gradients one thread per column summing the rows in order. The math is
+// cpu_batch_norm.cpp's and cpu_layer_norm.cpp's.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -134,6 +136,83 @@ __global__ void input_gradient_kernel(const T* __restrict__ x, const T* __restri
   }
 }
 
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                      const T* __restrict__ bias, double eps, i64 d, T* __restrict__ y,
+                      T* __restrict__ save_mean, T* __restrict__ save_invstd) {
+  __shared__ double smem[kThreads];
+  const i64 r = blockIdx.x;
+  const T* in = x + r * d;
+  T* out = y + r * d;
+  double sum = 0;
+  for (i64 j = threadIdx.x; j < d; j += kThreads) sum += static_cast<double>(in[j]);
+  const double mean = block_sum(sum, smem) / static_cast<double>(d);
+  double squares = 0;
+  for (i64 j = threadIdx.x; j < d; j += kThreads) {
+    const double v = static_cast<double>(in[j]) - mean;
+    squares += v * v;
+  }
+  const double invstd = 1.0 / sqrt(block_sum(squares, smem) / static_cast<double>(d) + eps);
+  if (threadIdx.x == 0) {
+    save_mean[r] = static_cast<T>(mean);
+    save_invstd[r] = static_cast<T>(invstd);
+  }
+  const T m = static_cast<T>(mean), k = static_cast<T>(invstd);
+  for (i64 j = threadIdx.x; j < d; j += kThreads) {
+    T v = (in[j] - m) * k;
+    if (weight != nullptr) v *= weight[j];
+    if (bias != nullptr) v += bias[j];
+    out[j] = v;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_input_gradient_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                                     const T* __restrict__ dy, const T* __restrict__ save_mean,
+                                     const T* __restrict__ save_invstd, i64 d, T* __restrict__ dx) {
+  __shared__ double smem[kThreads];
+  const i64 r = blockIdx.x, at = r * d;
+  const double mean = static_cast<double>(save_mean[r]);
+  const double invstd = static_cast<double>(save_invstd[r]);
+  double a = 0, b = 0;  // sums of h = dy weight and of h xhat
+  for (i64 j = threadIdx.x; j < d; j += kThreads) {
+    const double h = static_cast<double>(dy[at + j]) *
+                     (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
+    a += h;
+    b += h * (static_cast<double>(x[at + j]) - mean) * invstd;
+  }
+  const double mean_h = block_sum(a, smem) / static_cast<double>(d);
+  const double mean_h_xhat = block_sum(b, smem) / static_cast<double>(d);
+  for (i64 j = threadIdx.x; j < d; j += kThreads) {
+    const double h = static_cast<double>(dy[at + j]) *
+                     (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
+    const double xhat = (static_cast<double>(x[at + j]) - mean) * invstd;
+    dx[at + j] = static_cast<T>(invstd * (h - mean_h - xhat * mean_h_xhat));
+  }
+}
+
+template <typename T>
+__global__ void layer_norm_parameter_gradient_kernel(const T* __restrict__ x,
+                                                     const T* __restrict__ dy,
+                                                     const T* __restrict__ save_mean,
+                                                     const T* __restrict__ save_invstd, i64 rows,
+                                                     i64 d, T* grad_weight, T* grad_bias) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 j = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; j < d; j += stride) {
+    double sw = 0, sb = 0;
+    for (i64 r = 0; r < rows; ++r) {
+      const double g = static_cast<double>(dy[r * d + j]);
+      sb += g;
+      sw += g * (static_cast<double>(x[r * d + j]) - static_cast<double>(save_mean[r])) *
+            static_cast<double>(save_invstd[r]);
+    }
+    if (grad_weight != nullptr) grad_weight[j] = static_cast<T>(sw);
+    if (grad_bias != nullptr) grad_bias[j] = static_cast<T>(sb);
+  }
+}
+
 Geometry geometry_of(const KernelArg& x) {
   i64 s = 1;
   for (int d = 2; d < x.ndim; ++d) s *= x.sizes[d];
@@ -187,6 +266,46 @@ void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight
         static_cast<const T*>(save_invstd), static_cast<const double*>(sums), training, g, x.numel,
         static_cast<T*>(grad_x));
     TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm_backward");
+  });
+}
+
+void launch_layer_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias, double eps,
+                       const KernelArg& y, void* save_mean, void* save_invstd, std::int64_t rows) {
+  if (rows == 0 || x.numel == 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  const i64 d = x.numel / rows;
+  dispatch_floating(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    layer_norm_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        static_cast<const T*>(x.data), static_cast<const T*>(weight), static_cast<const T*>(bias),
+        eps, d, static_cast<T*>(y.data), static_cast<T*>(save_mean), static_cast<T*>(save_invstd));
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm");
+  });
+}
+
+void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
+                                const KernelArg& grad_y, void* save_mean, void* save_invstd,
+                                std::int64_t rows, void* grad_x, void* grad_weight,
+                                void* grad_bias) {
+  if (rows == 0 || x.numel == 0) return;
+  const auto stream = static_cast<cudaStream_t>(s);
+  const i64 d = x.numel / rows;
+  dispatch_floating(x.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xs = static_cast<const T*>(x.data);
+    const T* dy = static_cast<const T*>(grad_y.data);
+    const T* sm = static_cast<const T*>(save_mean);
+    const T* si = static_cast<const T*>(save_invstd);
+    if (grad_x != nullptr) {
+      layer_norm_input_gradient_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          xs, static_cast<const T*>(weight), dy, sm, si, d, static_cast<T*>(grad_x));
+      TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
+    }
+    if (grad_weight != nullptr || grad_bias != nullptr) {
+      layer_norm_parameter_gradient_kernel<T><<<elementwise_grid(d), kThreads, 0, stream>>>(
+          xs, dy, sm, si, rows, d, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+      TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
+    }
   });
 }
 
