@@ -33,12 +33,14 @@ Tensor fused_layer_norm(const Tensor& x, int normalized_dims, const Tensor& weig
     const bool need_w = w.defined() && w.requires_grad();
     const bool need_b = b.defined() && b.requires_grad();
     record(kOp, y, {&input, &w, &b},
-           [x = input.detach(), w = w.defined() ? w.detach() : w, wb_shape = (w.defined() ? w : b),
+           [x = input.detach(), w = w.defined() ? w.detach() : w,
+            param_shape = w.defined()   ? w.shape()
+                          : b.defined() ? b.shape()
+                                        : Shape(),
             save_mean, save_invstd, need_x, need_w, need_b](const Tensor& grad) {
              const Device d = x.device();
              constexpr const char* kBackward = "layer_norm_backward";
              Tensor dx = need_x ? make_output(x.shape(), x.dtype(), d, kBackward) : Tensor();
-             const Shape param_shape = wb_shape.defined() ? wb_shape.shape() : Shape();
              Tensor dw = need_w ? make_output(param_shape, x.dtype(), d, kBackward) : Tensor();
              Tensor db = need_b ? make_output(param_shape, x.dtype(), d, kBackward) : Tensor();
              if (x.numel() == 0) {  // nothing to sum: zero gradients for the parameters
