@@ -393,6 +393,10 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
   expect_throw_with<DtypeError>([] { nn::BatchNorm2d(2, {}, kInt64); },
                                 {"floating-point", "int64"});
   const Tensor x = zeros({4, 2}, f32);
+  expect_throw_with<Error>([&] { (void)nn::batch_norm(x, zeros({2}, f32), {}, {}, {}, true); },
+                           {"[batch_norm] running_mean and running_var go together"});
+  expect_throw_with<Error>([&] { (void)nn::batch_norm(x, {}, {}, {}, {}, true, -0.1); },
+                           {"[batch_norm] momentum", "[0, 1]", "-0.1"});
   expect_throw_with<Error>([&] { (void)nn::batch_norm(x, {}, {}); },
                            {"[batch_norm] evaluation", "undefined", "training = true"});
   expect_throw_with<ShapeError>([&] { (void)nn::batch_norm(x, zeros({3}, f32), ones({3}, f32)); },
