@@ -205,11 +205,11 @@ TEST_P(Reduce, Float64SumsAreCompensated) {
   EXPECT_TRUE(std::isnan(sum(both).item<double>()));
 }
 
-// Long rows take sixteen running extrema and a NaN flag (cpu_reducers.h, long_row): a NaN
+// Long rows take 32 running extrema and NaN flags (cpu_reducers.h, long_row): a NaN
 // anywhere in a row (in the lanes or in the tail), infinities and a row of one value.
 TEST_P(Reduce, LongRowsFindTheirExtremaAndNaNs) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::int64_t rows = 6, cols = 100;  // 6 blocks of 16, then a tail of 4
+  const std::int64_t rows = 6, cols = 100;  // 3 blocks of 32, then a tail of 4
   for (Dtype dtype : {kFloat32, kFloat64}) {
     std::vector<double> v =
         testing::random_values(static_cast<std::size_t>(rows * cols), 11, -50, 50);
@@ -251,6 +251,39 @@ TEST_P(Reduce, LongRowsFindTheirExtremaAndNaNs) {
     };
     expect_same(max(x, {1}), want_max, "max");
     expect_same(min(x, {1}), want_min, "min");
+  }
+}
+
+// A reduction over a middle dim walks the kept columns in panels of 32 (Note [Column
+// panels] in cpu_reduce.cpp): two full panels and a narrower one, a NaN in one column, ties
+// for argmax/argmin, and a slice whose rows are not contiguous with each other.
+TEST_P(Reduce, MiddleDimsMatchTheReferenceAcrossPanels) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Shape s{3, 37, 70};  // 70 kept columns: 32 + 32 + 6
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    std::vector<double> v = testing::random_values(static_cast<std::size_t>(s.numel()), 5, -4, 4);
+    v[static_cast<std::size_t>(1 * 37 * 70 + 20 * 70 + 40)] = nan;  // batch 1, column 40
+    for (std::int64_t r = 0; r < 37; ++r) v[static_cast<std::size_t>(r * 70 + 65)] = 2;  // ties
+    const Tensor x = from_vector(v, s, {dtype, device()});
+    const auto held = x.to_vector<double>();
+    const double tol = dtype == kFloat64 ? 1e-12 : 1e-6;
+    expect_close(sum(x, {1}), reference(held, s, 2u, Kind::kSum), tol, tol, "sum");
+    expect_close(mean(x, {0, 1}), reference(held, s, 3u, Kind::kMean), tol, tol, "mean");
+    expect_close(max(x, {1}), reference(held, s, 2u, Kind::kMax), 0, 0, "max");
+    expect_close(min(x, {1}, true), reference(held, s, 2u, Kind::kMin), 0, 0, "min");
+    // The reference skips NaNs; argmax and argmin take the first NaN (NumPy's rule).
+    std::vector<double> want_max = reference(held, s, 2u, Kind::kArgMax);
+    std::vector<double> want_min = reference(held, s, 2u, Kind::kArgMin);
+    want_max[1 * 70 + 40] = want_min[1 * 70 + 40] = 20;
+    expect_close(argmax(x, 1), want_max, 0, 0, "argmax");
+    expect_close(argmin(x, 1), want_min, 0, 0, "argmin");
+    const Tensor cut = x.narrow(2, 3, 64);  // rows 70 apart, 64 columns each
+    const auto cut_held = cut.contiguous().to_vector<double>();
+    const Shape cs = cut.shape();
+    expect_close(sum(cut, {1}), reference(cut_held, cs, 2u, Kind::kSum), tol, tol, "narrow sum");
+    std::vector<double> want_cut = reference(cut_held, cs, 2u, Kind::kArgMax);
+    want_cut[1 * 64 + 37] = 20;  // the NaN, column 40 before the narrow
+    expect_close(argmax(cut, 1), want_cut, 0, 0, "narrow argmax");
   }
 }
 

@@ -38,9 +38,83 @@ using reducers::ArgReducer;
 using reducers::ExtremumReducer;
 using reducers::SumReducer;
 
+// Moves the three operands to the next position of `l`'s dims [0, dims) (an odometer over
+// the dims outside the ones a loop walks itself).
+template <typename T, typename Acc>
+void next_row(const Layout& l, int dims, i64* index, const T*& p, Acc*& a, i64& x) {
+  for (int d = dims - 1; d >= 0; --d) {
+    p += l.strides[0][d];
+    a += l.strides[1][d];
+    x += l.strides[2][d];
+    if (++index[d] < l.sizes[d]) return;
+    p -= l.strides[0][d] * l.sizes[d];
+    a -= l.strides[1][d] * l.sizes[d];
+    x -= l.strides[2][d] * l.sizes[d];
+    index[d] = 0;
+  }
+}
+
+// Note [Column panels]
+// A reduction over a middle dim ([64, 256, 64] summed over dim 1) has a contiguous kept row
+// inside a reduced dim: walked row by row, every element loads and stores its accumulator
+// slot (2.9x PyTorch's time for that sum, 1.8x the panels'). When the innermost dim is a contiguous
+// kept row and the next one is reduced, the two are walked together a panel of kPanel columns at a
+// time, the panel's accumulators in a local array (registers) across all the reduced rows.
+// Each slot still takes its elements in the same order, so results are bit for bit the
+// ones of the row-by-row walk. Only for rows shorter than kPanelRowsBelow: a longer row's
+// slots stay in the L1 cache anyway, and its panels walk down the reduced rows a page
+// apart (a [1024, 1024] column sum took 2.5x the row-by-row walk's time; at 64 columns the
+// panels take half of it, and they break even near 128).
+constexpr i64 kPanel = 32;
+constexpr i64 kPanelRowsBelow = 128;
+
+template <typename R, typename T>
+void reduce_panels(const T* p, typename R::Acc* a, i64 x, i64 n, i64 xs, i64 m, i64 is2, i64 xs2) {
+  using Acc = typename R::Acc;
+  for (i64 j0 = 0; j0 < n; j0 += kPanel) {
+    const i64 w = std::min(kPanel, n - j0);
+    Acc local[kPanel];
+    for (i64 j = 0; j < w; ++j) local[j] = a[j0 + j];
+    if (w == kPanel) {
+      for (i64 r = 0; r < m; ++r) {
+        const T* row = p + r * is2 + j0;
+        const i64 xr = x + r * xs2 + j0 * xs;
+        for (i64 j = 0; j < kPanel; ++j) R::add(local[j], row[j], xr + j * xs);
+      }
+    } else {
+      for (i64 r = 0; r < m; ++r) {
+        const T* row = p + r * is2 + j0;
+        const i64 xr = x + r * xs2 + j0 * xs;
+        for (i64 j = 0; j < w; ++j) R::add(local[j], row[j], xr + j * xs);
+      }
+    }
+    for (i64 j = 0; j < w; ++j) a[j0 + j] = local[j];
+  }
+}
+
 // Runs the loop of Note [Reduction loop] over `l` (strides in elements).
 template <typename R, typename T>
 void run_layout(const Layout& l, const T* in, typename R::Acc* acc, i64 index0) {
+  if (l.ndim >= 2) {
+    const int inner = l.ndim - 1, outer = l.ndim - 2;
+    if (l.strides[0][inner] == 1 && l.strides[1][inner] == 1 && l.strides[1][outer] == 0 &&
+        l.sizes[inner] < kPanelRowsBelow) {
+      // Note [Column panels]: the two innermost dims at once, the rest as below.
+      const i64 n = l.sizes[inner], m = l.sizes[outer];
+      const i64 xs = l.strides[2][inner], is2 = l.strides[0][outer], xs2 = l.strides[2][outer];
+      i64 rows = 1;
+      for (int d = 0; d < outer; ++d) rows *= l.sizes[d];
+      i64 index[kMaxDims] = {};
+      const T* p = in;
+      typename R::Acc* a = acc;
+      i64 x = index0;
+      for (i64 r = 0; r < rows; ++r) {
+        reduce_panels<R>(p, a, x, n, xs, m, is2, xs2);
+        next_row(l, outer, index, p, a, x);
+      }
+      return;
+    }
+  }
   const int inner = l.ndim - 1;
   const i64 n = l.sizes[inner];
   const i64 is = l.strides[0][inner], ss = l.strides[1][inner], xs = l.strides[2][inner];
@@ -58,16 +132,7 @@ void run_layout(const Layout& l, const T* in, typename R::Acc* acc, i64 index0) 
     } else {
       for (i64 j = 0; j < n; ++j) R::add(a[j * ss], p[j * is], x + j * xs);
     }
-    for (int d = inner - 1; d >= 0; --d) {
-      p += l.strides[0][d];
-      a += l.strides[1][d];
-      x += l.strides[2][d];
-      if (++index[d] < l.sizes[d]) break;
-      p -= l.strides[0][d] * l.sizes[d];
-      a -= l.strides[1][d] * l.sizes[d];
-      x -= l.strides[2][d] * l.sizes[d];
-      index[d] = 0;
-    }
+    next_row(l, inner, index, p, a, x);
   }
 }
 

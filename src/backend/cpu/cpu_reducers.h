@@ -91,17 +91,22 @@ struct SumReducer {
       for (; i < n; ++i) acc.add(term(p[i * s]));
       return;
     }
-    // Eight partial sums break the dependency chain so the contiguous loop vectorizes.
-    Acc part[8] = {};
+    // Sixteen partial sums break the dependency chain so the contiguous loop vectorizes: two
+    // AVX-512 registers of doubles hide the add's latency (eight took 2x PyTorch's time for
+    // a float32 row sum), combined pairwise.
+    constexpr int kLanes = 16;
+    Acc part[kLanes] = {};
     i64 i = 0;
     if (s == 1) {
-      for (; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8; ++k) add(part[k], p[i + k], 0);
+      for (; i + kLanes <= n; i += kLanes) {
+        for (int k = 0; k < kLanes; ++k) add(part[k], p[i + k], 0);
       }
     }
     for (; i < n; ++i) add(part[0], p[i * s], 0);
-    acc = combine(acc, combine(combine(combine(part[0], part[1]), combine(part[2], part[3])),
-                               combine(combine(part[4], part[5]), combine(part[6], part[7]))));
+    for (int width = kLanes / 2; width >= 1; width /= 2) {
+      for (int k = 0; k < width; ++k) part[k] = combine(part[k], part[k + width]);
+    }
+    acc = combine(acc, part[0]);
   }
   static Out finish(Acc acc, i64 count) {
     double total = 0;
@@ -143,32 +148,47 @@ struct ExtremumReducer {
     add(a, b, 0);
     return a;
   }
-  // Sixteen running extrema as plain compare-selects (`a < v ? v : a` is exactly a max
-  // instruction's choice, NaN included) and a flag for any NaN: the select that also tested
-  // for NaN compiled to a branch per element (a row max took 13x PyTorch's time). A row with
-  // a NaN is walked again for its first NaN, which wins and stays. Out of line, so that
-  // row() stays small enough to inline for short rows.
+  // 32 running extrema as plain compare-selects (`a < v ? v : a` is exactly a max
+  // instruction's choice, NaN included) and a flag lane per extremum for any NaN, an integer
+  // of T's width: the select that also tested for NaN compiled to a branch per element (a row
+  // max took 13x PyTorch's time), and one int flag for all lanes, or 16 lanes, kept GCC 12
+  // from vectorizing the loop at all (5.7x). A row with a NaN is walked again for its first
+  // NaN, which wins and stays. Out of line, so that row() stays small enough to inline for
+  // short rows.
   [[gnu::noinline]] static void long_row(Acc& acc, const T* p, i64 n) {
-    T part[16];
-    int nan = 0;
-    for (int k = 0; k < 16; ++k) part[k] = p[k];
+    constexpr int kLanes = 32;
+    using Flag = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+    T part[kLanes];
+    Flag nan[kLanes];
+    for (int k = 0; k < kLanes; ++k) {
+      part[k] = p[k];
+      nan[k] = 0;
+    }
     i64 i = 0;
-    for (; i + 16 <= n; i += 16) {
-      for (int k = 0; k < 16; ++k) {
+    for (; i + kLanes <= n; i += kLanes) {
+      for (int k = 0; k < kLanes; ++k) {
         const T v = p[i + k];
         part[k] = kMax ? (part[k] < v ? v : part[k]) : (v < part[k] ? v : part[k]);
-        nan |= v != v;
+        nan[k] |= v != v ? Flag(-1) : Flag(0);
       }
     }
-    if (nan != 0) {
+    Flag any_nan = 0;
+    for (int k = 0; k < kLanes; ++k) any_nan |= nan[k];
+    if (any_nan != 0) {
       for (i64 j = 0; j < i; ++j) {
         if (is_nan(p[j])) {
           add(acc, p[j], 0);
           break;
         }
       }
-    } else {
-      for (int k = 0; k < 16; ++k) add(acc, part[k], 0);
+    } else {  // no NaN: a tree of plain compare-selects, which vectorizes too
+      for (int width = kLanes / 2; width >= 1; width /= 2) {
+        for (int k = 0; k < width; ++k) {
+          const T v = part[k + width];
+          part[k] = kMax ? (part[k] < v ? v : part[k]) : (v < part[k] ? v : part[k]);
+        }
+      }
+      add(acc, part[0], 0);
     }
     for (; i < n; ++i) add(acc, p[i], 0);
   }
