@@ -19,9 +19,13 @@
 //    row outside the tensor: index_select writes zeros for a bad index's slice, index_add
 //    skips it. The first thread to meet a bad index records the op, value, position and size
 //    in a per-GPU slot of mapped pinned host memory (cuda::IndexFault); the host looks at
-//    the slot whenever it waits for the GPU (copy_to_host, synchronize, synchronize_stream)
-//    and throws the same IndexError there, clearing the slot. Threads run in no fixed order,
-//    so with several bad indices the one named is one of them, not necessarily the first.
+//    the slot whenever it waits for the GPU (copy_to_host, synchronize, synchronize_stream;
+//    with TESSERA_LAUNCH_BLOCKING=1, right after the op) and throws the same IndexError
+//    there, clearing the slot, once, and from the GPUs the data was copied or reduced to
+//    as well (Note [Faults follow the data] in cuda/cuda_ops.cpp). An op with nothing to
+//    write (an empty slice) still checks its indices, as the CPU does. Threads run in no
+//    fixed order, so with several bad indices the one named is one of them, not necessarily
+//    the first.
 // Either way the result of the failed op (for index_add_, its target) holds unspecified
 // values once the error is reported.
 

@@ -167,10 +167,18 @@ class CudaBackend final : public Backend {
     // Where index kernels record a bad index (Note [Indices checked by the kernel] in
     // backend/indexing.h): mapped pinned host memory, made with the device.
     cuda::IndexFault* index_fault = nullptr;
+    // Bit g: data computed on GPU g reached this one (a copy, a collective), so a fault
+    // recorded there may be behind this GPU's values too (Note [Faults follow the data]).
+    std::atomic<std::uint64_t> fault_sources{0};
   };
-  // Throws the IndexError an index kernel recorded on GPU `index` since the last report, and
-  // clears it; call after waiting for the GPU (cuda_ops.cpp).
+  // Throws the IndexError an index kernel recorded on GPU `index`, or on a GPU whose data
+  // reached it, since the last report, and clears it; call after waiting for the GPU
+  // (cuda_ops.cpp).
   void report_index_fault(int index);
+  // Throws the fault recorded in GPU g's slot, if any, once every stream of g is done.
+  void take_index_fault(int g);
+  // Records that values computed on GPU `from` were copied or reduced into GPU `to`.
+  void note_data_from(int to, int from);
   PerDevice& device(int index);
   void apply_joins(PerDevice& d);
   // The streams a freed block may still be used on (empty when only the default runs).

@@ -172,6 +172,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   TESSERA_CUDA_CHECK(cudaMemcpyPeerAsync(impl_of(dst).data(), d, impl_of(src).data(), s,
                                          dst.nbytes(), src_stream));
   order_streams(*this, s, src_stream, dst_stream);  // dst's later work sees the copy
+  note_data_from(d, s);                             // Note [Faults follow the data]
 }
 
 void CudaBackend::synchronize(int index) {

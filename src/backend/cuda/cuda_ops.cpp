@@ -1,6 +1,7 @@
 // The CUDA backend's kernel entry points: each passes the tensors to its launcher on the
 // device's stream (kernels.h). Nothing here waits.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/indexing.h"
 #include "core/tensor_impl.h"
 
@@ -30,6 +31,7 @@ void CudaBackend::index_select(const Tensor& x, int dim, const Tensor& index, co
   const cudaStream_t stream = activate(d);
   cuda::launch_index_select(stream, kernel_arg(x), kernel_arg(index), kernel_arg(out), g.outer, g.n,
                             g.inner, dim, device(d).index_fault);
+  if (cuda::launch_blocking() && !capturing(d)) report_index_fault(d);  // blamed on this op
 }
 
 void CudaBackend::index_add(const Tensor& target, int dim, const Tensor& index,
@@ -39,18 +41,54 @@ void CudaBackend::index_add(const Tensor& target, int dim, const Tensor& index,
   const cudaStream_t stream = activate(d);
   cuda::launch_index_add(stream, kernel_arg(target), kernel_arg(index), kernel_arg(source), g.outer,
                          g.n, g.inner, dim, device(d).index_fault);
+  if (cuda::launch_blocking() && !capturing(d)) report_index_fault(d);  // blamed on this op
 }
 
+// Note [Faults follow the data]
+// A GPU's index fault slot is written by its kernels, and the host looks at it after a wait
+// (copy_to_host, synchronize, synchronize_stream; Note [Indices checked by the kernel]).
+//  - A partial wait (one stream) can come while an index kernel still runs on another
+//    stream of the GPU, or another thread's; index_add's threads each meet a bad index, so a
+//    slot cleared then would be written again and the one fault reported twice. So a fault
+//    is taken only after every stream of its GPU has finished (an error path: the waits cost
+//    nothing otherwise), and one host thread takes it (an atomic exchange of `ready`).
+//  - A result copied to another GPU, or reduced there by a collective, carries the fault of
+//    the GPU it came from: the destination remembers its sources (fault_sources) and its
+//    waits look at their slots too, as a logical CPU device's error follows the work (Note
+//    [Errors follow the work] in backend/cpu/work_queue.cpp). The bits stay set: looking at
+//    a slot is one load.
+// A kernel queued by another thread between the streams' waits and the clearing finds the
+// slot claimed and records nothing (its result holds zeros for the bad index): a fault in a
+// race with the report of another is not reported.
 void CudaBackend::report_index_fault(int index) {
-  cuda::IndexFault* fault = devices_[index].index_fault;
-  // Read after the wait for the kernels that may have written it (the caller's).
-  if (fault == nullptr || __atomic_load_n(&fault->claimed, __ATOMIC_ACQUIRE) == 0) [[likely]] {
+  std::uint64_t sources = devices_[index].fault_sources.load(std::memory_order_acquire);
+  take_index_fault(index);
+  for (int g = 0; sources != 0; ++g, sources >>= 1) {
+    if ((sources & 1u) != 0 && g != index) take_index_fault(g);
+  }
+}
+
+void CudaBackend::take_index_fault(int g) {
+  cuda::IndexFault* fault = devices_[g].index_fault;
+  if (fault == nullptr || __atomic_load_n(&fault->ready, __ATOMIC_ACQUIRE) == 0) [[likely]] {
     return;
   }
+  select(g);
+  for (const StreamSlot& slot : devices_[g].streams) {
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(slot.stream));
+  }
+  if (__atomic_exchange_n(&fault->ready, 0u, __ATOMIC_ACQ_REL) == 0) return;  // another took it
   const cuda::IndexFault seen = *fault;
   __atomic_store_n(&fault->claimed, 0u, __ATOMIC_RELEASE);
   throw_index_out_of_range(static_cast<IndexOp>(seen.op), seen.value, seen.position, seen.dim,
                            seen.size);
+}
+
+void CudaBackend::note_data_from(int to, int from) {
+  PerDevice& d = devices_[to];
+  const std::uint64_t bits =
+      (std::uint64_t{1} << from) | devices_[from].fault_sources.load(std::memory_order_acquire);
+  d.fault_sources.fetch_or(bits & ~(std::uint64_t{1} << to), std::memory_order_release);
 }
 
 void CudaBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {

@@ -139,17 +139,20 @@ namespace tessera::detail::cuda {
 // Where a kernel records an index it found out of range (Note [Indices checked by the
 // kernel] in backend/indexing.h): mapped pinned host memory, one per GPU, that kernels write
 // through its device address and the host reads after waiting for the GPU. `claimed` goes
-// from 0 to 1 by atomicCAS in the one thread that then writes the rest; the host puts it
-// back to 0 once it has reported the error.
+// from 0 to 1 by atomicCAS in the one thread that then writes the rest and, after a system
+// fence, sets `ready`: the host reads the record only once `ready` is set, and takes it by
+// exchanging `ready` back to 0 (one thread reports it), then clears `claimed`.
 struct IndexFault {
   unsigned int claimed;
+  unsigned int ready;
   int op;   // an IndexOp (backend/indexing.h)
   int dim;  // the indexed dim
   std::int64_t value, position, size;
 };
 // Same contracts as Backend::index_select and Backend::index_add, for x (or target) seen as
 // [outer, n, inner] around `dim` and an int64 index of k > 0 values; `fault` is the GPU's
-// slot (its device address).
+// slot (its device address). With nothing to write (an empty slice), the indices are still
+// checked, as the CPU checks them.
 void launch_index_select(StreamHandle s, const KernelArg& x, const KernelArg& index,
                          const KernelArg& out, std::int64_t outer, std::int64_t n,
                          std::int64_t inner, int dim, IndexFault* fault);

@@ -22,7 +22,27 @@ __device__ void report_bad_index(IndexFault* fault, IndexOp op, int dim, i64 val
   fault->value = value;
   fault->position = position;
   fault->size = size;
-  __threadfence_system();  // the host reads the slot after waiting for the kernel
+  __threadfence_system();  // the record is visible to the host before `ready` is
+  *static_cast<volatile unsigned int*>(&fault->ready) = 1u;
+}
+
+// Checks the indices alone, for an op with nothing to write (an empty slice of x or target),
+// as the CPU checks them: one thread per index.
+__global__ void check_indices_kernel(const i64* __restrict__ index, i64 k, i64 n, IndexOp op,
+                                     int dim, IndexFault* fault) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < k; i += stride) {
+    const i64 v = index[i];
+    if (v < 0 || v >= n) [[unlikely]]
+      report_bad_index(fault, op, dim, v, i, n);
+  }
+}
+
+void check_indices(cudaStream_t stream, const KernelArg& index, i64 n, IndexOp op, int dim,
+                   IndexFault* fault) {
+  constexpr auto kernel = check_indices_kernel;
+  kernel<<<grid_for<kernel>(index.numel), kThreads, 0, stream>>>(
+      static_cast<const i64*>(index.data), index.numel, n, op, dim, fault);
 }
 
 // One element of out per step (moved as an unsigned integer of the dtype's width, so every
@@ -93,8 +113,14 @@ void launch_index_select(StreamHandle s, const KernelArg& x, const KernelArg& in
   TESSERA_CUDA_EXPECT(index.dtype == kInt64 && index.contiguous && x.contiguous && out.contiguous,
                       "index_select operands are not contiguous with an int64 index");
   const i64 k = index.numel;
-  if (out.numel == 0) return;  // nothing to write: no thread reads an index
   const auto stream = static_cast<cudaStream_t>(s);
+  if (out.numel == 0) {  // nothing to write: the indices alone are checked
+    if (k > 0) {
+      check_indices(stream, index, n, IndexOp::kIndexSelect, dim, fault);
+      TESSERA_CUDA_CHECK_LAUNCH(stream, "index_select");
+    }
+    return;
+  }
   switch (itemsize(x.dtype)) {
     case 1:
       select_as<std::uint8_t>(stream, x, index, out, k, n, inner, dim, fault);
@@ -119,8 +145,13 @@ void launch_index_add(StreamHandle s, const KernelArg& target, const KernelArg& 
                           source.contiguous && target.dtype == source.dtype,
                       "index_add operands are not contiguous of one dtype with an int64 index");
   const i64 columns = outer * inner;
-  if (columns == 0 || index.numel == 0) return;
+  if (index.numel == 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
+  if (columns == 0) {  // nothing to add: the indices alone are checked
+    check_indices(stream, index, n, IndexOp::kIndexAdd, dim, fault);
+    TESSERA_CUDA_CHECK_LAUNCH(stream, "index_add");
+    return;
+  }
   dispatch_dtype(target.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr auto kernel = index_add_kernel<T>;

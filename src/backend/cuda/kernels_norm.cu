@@ -38,38 +38,47 @@ struct Geometry {
   }
 };
 
+// Blocks for a kernel whose blocks take rows (channels) r = blockIdx.x, blockIdx.x +
+// gridDim.x, ...: one per row up to a cap, so that 2^31 rows or more (past a grid's x
+// limit) still launch.
+inline unsigned row_grid(i64 rows) {
+  constexpr i64 kMaxBlocks = i64{1} << 20;
+  return static_cast<unsigned>(rows < kMaxBlocks ? rows : kMaxBlocks);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     statistics_kernel(const T* __restrict__ x, Geometry g, T* running_mean, T* running_var,
                       T* __restrict__ save_mean, T* __restrict__ save_invstd, BatchNormParams p) {
   __shared__ double smem[kThreads];
-  const i64 ch = blockIdx.x;
-  if (!p.training) {
-    if (threadIdx.x == 0) {
-      save_mean[ch] = running_mean[ch];
-      save_invstd[ch] = static_cast<T>(1.0 / sqrt(static_cast<double>(running_var[ch]) + p.eps));
+  for (i64 ch = blockIdx.x; ch < g.c; ch += gridDim.x) {  // the block's channels (row_grid)
+    if (!p.training) {                                    // the same for every thread of the block
+      if (threadIdx.x == 0) {
+        save_mean[ch] = running_mean[ch];
+        save_invstd[ch] = static_cast<T>(1.0 / sqrt(static_cast<double>(running_var[ch]) + p.eps));
+      }
+      continue;
     }
-    return;
-  }
-  const i64 m = g.n * g.s;
-  double sum = 0;
-  for (i64 i = threadIdx.x; i < m; i += kThreads) sum += static_cast<double>(x[g.offset(ch, i)]);
-  const double mean = block_sum(sum, smem) / static_cast<double>(m);
-  double squares = 0;
-  for (i64 i = threadIdx.x; i < m; i += kThreads) {
-    const double v = static_cast<double>(x[g.offset(ch, i)]) - mean;
-    squares += v * v;
-  }
-  const double var = block_sum(squares, smem) / static_cast<double>(m);
-  if (threadIdx.x != 0) return;
-  save_mean[ch] = static_cast<T>(mean);
-  save_invstd[ch] = static_cast<T>(1.0 / sqrt(var + p.eps));
-  if (running_mean != nullptr) {
-    const double unbiased = static_cast<double>(m) / static_cast<double>(m - 1);
-    running_mean[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_mean[ch]) +
-                                      p.momentum * mean);
-    running_var[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_var[ch]) +
-                                     p.momentum * var * unbiased);
+    const i64 m = g.n * g.s;
+    double sum = 0;
+    for (i64 i = threadIdx.x; i < m; i += kThreads) sum += static_cast<double>(x[g.offset(ch, i)]);
+    const double mean = block_sum(sum, smem) / static_cast<double>(m);
+    double squares = 0;
+    for (i64 i = threadIdx.x; i < m; i += kThreads) {
+      const double v = static_cast<double>(x[g.offset(ch, i)]) - mean;
+      squares += v * v;
+    }
+    const double var = block_sum(squares, smem) / static_cast<double>(m);
+    if (threadIdx.x != 0) continue;
+    save_mean[ch] = static_cast<T>(mean);
+    save_invstd[ch] = static_cast<T>(1.0 / sqrt(var + p.eps));
+    if (running_mean != nullptr) {
+      const double unbiased = static_cast<double>(m) / static_cast<double>(m - 1);
+      running_mean[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_mean[ch]) +
+                                        p.momentum * mean);
+      running_var[ch] = static_cast<T>((1.0 - p.momentum) * static_cast<double>(running_var[ch]) +
+                                       p.momentum * var * unbiased);
+    }
   }
 }
 
@@ -94,24 +103,25 @@ __global__ void __launch_bounds__(kThreads)
                          const T* __restrict__ save_mean, const T* __restrict__ save_invstd,
                          Geometry g, double* __restrict__ sums, T* grad_weight, T* grad_bias) {
   __shared__ double smem[kThreads];
-  const i64 ch = blockIdx.x;
   const i64 m = g.n * g.s;
-  const double mean = static_cast<double>(save_mean[ch]);
-  double a = 0, b = 0;
-  for (i64 i = threadIdx.x; i < m; i += kThreads) {
-    const i64 at = g.offset(ch, i);
-    const double grad = static_cast<double>(dy[at]);
-    a += grad;
-    b += grad * (static_cast<double>(x[at]) - mean);
-  }
-  const double sum_dy = block_sum(a, smem);
-  const double sum_dy_xmu = block_sum(b, smem);
-  if (threadIdx.x != 0) return;
-  sums[ch] = sum_dy;
-  sums[g.c + ch] = sum_dy_xmu;
-  if (grad_bias != nullptr) grad_bias[ch] = static_cast<T>(sum_dy);
-  if (grad_weight != nullptr) {
-    grad_weight[ch] = static_cast<T>(sum_dy_xmu * static_cast<double>(save_invstd[ch]));
+  for (i64 ch = blockIdx.x; ch < g.c; ch += gridDim.x) {  // the block's channels (row_grid)
+    const double mean = static_cast<double>(save_mean[ch]);
+    double a = 0, b = 0;
+    for (i64 i = threadIdx.x; i < m; i += kThreads) {
+      const i64 at = g.offset(ch, i);
+      const double grad = static_cast<double>(dy[at]);
+      a += grad;
+      b += grad * (static_cast<double>(x[at]) - mean);
+    }
+    const double sum_dy = block_sum(a, smem);
+    const double sum_dy_xmu = block_sum(b, smem);
+    if (threadIdx.x != 0) continue;
+    sums[ch] = sum_dy;
+    sums[g.c + ch] = sum_dy_xmu;
+    if (grad_bias != nullptr) grad_bias[ch] = static_cast<T>(sum_dy);
+    if (grad_weight != nullptr) {
+      grad_weight[ch] = static_cast<T>(sum_dy_xmu * static_cast<double>(save_invstd[ch]));
+    }
   }
 }
 
@@ -139,31 +149,32 @@ __global__ void input_gradient_kernel(const T* __restrict__ x, const T* __restri
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ weight,
-                      const T* __restrict__ bias, double eps, i64 d, T* __restrict__ y,
+                      const T* __restrict__ bias, double eps, i64 rows, i64 d, T* __restrict__ y,
                       T* __restrict__ save_mean, T* __restrict__ save_invstd) {
   __shared__ double smem[kThreads];
-  const i64 r = blockIdx.x;
-  const T* in = x + r * d;
-  T* out = y + r * d;
-  double sum = 0;
-  for (i64 j = threadIdx.x; j < d; j += kThreads) sum += static_cast<double>(in[j]);
-  const double mean = block_sum(sum, smem) / static_cast<double>(d);
-  double squares = 0;
-  for (i64 j = threadIdx.x; j < d; j += kThreads) {
-    const double v = static_cast<double>(in[j]) - mean;
-    squares += v * v;
-  }
-  const double invstd = 1.0 / sqrt(block_sum(squares, smem) / static_cast<double>(d) + eps);
-  if (threadIdx.x == 0) {
-    save_mean[r] = static_cast<T>(mean);
-    save_invstd[r] = static_cast<T>(invstd);
-  }
-  const T m = static_cast<T>(mean), k = static_cast<T>(invstd);
-  for (i64 j = threadIdx.x; j < d; j += kThreads) {
-    T v = (in[j] - m) * k;
-    if (weight != nullptr) v *= weight[j];
-    if (bias != nullptr) v += bias[j];
-    out[j] = v;
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {  // the block's rows (row_grid)
+    const T* in = x + r * d;
+    T* out = y + r * d;
+    double sum = 0;
+    for (i64 j = threadIdx.x; j < d; j += kThreads) sum += static_cast<double>(in[j]);
+    const double mean = block_sum(sum, smem) / static_cast<double>(d);
+    double squares = 0;
+    for (i64 j = threadIdx.x; j < d; j += kThreads) {
+      const double v = static_cast<double>(in[j]) - mean;
+      squares += v * v;
+    }
+    const double invstd = 1.0 / sqrt(block_sum(squares, smem) / static_cast<double>(d) + eps);
+    if (threadIdx.x == 0) {
+      save_mean[r] = static_cast<T>(mean);
+      save_invstd[r] = static_cast<T>(invstd);
+    }
+    const T m = static_cast<T>(mean), k = static_cast<T>(invstd);
+    for (i64 j = threadIdx.x; j < d; j += kThreads) {
+      T v = (in[j] - m) * k;
+      if (weight != nullptr) v *= weight[j];
+      if (bias != nullptr) v += bias[j];
+      out[j] = v;
+    }
   }
 }
 
@@ -171,25 +182,28 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_input_gradient_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                      const T* __restrict__ dy, const T* __restrict__ save_mean,
-                                     const T* __restrict__ save_invstd, i64 d, T* __restrict__ dx) {
+                                     const T* __restrict__ save_invstd, i64 rows, i64 d,
+                                     T* __restrict__ dx) {
   __shared__ double smem[kThreads];
-  const i64 r = blockIdx.x, at = r * d;
-  const double mean = static_cast<double>(save_mean[r]);
-  const double invstd = static_cast<double>(save_invstd[r]);
-  double a = 0, b = 0;  // sums of h = dy weight and of h xhat
-  for (i64 j = threadIdx.x; j < d; j += kThreads) {
-    const double h = static_cast<double>(dy[at + j]) *
-                     (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
-    a += h;
-    b += h * (static_cast<double>(x[at + j]) - mean) * invstd;
-  }
-  const double mean_h = block_sum(a, smem) / static_cast<double>(d);
-  const double mean_h_xhat = block_sum(b, smem) / static_cast<double>(d);
-  for (i64 j = threadIdx.x; j < d; j += kThreads) {
-    const double h = static_cast<double>(dy[at + j]) *
-                     (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
-    const double xhat = (static_cast<double>(x[at + j]) - mean) * invstd;
-    dx[at + j] = static_cast<T>(invstd * (h - mean_h - xhat * mean_h_xhat));
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {  // the block's rows (row_grid)
+    const i64 at = r * d;
+    const double mean = static_cast<double>(save_mean[r]);
+    const double invstd = static_cast<double>(save_invstd[r]);
+    double a = 0, b = 0;  // sums of h = dy weight and of h xhat
+    for (i64 j = threadIdx.x; j < d; j += kThreads) {
+      const double h = static_cast<double>(dy[at + j]) *
+                       (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
+      a += h;
+      b += h * (static_cast<double>(x[at + j]) - mean) * invstd;
+    }
+    const double mean_h = block_sum(a, smem) / static_cast<double>(d);
+    const double mean_h_xhat = block_sum(b, smem) / static_cast<double>(d);
+    for (i64 j = threadIdx.x; j < d; j += kThreads) {
+      const double h = static_cast<double>(dy[at + j]) *
+                       (weight != nullptr ? static_cast<double>(weight[j]) : 1.0);
+      const double xhat = (static_cast<double>(x[at + j]) - mean) * invstd;
+      dx[at + j] = static_cast<T>(invstd * (h - mean_h - xhat * mean_h_xhat));
+    }
   }
 }
 
@@ -233,7 +247,7 @@ void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* b
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    statistics_kernel<T><<<static_cast<unsigned>(g.c), kThreads, 0, stream>>>(
+    statistics_kernel<T><<<row_grid(g.c), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data), g, static_cast<T*>(running_mean),
         static_cast<T*>(running_var), static_cast<T*>(save_mean), static_cast<T*>(save_invstd), p);
     TESSERA_CUDA_CHECK_LAUNCH(stream, "batch_norm");
@@ -254,7 +268,7 @@ void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gradient_sums_kernel<T><<<static_cast<unsigned>(g.c), kThreads, 0, stream>>>(
+    gradient_sums_kernel<T><<<row_grid(g.c), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data), static_cast<const T*>(grad_y.data),
         static_cast<const T*>(save_mean), static_cast<const T*>(save_invstd), g,
         static_cast<double*>(sums), static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
@@ -276,9 +290,10 @@ void launch_layer_norm(StreamHandle s, const KernelArg& x, void* weight, void* b
   const i64 d = x.numel / rows;
   dispatch_floating(x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    layer_norm_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+    layer_norm_kernel<T><<<row_grid(rows), kThreads, 0, stream>>>(
         static_cast<const T*>(x.data), static_cast<const T*>(weight), static_cast<const T*>(bias),
-        eps, d, static_cast<T*>(y.data), static_cast<T*>(save_mean), static_cast<T*>(save_invstd));
+        eps, rows, d, static_cast<T*>(y.data), static_cast<T*>(save_mean),
+        static_cast<T*>(save_invstd));
     TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm");
   });
 }
@@ -297,8 +312,8 @@ void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight
     const T* sm = static_cast<const T*>(save_mean);
     const T* si = static_cast<const T*>(save_invstd);
     if (grad_x != nullptr) {
-      layer_norm_input_gradient_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          xs, static_cast<const T*>(weight), dy, sm, si, d, static_cast<T*>(grad_x));
+      layer_norm_input_gradient_kernel<T><<<row_grid(rows), kThreads, 0, stream>>>(
+          xs, static_cast<const T*>(weight), dy, sm, si, rows, d, static_cast<T*>(grad_x));
       TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
     }
     if (grad_weight != nullptr || grad_bias != nullptr) {

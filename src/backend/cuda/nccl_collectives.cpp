@@ -218,6 +218,11 @@ void CudaBackend::collective(const CollectiveCall& call) {
     }
     TESSERA_NCCL_CHECK(nccl.group_end());
   }
+  for (int to : devices) {  // every output holds every input's values
+    for (int from : devices) {
+      if (from != to) note_data_from(to, from);  // Note [Faults follow the data]
+    }
+  }
   if (mean && !avg) {
     // Division, not a multiplication by 1/n: that scalar would truncate to 0 for integers.
     for (const Tensor& out : call.outputs) {
