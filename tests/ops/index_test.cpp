@@ -246,6 +246,31 @@ TEST_P(Index, OutOfRangeIndicesAreReportedWithValuePositionAndSize) {
   expect_close(ok, reference_select(x.to_vector<double>(), {3, 5}, 0, {2}), 0, 0);
 }
 
+// An op with nothing to write (an empty slice of x) still checks its indices: the CPU's
+// kernel checks them first, and the CUDA launchers run a check-only kernel.
+TEST_P(Index, AnEmptySliceStillChecksItsIndices) {
+  const Tensor bad = index_tensor({0, 9}, kInt64, device());
+  expect_throw_with<IndexError>(
+      [&] {
+        (void)index_select(zeros({0, 3}, device()), 1, bad);
+        synchronize(device());
+      },
+      {"[index_select] index[1] is 9, out of range for dim 1 of size 3"});
+  expect_throw_with<IndexError>(
+      [&] {
+        (void)index_select(zeros({5, 0}, device()), 0, bad);
+        synchronize(device());
+      },
+      {"[index_select] index[1] is 9, out of range for dim 0 of size 5"});
+  expect_throw_with<IndexError>(
+      [&] {
+        (void)index_add(zeros({2, 0}, device()), 0, bad, zeros({2, 0}, device()));
+        synchronize(device());
+      },
+      {"[index_add] index[1] is 9, out of range for dim 0 of size 2"});
+  EXPECT_NO_THROW(synchronize(device()));
+}
+
 // The op itself never waits for the device: the error comes from the op where the kernel
 // runs inside it (the plain CPU), else from the next wait.
 TEST_P(Index, OutOfRangeIsReportedByTheOpOrAtTheNextWaitWithoutAHostWait) {
