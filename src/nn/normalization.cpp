@@ -105,6 +105,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 "{}",
                 kOp, momentum);
   check_eps(kOp, eps);
+  TESSERA_CHECK(!training || eps > 0, Error,
+                "[{}] training divides by sqrt(var + eps), and a channel whose values in the "
+                "batch are all equal has variance 0, so eps must be > 0 in training; got {} "
+                "(the default is 1e-5)",
+                kOp, eps);
   const Dtype dtype = compute_dtype(kOp, x,
                                     {{"running_mean", &running_mean},
                                      {"running_var", &running_var},

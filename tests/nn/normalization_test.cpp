@@ -415,6 +415,11 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
                                 {"[layer_norm] normalized_shape [3]", "input has shape [4, 2]"});
   expect_throw_with<ShapeError>([] { nn::LayerNorm({}); }, {"1 dim or more"});
   expect_throw_with<Error>([&] { (void)nn::layer_norm(x, {2}, {}, {}, -1); }, {"eps", "-1"});
+  expect_throw_with<Error>(
+      [&] { (void)nn::batch_norm(x, {}, {}, {}, {}, true, 0.1, 0.0); },
+      {"[batch_norm] training divides by sqrt(var + eps)", "eps must be > 0 in training; got 0"});
+  EXPECT_NO_THROW((void)nn::batch_norm(x, zeros({2}, f32), ones({2}, f32), {}, {}, false, 0.1, 0.0))
+      << "evaluation with eps = 0 divides by the running variance, as PyTorch allows";
   TESSERA_REQUIRE_TWO_DEVICES();
   const Device other = available_devices()[available_devices()[0] == d ? 1 : 0];
   expect_throw_with<DeviceMismatchError>(

@@ -18,7 +18,8 @@ namespace tessera::nn {
 /// ([C] each; either may be undefined). In training, defined running statistics are updated
 /// in place, on their device and without a host wait: stat = (1 - momentum) stat + momentum
 /// batch_stat, the variance unbiased there, as PyTorch does. Differentiable in x, weight and
-/// bias. A half x is normalized in float32 and the result has x's dtype.
+/// bias. A half x is normalized in float32 and the result has x's dtype. eps must be > 0 in
+/// training (a channel of equal values has variance 0), >= 0 in evaluation.
 TESSERA_API Tensor batch_norm(const Tensor& x, const Tensor& running_mean,
                               const Tensor& running_var, const Tensor& weight = {},
                               const Tensor& bias = {}, bool training = false, double momentum = 0.1,
