@@ -23,6 +23,7 @@
 #include "tessera/optim/adam.h"
 #include "tessera/optim/clip.h"
 #include "tessera/optim/grad_scaler.h"
+#include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/sgd.h"
 #include "tessera/process_group.h"
 #include "tessera/random.h"
