@@ -224,6 +224,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     describe("data order", fmt::format("shuffle={}, seed={}, drop_last={}", order.shuffle,
                                        order.seed, order.drop_last));
     describe("optimizer", task.optimizer().str());
+    describe("lr schedule", loop::schedule_description(options_));
     describe("model", task.model().str());
     detail::on_every_rank([&] { check_ranks_agree(*host, facts, named); });
   }
@@ -346,6 +347,10 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     capturable.push_back(
         std::make_unique<loop::CapturableFor>(tasks[r]->optimizer(), options_.graph));
   }
+  // Every replica's lr from replica 0's base, so all replicas and ranks step alike.
+  std::vector<optim::Optimizer*> optimizers;
+  for (Task* t : tasks) optimizers.push_back(&t->optimizer());
+  loop::ScheduledLr scheduled(options_.lr_schedule, optimizers);
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly
 
@@ -362,6 +367,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   std::vector<EpochMetrics> history;
   for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
+    if (scheduled.begin_epoch(epoch)) graph.reset();  // Note [Scheduled learning rates]
     if (group != nullptr) set_rng_state(stream_of_rank(rng_state(), static_cast<int>(rank)));
     std::vector<loop::DeviceSums> sums;
     for (std::size_t r = 0; r < k; ++r) {
@@ -409,6 +415,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     if (!buffers.empty()) buffers_from_first();  // before the validation pass reads them
     EpochMetrics m;
     m.epoch = epoch;
+    m.lr = scheduled.lr();
     std::vector<const loop::DeviceSums*> parts;
     for (const auto& s : sums) parts.push_back(&s);
     std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts, host);
@@ -425,7 +432,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     try {
       detail::on_every_rank([&] {
         loop::report_epoch(m, options_.max_epochs, options_.progress && lead, val != nullptr,
-                           metrics);
+                           metrics, options_.lr_schedule != nullptr);
       });
     } catch (const NonFiniteError&) {
       step_losses_ = all_step_losses();  // the diverged run's steps: which one went NaN
@@ -435,7 +442,7 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     // (Note [Each rank's random numbers]): shards of different sizes draw different counts
     // of numbers. After the last epoch every rank is left with rank 0's state.
     if (group != nullptr) take_rank0_generator(*host);
-    loop::save_state(options_, task, scalers[0], train, epoch, lead);
+    loop::save_state(options_, task, scalers[0], train, epoch, lead, scheduled.base_description());
   }
   step_losses_ = all_step_losses();
   return history;

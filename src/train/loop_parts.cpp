@@ -80,11 +80,12 @@ void MetricsLog::append(const std::string& line) {
 }
 
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
-                  MetricsLog& metrics) {
+                  MetricsLog& metrics, bool show_lr) {
   if (progress) {
     std::fprintf(stderr, "epoch %d/%d: train loss %.4f, train acc %.4f", m.epoch, epochs,
                  m.train_loss, m.train_acc);
     if (has_val) std::fprintf(stderr, ", val loss %.4f, val acc %.4f", m.val_loss, m.val_acc);
+    if (show_lr) std::fprintf(stderr, ", lr %.4g", m.lr);
     std::fprintf(stderr, " (%.2f s)\n", m.seconds);
   }
   if (metrics.active()) {
@@ -93,9 +94,10 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
     };
     metrics.append(
         fmt::format("{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
-                    "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}}}",
+                    "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}, "
+                    "\"lr\": {}}}",
                     m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc),
-                    m.seconds, m.train_seconds));
+                    m.seconds, m.train_seconds, num(m.lr)));
   }
   check_finite(m, has_val);
 }
@@ -138,6 +140,7 @@ constexpr const char* kBatchSizeKey = "batch_size";
 constexpr const char* kOptimizerKey = "optimizer";
 constexpr const char* kDataOrderKey = "data_order";
 constexpr const char* kStepOptionsKey = "step_options";
+constexpr const char* kLrScheduleKey = "lr_schedule";
 // Module::str(): its layers. Not "model": `tessera train --save` names its model (e.g. "mlp")
 // there, so --load took a state's listing for another model, and --resume a --save file
 // for a state of another model.
@@ -217,6 +220,15 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "it would not continue that run. Resume with the same optimizer options (--lr, "
                   "--momentum), or start afresh",
                   io::printable(options.resume_from.string()), io::printable(*optimizer), now);
+  }
+  if (const auto schedule = saved(kLrScheduleKey)) {
+    const std::string now = schedule_description(options);
+    TESSERA_CHECK(*schedule == now, Error,
+                  "[Trainer] {} was trained with the lr schedule {} and this run's is {}: "
+                  "resumed so, it would not continue that run. Resume with the same schedule "
+                  "(TrainerOptions::lr_schedule; --lr-schedule, --warmup-epochs), or start "
+                  "afresh from its weights (--load)",
+                  io::printable(options.resume_from.string()), io::printable(*schedule), now);
   }
   if (const auto steps = saved(kStepOptionsKey)) {
     const std::string now = step_options(options);
@@ -324,7 +336,7 @@ std::uint64_t resume_file_digest(const TrainerOptions& options) {
 }
 
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
-                const data::DataLoader& train, int epoch, bool lead) {
+                const data::DataLoader& train, int epoch, bool lead, const std::string& optimizer) {
   if (options.state_path.empty() || !lead) return;
   const RngState rng = rng_state();
   AllowSync deliberate;  // one read of the state per epoch
@@ -335,7 +347,8 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                          {kRngOffsetKey, std::to_string(rng.offset)},
                          {kLoaderEpochsKey, std::to_string(train.epochs_begun())},
                          {kBatchSizeKey, std::to_string(train.options().batch_size)},
-                         {kOptimizerKey, task.optimizer().str()},
+                         {kOptimizerKey, optimizer},
+                         {kLrScheduleKey, schedule_description(options)},
                          {kModelKey, task.model().str()},
                          {kDataOrderKey, data_order(train)},
                          {kStepOptionsKey, step_options(options)}});
@@ -347,6 +360,35 @@ void save_state(const TrainerOptions& options, Task& task, const optim::GradScal
                   "(state_path, --save-state); the file keeps the state it had. {}",
                   epoch, e.what());
   }
+}
+
+}  // namespace tessera::train::loop
+
+namespace tessera::train::loop {
+
+// Note [Scheduled learning rates] in loop_parts.h.
+ScheduledLr::ScheduledLr(const std::shared_ptr<const optim::LrSchedule>& schedule,
+                         std::vector<optim::Optimizer*> optimizers)
+    : schedule_(schedule),
+      optimizers_(std::move(optimizers)),
+      base_description_(optimizers_.front()->str()) {
+  for (const optim::Optimizer* opt : optimizers_) before_.push_back(opt->lr());
+}
+
+ScheduledLr::~ScheduledLr() {
+  for (std::size_t i = 0; i < optimizers_.size(); ++i) optimizers_[i]->set_lr(before_[i]);
+}
+
+bool ScheduledLr::begin_epoch(int epoch) {
+  if (schedule_ == nullptr) return false;
+  const double lr = schedule_->lr(before_.front(), epoch - 1);
+  const bool changed = lr != optimizers_.front()->lr();
+  for (optim::Optimizer* opt : optimizers_) opt->set_lr(lr);
+  return changed;
+}
+
+std::string schedule_description(const TrainerOptions& options) {
+  return options.lr_schedule != nullptr ? options.lr_schedule->str() : std::string("none");
 }
 
 }  // namespace tessera::train::loop

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "tessera/factories.h"
 #include "tessera/operators.h"
 #include "tessera/optim/grad_scaler.h"
+#include "tessera/optim/lr_schedule.h"
 #include "tessera/sync_guard.h"
 #include "tessera/train/trainer.h"
 
@@ -37,9 +39,11 @@ int epochs_to_resume(const TrainerOptions& options);
 // IOError when the file cannot be read.
 std::uint64_t resume_file_digest(const TrainerOptions& options);
 // Writes TrainerOptions::state_path after `epoch` (when set and `lead`), with `train`'s
-// count of epochs begun: a deliberate read of every parameter and state tensor.
+// count of epochs begun: a deliberate read of every parameter and state tensor. `optimizer`
+// is the task's optimizer described with its base lr (ScheduledLr::base_description), which
+// a resumed run's optimizer must match.
 void save_state(const TrainerOptions& options, Task& task, const optim::GradScaler& scaler,
-                const data::DataLoader& train, int epoch, bool lead);
+                const data::DataLoader& train, int epoch, bool lead, const std::string& optimizer);
 
 using Clock = std::chrono::steady_clock;
 
@@ -196,6 +200,48 @@ class CapturableFor {
   bool before_;
 };
 
+// Note [Scheduled learning rates]
+// TrainerOptions::lr_schedule sets every replica's lr before each epoch from the base lr (the
+// task's optimizer's when fit starts: what the program made it with), never from the lr of
+// the epoch before (Note [Schedules as functions of the epoch] in src/optim/lr_schedule.cpp).
+// Optimizer::str() includes the lr, and a resume compares it with the saved run's: the
+// state file keeps the optimizer described with its base lr, so the resumed run, whose
+// optimizer is made with the base lr again, matches, and the schedule's own str() is saved
+// beside it and compared too (a run resumed under another schedule would not continue the
+// run; load the weights with --load to start one). A recorded step (TrainerOptions::graph)
+// has the lr fixed into its kernels' arguments (Optimizer::set_capturable), so an epoch whose
+// lr differs from the last drops the recording and records again at its first full batch:
+// one recording per lr change (per epoch at most), each costing about one eager step of host
+// work, against a device-side lr that every optimizer kernel would have to read. When fit
+// ends (or throws) each optimizer gets its lr from before back, so a second fit starts the
+// schedule from the same base.
+class ScheduledLr {
+ public:
+  // `optimizers`: every replica's; the first one's lr is the base.
+  ScheduledLr(const std::shared_ptr<const optim::LrSchedule>& schedule,
+              std::vector<optim::Optimizer*> optimizers);
+  ~ScheduledLr();
+  ScheduledLr(const ScheduledLr&) = delete;
+  ScheduledLr& operator=(const ScheduledLr&) = delete;
+  // Sets every optimizer's lr for `epoch` (1-based) when there is a schedule; true when
+  // the lr is not the one of the epoch before (a recorded step must be recorded again).
+  bool begin_epoch(int epoch);
+  // The lr every optimizer has now.
+  double lr() const { return optimizers_.front()->lr(); }
+  // The first optimizer's str() with its base lr, as a resumed run's optimizer describes
+  // itself.
+  const std::string& base_description() const { return base_description_; }
+
+ private:
+  std::shared_ptr<const optim::LrSchedule> schedule_;
+  std::vector<optim::Optimizer*> optimizers_;
+  std::vector<double> before_;  // each optimizer's lr when fit started
+  std::string base_description_;
+};
+
+// The schedule as a state file keeps it: its str(), or "none".
+std::string schedule_description(const TrainerOptions& options);
+
 // The metrics file (TrainerOptions::metrics_path), when set and `lead`: one JSON line per
 // epoch, the whole file replaced in one step after each epoch (Note [Metrics written whole]).
 class MetricsLog {
@@ -220,7 +266,8 @@ class MetricsLog {
 // file (when open), then throws NonFiniteError naming the epoch when its training loss (or
 // its validation loss, with validation) is NaN or infinite (check_finite).
 void check_finite(const EpochMetrics& m, bool has_val);
+// With `show_lr` (a schedule is set) the line shows the epoch's lr.
 void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val,
-                  MetricsLog& metrics);
+                  MetricsLog& metrics, bool show_lr = false);
 
 }  // namespace tessera::train::loop

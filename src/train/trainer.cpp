@@ -315,11 +315,13 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   const int done_before = loop::resume(options_, {&task}, {&scaler}, train);
   metrics.resume_after(done_before);
   const loop::CapturableFor capturable(opt, options_.graph);
+  loop::ScheduledLr scheduled(options_.lr_schedule, {&opt});
   std::unique_ptr<StepGraph> graph;  // Note [Recorded steps]
   bool warmed_up = false;            // a full batch has run eagerly
   std::vector<EpochMetrics> history;
   for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = Clock::now();
+    if (scheduled.begin_epoch(epoch)) graph.reset();  // Note [Scheduled learning rates]
     model.train();
     log.begin_epoch(train.batches());
     DeviceSums sums(device());
@@ -352,6 +354,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     progress.finish();
     EpochMetrics m;
     m.epoch = epoch;
+    m.lr = scheduled.lr();
     std::tie(m.train_loss, m.train_acc) = sums.read();
     m.train_seconds = seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
@@ -363,13 +366,14 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     m.seconds = seconds_since(start);
     history.push_back(m);
     try {
-      loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics);
+      loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics,
+                         options_.lr_schedule != nullptr);
     } catch (const NonFiniteError&) {
       AllowSync deliberate;  // the diverged run's steps: which one went NaN
       step_losses_ = log.to_host();
       throw;
     }
-    loop::save_state(options_, task, scaler, train, epoch, true);
+    loop::save_state(options_, task, scaler, train, epoch, true, scheduled.base_description());
   }
   step_losses_ = log.to_host();
   return history;

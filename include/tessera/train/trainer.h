@@ -15,6 +15,7 @@
 #include "tessera/device.h"
 #include "tessera/export.h"
 #include "tessera/nn/module.h"
+#include "tessera/optim/lr_schedule.h"
 #include "tessera/optim/optimizer.h"
 #include "tessera/process_group.h"
 
@@ -30,7 +31,7 @@ struct TESSERA_API TrainerOptions {
   /// A progress bar with ETA when stderr is a terminal, one line per epoch otherwise.
   bool progress = true;
   /// One JSON object per epoch (epoch, train_loss, train_acc, val_loss, val_acc, seconds,
-  /// train_seconds; null for a value that is NaN or infinite). After each epoch the whole
+  /// train_seconds, lr; null for a value that is NaN or infinite). After each epoch the whole
   /// file is replaced in one step, as checkpoints are: a file there before stays until the
   /// first epoch ends, and a kill or a full disk never leaves a part (a write that fails
   /// stops the run with IOError). When resuming (resume_from) it continues the file's lines,
@@ -86,11 +87,20 @@ struct TESSERA_API TrainerOptions {
   /// random generator and the training loader's epoch where they were, and trains from the
   /// next epoch up to max_epochs, numbering epochs on from the file's; the result equals
   /// that of the run not interrupted. Error when the file holds max_epochs or more epochs,
-  /// when the run saved another batch size or optimizer options (Optimizer::str: lr,
-  /// momentum, ...) than this one's, and the errors of load_training_state (a plain
-  /// checkpoint, another model or optimizer).
+  /// when the run saved another batch size, optimizer options (Optimizer::str: lr,
+  /// momentum, ...; the lr as the optimizer was made, before any schedule) or lr_schedule than
+  /// this one's, and the errors of load_training_state (a plain checkpoint, another model or
+  /// optimizer).
   /// Empty: start afresh.
   std::filesystem::path resume_from;
+  /// Before each epoch e (1-based), set the lr of the optimizer (every replica's, on every
+  /// rank) to lr_schedule->lr(base, e - 1), where base is the lr the task's optimizer has when
+  /// fit starts; after fit (also one that threw) each optimizer has its lr from before again.
+  /// Resuming goes on with the schedule at the file's epoch; a state saved under another
+  /// schedule (LrSchedule::str) is refused, as other optimizer options are. With `graph`,
+  /// the step is recorded again in an epoch whose lr differs from the last (Note [Scheduled
+  /// learning rates] in src/train/loop_parts.h). nullptr: the optimizer's lr throughout.
+  std::shared_ptr<const optim::LrSchedule> lr_schedule;
 };
 
 /// What a training and a validation step return, on the device: the batch's mean loss
@@ -167,6 +177,7 @@ struct TESSERA_API EpochMetrics {
   double val_loss = 0, val_acc = 0;  ///< NaN without validation data
   double seconds = 0;                ///< the whole epoch, validation included
   double train_seconds = 0;          ///< the pass over the training data alone (throughput)
+  double lr = 0;                     ///< the optimizer's lr during the epoch
 };
 
 class TESSERA_API Trainer {
