@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "cli_checks.h"
+#include "lr_schedule_option.h"
 #include "tessera/tessera.h"
 #include "tessera/train/plot.h"
 
@@ -43,6 +44,8 @@ struct TrainArgs {
       -1;               // batches gathered ahead on a background thread; -1: 2 with a GPU, else 0
   double lr = 0.1;      // LeNet: 0.05 unless given (see add_train_command)
   double momentum = 0;  // LeNet: 0.9 unless given
+  std::string lr_schedule;  // --lr-schedule's text; empty: a constant lr
+  int warmup_epochs = 0;
   std::string device;   // empty: try_gpu(), or the --num-gpus rule
   int num_gpus = -1;    // -1: not given
   std::string devices;  // "cpu:0,cpu:1": data-parallel on these
@@ -207,6 +210,8 @@ nn::Sequential make_model(const std::string& name, Device device) {
 }
 
 void run_train(const TrainArgs& a) {
+  // Before the data loads: a cosine schedule with no epochs to anneal over is refused now.
+  const auto schedule = parse_lr_schedule(a.lr_schedule, a.epochs, a.warmup_epochs);
   manual_seed(a.seed);
   const data::FashionMnist d = data::load_fashion_mnist(
       a.data_dir.empty() ? data::default_fashion_mnist_dir() : std::filesystem::path(a.data_dir));
@@ -226,7 +231,8 @@ void run_train(const TrainArgs& a) {
                                 .device = std::nullopt,
                                 .devices = {},
                                 .state_path = a.save_state,
-                                .resume_from = a.resume};
+                                .resume_from = a.resume,
+                                .lr_schedule = schedule};
   options.graph = a.graph;
   options.precision = a.precision == "bf16"   ? kBFloat16
                       : a.precision == "fp16" ? kFloat16
@@ -283,9 +289,10 @@ void run_train(const TrainArgs& a) {
   const int world = group != nullptr ? group->size() : 1;
   if (lead) {
     std::cout << fmt::format(
-        "training {} on {} for {} epochs (batch {}, lr {}, momentum {}, seed {}{}{})\n", a.model,
+        "training {} on {} for {} epochs (batch {}, lr {}{}, momentum {}, seed {}{}{})\n", a.model,
         describe_devices(trainer.devices(), world, a.batch_size), a.epochs, a.batch_size, a.lr,
-        a.momentum, a.seed, a.graph ? ", recorded step replayed as a graph" : "",
+        options.lr_schedule ? " scheduled by " + options.lr_schedule->str() : "", a.momentum,
+        a.seed, a.graph ? ", recorded step replayed as a graph" : "",
         a.precision == "fp32" ? "" : fmt::format(", {} autocast", dtype_name(options.precision)));
   }
   if (lead && !a.resume.empty()) {
@@ -423,6 +430,11 @@ void add_train_command(CLI::App& app) {
   CLI::Option* lr = cmd->add_option("--lr", a->lr, "SGD learning rate (LeNet: 0.05)")
                         ->check(kPositiveFinite)
                         ->capture_default_str();
+  cmd->add_option("--lr-schedule", a->lr_schedule, kLrScheduleHelp)->check(kLrScheduleSyntax);
+  cmd->add_option("--warmup-epochs", a->warmup_epochs,
+                  "Warm the lr up linearly first: epoch k of N trains at --lr * k / (N + 1), "
+                  "then --lr-schedule starts (or the constant --lr)")
+      ->transform(cli::whole_number_in(0, 100000));
   CLI::Option* momentum = cmd->add_option("--momentum", a->momentum, "SGD momentum (LeNet: 0.9)")
                               ->check(cli::number_in(0.0, 1.0))
                               ->capture_default_str();
