@@ -154,10 +154,19 @@ void CudaBackend::layer_norm_backward(const Tensor& x, const Tensor& weight, con
                                       const Tensor& save_mean, const Tensor& save_invstd,
                                       const Tensor& grad_x, const Tensor& grad_weight,
                                       const Tensor& grad_bias) {
+  const std::int64_t rows = save_mean.numel();
+  // The per-row-block partial sums of the parameters' gradients, freed in stream order once
+  // the kernel that reads them has run.
+  Tensor partials;
+  if ((grad_weight.defined() || grad_bias.defined()) && rows > 0 && x.numel() > 0) {
+    const std::int64_t d = x.numel() / rows;
+    partials = make_tensor({2 * cuda::layer_norm_row_blocks(rows, d) * d}, kFloat64, x.device(),
+                           "layer_norm_backward");
+  }
   cuda::launch_layer_norm_backward(
       activate(x.device().index()), kernel_arg(x), data_or_null(weight), kernel_arg(grad_y),
-      data_or_null(save_mean), data_or_null(save_invstd), save_mean.numel(), data_or_null(grad_x),
-      data_or_null(grad_weight), data_or_null(grad_bias));
+      data_or_null(save_mean), data_or_null(save_invstd), rows, data_or_null(grad_x),
+      data_or_null(grad_weight), data_or_null(grad_bias), data_or_null(partials));
 }
 
 void CudaBackend::batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,

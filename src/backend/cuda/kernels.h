@@ -73,10 +73,13 @@ void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* b
                        void* save_invstd, const BatchNormParams& p);
 void launch_layer_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias, double eps,
                        const KernelArg& y, void* save_mean, void* save_invstd, std::int64_t rows);
+// `partials`: 2 * layer_norm_row_blocks(rows, d) * d doubles of scratch when grad_weight or
+// grad_bias is wanted (Note [Layer norm's parameter gradients on a GPU]).
 void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
                                 const KernelArg& grad_y, void* save_mean, void* save_invstd,
-                                std::int64_t rows, void* grad_x, void* grad_weight,
-                                void* grad_bias);
+                                std::int64_t rows, void* grad_x, void* grad_weight, void* grad_bias,
+                                void* partials);
+std::int64_t layer_norm_row_blocks(std::int64_t rows, std::int64_t d);
 void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
                                 const KernelArg& grad_y, void* save_mean, void* save_invstd,
                                 bool training, void* sums, void* grad_x, void* grad_weight,

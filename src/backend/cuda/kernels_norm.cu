@@ -7,6 +7,7 @@
 // cpu_batch_norm.cpp's and cpu_layer_norm.cpp's.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/kernel_utils.cuh"
@@ -207,20 +208,57 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Note [Layer norm's parameter gradients on a GPU]
+// dweight and dbias are sums over the rows. One thread per column summing every row in turn
+// gave d threads in all (768 columns: 3 blocks on a 132-SM GPU, each thread thousands of
+// dependent loads deep). The rows are cut into blocks fixed by the shape alone
+// (layer_norm_row_blocks): a block of kTileColumns x kTileRows threads sums one block of rows
+// for 32 columns (a warp reads 32 consecutive values of a row), its kTileRows row lanes
+// combined in order in shared memory, into a partial per row block and column; a second
+// kernel adds a column's partials in row-block order. The result depends on the shape only,
+// never on timing: no atomics.
+constexpr int kTileColumns = 32, kTileRows = 8;
+
 template <typename T>
-__global__ void layer_norm_parameter_gradient_kernel(const T* __restrict__ x,
-                                                     const T* __restrict__ dy,
-                                                     const T* __restrict__ save_mean,
-                                                     const T* __restrict__ save_invstd, i64 rows,
-                                                     i64 d, T* grad_weight, T* grad_bias) {
-  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
-  for (i64 j = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; j < d; j += stride) {
-    double sw = 0, sb = 0;
-    for (i64 r = 0; r < rows; ++r) {
+__global__ void __launch_bounds__(kTileColumns* kTileRows)
+    layer_norm_parameter_partials_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                                         const T* __restrict__ save_mean,
+                                         const T* __restrict__ save_invstd, i64 rows, i64 d,
+                                         i64 blocks, double* __restrict__ partials) {
+  __shared__ double sw_lane[kTileRows][kTileColumns], sb_lane[kTileRows][kTileColumns];
+  const i64 j = static_cast<i64>(blockIdx.x) * kTileColumns + threadIdx.x;
+  const i64 b = blockIdx.y;
+  const i64 r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+  double sw = 0, sb = 0;
+  if (j < d) {
+    for (i64 r = r0 + threadIdx.y; r < r1; r += kTileRows) {
       const double g = static_cast<double>(dy[r * d + j]);
       sb += g;
       sw += g * (static_cast<double>(x[r * d + j]) - static_cast<double>(save_mean[r])) *
             static_cast<double>(save_invstd[r]);
+    }
+  }
+  sw_lane[threadIdx.y][threadIdx.x] = sw;
+  sb_lane[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= d) return;
+  for (int k = 1; k < kTileRows; ++k) {
+    sw += sw_lane[k][threadIdx.x];
+    sb += sb_lane[k][threadIdx.x];
+  }
+  partials[b * d + j] = sw;
+  partials[(blocks + b) * d + j] = sb;
+}
+
+template <typename T>
+__global__ void layer_norm_parameter_sums_kernel(const double* __restrict__ partials, i64 d,
+                                                 i64 blocks, T* grad_weight, T* grad_bias) {
+  const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 j = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; j < d; j += stride) {
+    double sw = 0, sb = 0;
+    for (i64 b = 0; b < blocks; ++b) {
+      sw += partials[b * d + j];
+      sb += partials[(blocks + b) * d + j];
     }
     if (grad_weight != nullptr) grad_weight[j] = static_cast<T>(sw);
     if (grad_bias != nullptr) grad_bias[j] = static_cast<T>(sb);
@@ -238,6 +276,15 @@ int elementwise_grid(i64 numel) {
 }
 
 }  // namespace
+
+std::int64_t layer_norm_row_blocks(std::int64_t rows, std::int64_t d) {
+  // Blocks of at least 64 rows, at most 256 of them (a y grid dimension holds 65535), and
+  // at most 2^22 partials per gradient (32 MiB of doubles) however wide the rows.
+  constexpr i64 kMinRows = 64, kMaxBlocks = 256, kMaxPartials = i64{1} << 22;
+  const i64 by_rows = (rows + kMinRows - 1) / kMinRows;
+  const i64 by_memory = kMaxPartials / (d > 0 ? d : 1);
+  return std::max<i64>(1, std::min({by_rows, kMaxBlocks, by_memory}));
+}
 
 void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias,
                        void* running_mean, void* running_var, const KernelArg& y, void* save_mean,
@@ -300,8 +347,8 @@ void launch_layer_norm(StreamHandle s, const KernelArg& x, void* weight, void* b
 
 void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight,
                                 const KernelArg& grad_y, void* save_mean, void* save_invstd,
-                                std::int64_t rows, void* grad_x, void* grad_weight,
-                                void* grad_bias) {
+                                std::int64_t rows, void* grad_x, void* grad_weight, void* grad_bias,
+                                void* partials) {
   if (rows == 0 || x.numel == 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
   const i64 d = x.numel / rows;
@@ -317,8 +364,18 @@ void launch_layer_norm_backward(StreamHandle s, const KernelArg& x, void* weight
       TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
     }
     if (grad_weight != nullptr || grad_bias != nullptr) {
-      layer_norm_parameter_gradient_kernel<T><<<elementwise_grid(d), kThreads, 0, stream>>>(
-          xs, dy, sm, si, rows, d, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+      // Note [Layer norm's parameter gradients on a GPU]
+      const i64 blocks = layer_norm_row_blocks(rows, d);
+      const i64 tiles = (d + kTileColumns - 1) / kTileColumns;
+      TESSERA_CUDA_EXPECT(tiles <= 0x7fffffff, "layer_norm_backward: too many columns for a grid");
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(blocks));
+      const dim3 block(kTileColumns, kTileRows);
+      double* part = static_cast<double*>(partials);
+      layer_norm_parameter_partials_kernel<T>
+          <<<grid, block, 0, stream>>>(xs, dy, sm, si, rows, d, blocks, part);
+      TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
+      layer_norm_parameter_sums_kernel<T><<<elementwise_grid(d), kThreads, 0, stream>>>(
+          part, d, blocks, static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
       TESSERA_CUDA_CHECK_LAUNCH(stream, "layer_norm_backward");
     }
   });
