@@ -180,6 +180,38 @@ TEST_P(Index, AddOfLargeTensorsSplitsColumnsAcrossThreads) {
                1e-14, 1e-14);
 }
 
+// Many indices into few rows (an embedding's backward): float32 sums in index order, bit
+// for bit, whichever path the backend takes (CUDA sorts 64 or more indices by value: Note
+// [index_add in sorted order]), and an out-of-range index among them is reported.
+TEST_P(Index, AddOfManyIndicesAddsInIndexOrder) {
+  const Shape shape{3, 10, 5};
+  const std::int64_t k = 200;
+  std::vector<std::int64_t> index(static_cast<std::size_t>(k));
+  for (std::int64_t i = 0; i < k; ++i) index[static_cast<std::size_t>(i)] = (i * 7 + i / 13) % 10;
+  const Tensor x = random_tensor(shape, kFloat32, device(), 3, false);
+  const Tensor source = random_tensor({3, k, 5}, kFloat32, device(), 4, false);
+  std::vector<float> want = x.to_vector<float>();
+  const std::vector<float> src = source.to_vector<float>();
+  for (std::int64_t o = 0; o < 3; ++o) {
+    for (std::int64_t i = 0; i < k; ++i) {
+      for (std::int64_t j = 0; j < 5; ++j) {
+        want[static_cast<std::size_t>((o * 10 + index[static_cast<std::size_t>(i)]) * 5 + j)] +=
+            src[static_cast<std::size_t>((o * k + i) * 5 + j)];
+      }
+    }
+  }
+  const Tensor out = index_add(x, 1, index_tensor(index, kInt64, device()), source);
+  EXPECT_EQ(out.to_vector<float>(), want);
+  index[150] = 10;
+  expect_throw_with<IndexError>(
+      [&] {
+        const Tensor y = index_add(x, 1, index_tensor(index, kInt64, device()), source);
+        (void)y.to_vector<double>();
+      },
+      {"[index_add] index[150] is 10, out of range for dim 1 of size 10"});
+  EXPECT_NO_THROW(synchronize(device()));
+}
+
 TEST_P(Index, AddTakesIntegerBoolAndHalfDtypes) {
   const auto index = index_tensor({1, 1, 0}, kInt32, device());
   const Tensor xi = from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2}, {kInt32, device()});

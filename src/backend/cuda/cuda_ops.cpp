@@ -39,8 +39,14 @@ void CudaBackend::index_add(const Tensor& target, int dim, const Tensor& index,
   const int d = target.device().index();
   const IndexGeometry g = index_geometry(target, dim);
   const cudaStream_t stream = activate(d);
+  // The sorted path's scratch, freed in stream order once the kernels that use it have run.
+  const std::size_t bytes = cuda::index_add_scratch_bytes(index.numel(), g.outer * g.inner);
+  const Tensor scratch = bytes == 0 ? Tensor()
+                                    : make_tensor({static_cast<std::int64_t>(bytes)}, kUInt8,
+                                                  target.device(), "index_add");
   cuda::launch_index_add(stream, kernel_arg(target), kernel_arg(index), kernel_arg(source), g.outer,
-                         g.n, g.inner, dim, device(d).index_fault);
+                         g.n, g.inner, dim, device(d).index_fault,
+                         scratch.defined() ? impl_of(scratch).data() : nullptr);
   if (cuda::launch_blocking() && !capturing(d)) report_index_fault(d);  // blamed on this op
 }
 

@@ -159,9 +159,12 @@ struct IndexFault {
 void launch_index_select(StreamHandle s, const KernelArg& x, const KernelArg& index,
                          const KernelArg& out, std::int64_t outer, std::int64_t n,
                          std::int64_t inner, int dim, IndexFault* fault);
+// `scratch`: index_add_scratch_bytes(k, outer * inner) bytes (none when that is 0), for
+// the sorted path of Note [index_add in sorted order].
 void launch_index_add(StreamHandle s, const KernelArg& target, const KernelArg& index,
                       const KernelArg& source, std::int64_t outer, std::int64_t n,
-                      std::int64_t inner, int dim, IndexFault* fault);
+                      std::int64_t inner, int dim, IndexFault* fault, void* scratch);
+std::size_t index_add_scratch_bytes(std::int64_t k, std::int64_t columns);
 // Same contract as Backend::random_int (kernels_random.cu).
 void launch_random_int(StreamHandle s, const KernelArg& out, std::int64_t low, std::uint64_t span,
                        std::uint64_t seed, std::uint64_t offset);
