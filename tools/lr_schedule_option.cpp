@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -17,8 +18,9 @@ const char* const kLrScheduleHelp =
     "Learning-rate schedule, stepped per epoch as PyTorch's: step:N[:GAMMA] (lr times GAMMA, "
     "default 0.1, every N epochs), multistep:E1,E2,...[:GAMMA] (times GAMMA at each of those "
     "epochs), exp:GAMMA (times GAMMA every epoch), cosine[:ETA_MIN] (cosine annealing from "
-    "--lr down to ETA_MIN, default 0, over the epochs after the warm-up). Default: a constant "
-    "--lr";
+    "--lr down to ETA_MIN, default 0, over --epochs less the warm-up: a resumed run needs the "
+    "same --epochs). With --warmup-epochs, a schedule's epochs count from the warm-up's end. "
+    "Default: a constant --lr";
 
 namespace {
 
@@ -33,8 +35,10 @@ std::optional<int> int_of(const std::string& text) {
 
 std::optional<double> double_of(const std::string& text) {
   char* stop = nullptr;
+  // strtod skips leading spaces; int_of takes none, so neither does this.
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return std::nullopt;
   const double v = std::strtod(text.c_str(), &stop);
-  if (text.empty() || *stop != '\0' || !std::isfinite(v)) return std::nullopt;
+  if (*stop != '\0' || !std::isfinite(v)) return std::nullopt;
   return v;
 }
 

@@ -92,12 +92,12 @@ void report_epoch(const EpochMetrics& m, int epochs, bool progress, bool has_val
     auto num = [](double v) {
       return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null");
     };
-    metrics.append(
-        fmt::format("{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
-                    "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}, "
-                    "\"lr\": {}}}",
-                    m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc),
-                    m.seconds, m.train_seconds, num(m.lr)));
+    metrics.append(fmt::format(
+        "{{\"epoch\": {}, \"train_loss\": {}, \"train_acc\": {}, \"val_loss\": {}, "
+        "\"val_acc\": {}, \"seconds\": {:.3f}, \"train_seconds\": {:.3f}, "
+        "\"lr\": {}}}",
+        m.epoch, num(m.train_loss), num(m.train_acc), num(m.val_loss), num(m.val_acc), m.seconds,
+        m.train_seconds, std::isfinite(m.lr) ? fmt::format("{}", m.lr) : std::string("null")));
   }
   check_finite(m, has_val);
 }
@@ -221,14 +221,17 @@ int resume(const TrainerOptions& options, const std::vector<Task*>& tasks,
                   "--momentum), or start afresh",
                   io::printable(options.resume_from.string()), io::printable(*optimizer), now);
   }
-  if (const auto schedule = saved(kLrScheduleKey)) {
+  {
+    // A file written before schedules existed trained at a constant lr.
+    const std::string schedule = saved(kLrScheduleKey).value_or(kNoSchedule);
     const std::string now = schedule_description(options);
-    TESSERA_CHECK(*schedule == now, Error,
+    TESSERA_CHECK(schedule == now, Error,
                   "[Trainer] {} was trained with the lr schedule {} and this run's is {}: "
                   "resumed so, it would not continue that run. Resume with the same schedule "
-                  "(TrainerOptions::lr_schedule; --lr-schedule, --warmup-epochs), or start "
-                  "afresh from its weights (--load)",
-                  io::printable(options.resume_from.string()), io::printable(*schedule), now);
+                  "(TrainerOptions::lr_schedule; on the command line the same --lr-schedule "
+                  "and --warmup-epochs, and for cosine the same --epochs, which sets its "
+                  "t_max), or start afresh from its weights (--load)",
+                  io::printable(options.resume_from.string()), io::printable(schedule), now);
   }
   if (const auto steps = saved(kStepOptionsKey)) {
     const std::string now = step_options(options);
@@ -388,7 +391,7 @@ bool ScheduledLr::begin_epoch(int epoch) {
 }
 
 std::string schedule_description(const TrainerOptions& options) {
-  return options.lr_schedule != nullptr ? options.lr_schedule->str() : std::string("none");
+  return options.lr_schedule != nullptr ? options.lr_schedule->str() : std::string(kNoSchedule);
 }
 
 }  // namespace tessera::train::loop

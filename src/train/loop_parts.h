@@ -239,7 +239,10 @@ class ScheduledLr {
   std::string base_description_;
 };
 
-// The schedule as a state file keeps it: its str(), or "none".
+// What a state file keeps for a run without a schedule (and what a file from before schedules
+// is taken to have had).
+inline constexpr const char* kNoSchedule = "none";
+// The schedule as a state file keeps it: its str(), or kNoSchedule.
 std::string schedule_description(const TrainerOptions& options);
 
 // The metrics file (TrainerOptions::metrics_path), when set and `lead`: one JSON line per

@@ -14,6 +14,7 @@
 #include "support/device_test.h"
 #include "support/random_images.h"
 #include "support/temp_dir.h"
+#include "tessera/safetensors.h"
 
 namespace tessera {
 namespace {
@@ -198,8 +199,9 @@ TEST_P(LrScheduleTrainer, AResumedRunEndsWhereTheRunNotInterruptedEnds) {
         {"was trained with the lr schedule SequentialLR(schedules=[LinearLR(start_factor=0.5, "
          "end_factor=1, total_iters=1), StepLR(step_size=1, gamma=0.5)], milestones=[1]) and "
          "this run's is ExponentialLR(gamma=0.5)",
-         "Resume with the same schedule (TrainerOptions::lr_schedule; --lr-schedule, "
-         "--warmup-epochs), or start afresh from its weights (--load)"});
+         "Resume with the same schedule (TrainerOptions::lr_schedule; on the command line "
+         "the same --lr-schedule and --warmup-epochs, and for cosine the same --epochs, which "
+         "sets its t_max), or start afresh from its weights (--load)"});
     expect_throw_with<Error>([&] { fit(devices, nullptr, 5, false, {}, state); },
                              {"and this run's is none"});
   }
@@ -209,6 +211,15 @@ TEST_P(LrScheduleTrainer, AResumedRunEndsWhereTheRunNotInterruptedEnds) {
   expect_throw_with<Error>(
       [&] { fit({device()}, warm_then_halve(), 3, false, {}, dir / "state.safetensors"); },
       {"was trained with the lr schedule none and this run's is SequentialLR("});
+  // Nor is a file written before schedules existed (no "lr_schedule" in its metadata): it
+  // trained at a constant lr.
+  SafetensorsFile old = load_safetensors(dir / "state.safetensors");
+  ASSERT_EQ(old.metadata.erase("lr_schedule"), 1u);
+  save_safetensors(dir / "old.safetensors", old.tensors, old.metadata);
+  expect_throw_with<Error>(
+      [&] { fit({device()}, warm_then_halve(), 3, false, {}, dir / "old.safetensors"); },
+      {"was trained with the lr schedule none and this run's is SequentialLR("});
+  EXPECT_NO_THROW(fit({device()}, nullptr, 2, false, {}, dir / "old.safetensors"));
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(LrScheduleTrainer);
