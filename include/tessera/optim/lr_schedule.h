@@ -94,6 +94,8 @@ class TESSERA_API LinearLR final : public LrSchedule {
 
 /// schedules[i] from milestones[i - 1] on, counting its epochs from 0 there, as PyTorch's
 /// SequentialLR: SequentialLR({warm-up, cosine}, {5}) warms up for 5 epochs, then anneals.
+/// A SequentialLR inside another restarts its epochs the same way (PyTorch's, as the first
+/// stage, runs one epoch ahead, and as a later one is refused).
 /// Error for no schedules, a null one, milestones.size() != schedules.size() - 1, or
 /// milestones that are not increasing numbers >= 1.
 class TESSERA_API SequentialLR final : public LrSchedule {
