@@ -63,6 +63,7 @@ void CudaBackend::index_add(const Tensor& target, int dim, const Tensor& index,
 //    waits look at their slots too, as a logical CPU device's error follows the work (Note
 //    [Errors follow the work] in backend/cpu/work_queue.cpp). The bits stay set: looking at
 //    a slot is one load.
+// While g records a graph its fault waits for the first wait after the capture.
 // A kernel queued by another thread between the streams' waits and the clearing finds the
 // slot claimed and records nothing (its result holds zeros for the bad index): a fault in a
 // race with the report of another is not reported.
@@ -79,7 +80,10 @@ void CudaBackend::take_index_fault(int g) {
   if (fault == nullptr || __atomic_load_n(&fault->ready, __ATOMIC_ACQUIRE) == 0) [[likely]] {
     return;
   }
-  select(g);
+  // Not while g records a graph: a wait on a capturing stream would break the recording. The
+  // fault stays in the slot for the first wait after the capture.
+  if (capturing(g)) return;
+  // (A stream is waited for whatever device is current: the caller's stays current.)
   for (const StreamSlot& slot : devices_[g].streams) {
     TESSERA_CUDA_CHECK(cudaStreamSynchronize(slot.stream));
   }
