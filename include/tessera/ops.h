@@ -69,6 +69,14 @@ TESSERA_API Tensor abs(const Tensor& a);
 TESSERA_API Tensor relu(const Tensor& a);
 TESSERA_API Tensor sigmoid(const Tensor& a);
 TESSERA_API Tensor tanh(const Tensor& a);
+/// How gelu computes Phi(x): exactly (PyTorch's approximate='none') or by its tanh form.
+enum class GeluApproximation : std::uint8_t { kNone, kTanh };
+/// x * Phi(x), Phi the standard normal CDF (kTanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+/// x^3)))), as torch.nn.functional.gelu. Floating tensors only: DtypeError for integer and
+/// bool ones, as PyTorch. Differentiable (one fused kernel backward).
+TESSERA_API Tensor gelu(const Tensor& a, GeluApproximation approximate = GeluApproximation::kNone);
+/// x * sigmoid(x) (SiLU, swish), as torch.nn.functional.silu; dtypes and errors as gelu.
+TESSERA_API Tensor silu(const Tensor& a);
 
 // ---- reductions: over all elements, or over `dims` (negative counts from the end) ----
 // An empty `dims` reduces no dim, as NumPy's axis=() (LibTorch's x.sum({}) reduces every

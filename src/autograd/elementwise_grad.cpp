@@ -3,6 +3,7 @@
 #include "autograd/formulas.h"
 #include "autograd/record.h"
 #include "backend/elementwise_functors.h"
+#include "core/check.h"
 #include "core/tensor_impl.h"
 #include "ops/fused_ops.h"
 #include "tessera/factories.h"
@@ -164,6 +165,10 @@ void record_unary(UnaryOp op, const char* name, const Tensor& a, const Tensor& o
     case UnaryOp::kTanh:
       fn = [out](const Tensor& g) { return std::vector<Tensor>{g * (1.0 - out * out)}; };
       break;
+    case UnaryOp::kGelu:
+    case UnaryOp::kGeluTanh:
+    case UnaryOp::kSilu:  // floating only, so fused above: never here
+      TESSERA_INTERNAL_ASSERT(false, "[{}] reached the unfused backward", name);
   }
   const bool reads_out = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid ||
                          op == UnaryOp::kTanh;

@@ -17,7 +17,20 @@ namespace tessera::detail {
 
 enum class FirstWriter : std::uint8_t;  // core/tensor_impl.h
 
-enum class UnaryOp : std::uint8_t { kNeg, kExp, kLog, kSqrt, kAbs, kRelu, kSigmoid, kTanh };
+// kGelu is x * Phi(x), kGeluTanh its tanh approximation, kSilu x * sigmoid(x).
+enum class UnaryOp : std::uint8_t {
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kAbs,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kGelu,
+  kGeluTanh,
+  kSilu,
+};
 
 enum class BinaryOp : std::uint8_t {
   kAdd,
@@ -250,8 +263,9 @@ class Backend {
   virtual void random_int(const Tensor& out, std::int64_t low, std::uint64_t span,
                           std::uint64_t seed, std::uint64_t offset) = 0;
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
-  // grad_in = the gradient of an activation (kRelu, kSigmoid, kTanh) in one pass, from the
-  // gradient of its output and `saved` (the op's input for kRelu, its output otherwise).
+  // grad_in = the gradient of an activation (kRelu, kSigmoid, kTanh, kGelu, kGeluTanh, kSilu)
+  // in one pass, from the gradient of its output and `saved` (the op's output for kSigmoid
+  // and kTanh, its input otherwise).
   // Contiguous, of one floating dtype and shape.
   virtual void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
                               const Tensor& grad_in) = 0;

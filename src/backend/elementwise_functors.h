@@ -71,6 +71,66 @@ TESSERA_UNARY_FN(SigmoidFn, static_cast<T>(T(1) / (T(1) + std::exp(-x))))
 TESSERA_UNARY_FN(TanhFn, static_cast<T>(std::tanh(x)))
 #undef TESSERA_UNARY_FN
 
+// Note [GELU and SiLU formulas]
+// gelu(x) = x Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2, which is PyTorch's
+// (1 + erf(x / sqrt 2)) / 2 without its cancellation for negative x (PyTorch's float64
+// gelu(-10) is 0; this is -7.6e-23). The tanh form 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x +
+// 0.044715 x^3), is computed as x / (1 + e^-2u), the same number without 1 + tanh to
+// cancel; silu(x) = x / (1 + e^-x). At x = -inf each is -0, its limit (x * 0 would be NaN,
+// which PyTorch gives), at +inf it is inf. Only floating T reaches these (ops/elementwise.cpp);
+// halves compute in float32. The CPU's float32 kernels are vector_math.h's, of the same
+// formulas. Their gradients, below, are PyTorch's formulas with the same limits at +-inf.
+constexpr double kSqrt2OverPi = 0.797884560802865355879892119868763737;  // sqrt(2 / pi)
+constexpr double kInvSqrt2Pi = 0.398942280401432677939946059934381868;   // 1 / sqrt(2 pi)
+constexpr double kInvSqrt2 = 0.707106781186547524400844362104849039;     // 1 / sqrt 2
+constexpr double kGeluTanhCubic = 0.044715;
+
+template <typename T>
+TESSERA_HOST_DEVICE T gelu_tanh_inner(T x) {
+  return T(kSqrt2OverPi) * (x + T(kGeluTanhCubic) * (x * x * x));
+}
+// Past |x| = 1e10 a slope is its limit (0 below, 1 above) to the last bit; taking the limit
+// there avoids inf * 0 = NaN at +-inf (and where x^2 overflows).
+template <typename T>
+TESSERA_HOST_DEVICE T slope_or_limit(T x, T slope) {
+  return (x > T(1e10)) ? T(1) : (x < T(-1e10)) ? T(0) : slope;
+}
+
+// Each is x itself for the integer T the CPU's dtype switch instantiates and never runs.
+struct GeluFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x < T(-1e10)) return -T(0);  // the limit at -inf; the value there underflows
+      return x * (T(0.5) * std::erfc(-x * T(kInvSqrt2)));
+    } else {
+      return x;
+    }
+  }
+};
+struct GeluTanhFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x < T(-1e10)) return -T(0);
+      return x / (T(1) + std::exp(T(-2) * gelu_tanh_inner(x)));
+    } else {
+      return x;
+    }
+  }
+};
+struct SiluFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (x < T(-1e10)) return -T(0);
+      return x / (T(1) + std::exp(-x));
+    } else {
+      return x;
+    }
+  }
+};
+
 #define TESSERA_BINARY_FN(Name, expr)                     \
   struct Name {                                           \
     template <typename T>                                 \
@@ -128,18 +188,50 @@ TESSERA_BINARY_FN(ReluGradFn, static_cast<T>(b <= T(0) ? T(0) : a))
 TESSERA_BINARY_FN(SigmoidGradFn, static_cast<T>(a * b * (T(1) - b)))
 TESSERA_BINARY_FN(TanhGradFn, static_cast<T>(a * (T(1) - b * b)))
 #undef TESSERA_BINARY_FN
+// fn(grad, input) of GELU, its tanh form and SiLU: PyTorch's formulas (Note [GELU and SiLU
+// formulas]); the tanh form's 0.5 (1 + tanh u) is sigma = sigmoid(2u), its 1 - tanh^2 u is
+// 4 sigma (1 - sigma). Only floating T reaches them (backward runs dispatch_floating).
+struct GeluGradFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
+    const T cdf = T(0.5) * std::erfc(-x * T(kInvSqrt2));
+    const T pdf = T(kInvSqrt2Pi) * std::exp(T(-0.5) * x * x);
+    return g * slope_or_limit(x, cdf + x * pdf);
+  }
+};
+struct GeluTanhGradFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
+    const T sigma = T(1) / (T(1) + std::exp(T(-2) * gelu_tanh_inner(x)));
+    const T inner_slope = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluTanhCubic) * x * x);
+    return g * slope_or_limit(x, sigma + T(2) * x * sigma * (T(1) - sigma) * inner_slope);
+  }
+};
+struct SiluGradFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
+    const T sigma = T(1) / (T(1) + std::exp(-x));
+    return g * slope_or_limit(x, sigma * (T(1) + x * (T(1) - sigma)));
+  }
+};
 
 // Whether unary_backward has a fused kernel for `op`, and which tensor it saves.
 constexpr bool has_fused_backward(UnaryOp op) {
-  return op == UnaryOp::kRelu || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  return op == UnaryOp::kRelu || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh ||
+         op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh || op == UnaryOp::kSilu;
 }
-constexpr bool backward_saves_output(UnaryOp op) { return op != UnaryOp::kRelu; }
+constexpr bool backward_saves_output(UnaryOp op) {
+  return op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+}
 
 // Calls f(functor) with the gradient functor of an op with has_fused_backward(op).
 template <typename F>
 decltype(auto) dispatch_unary_backward(UnaryOp op, F&& f) {
   if (op == UnaryOp::kSigmoid) return f(SigmoidGradFn{});
   if (op == UnaryOp::kTanh) return f(TanhGradFn{});
+  if (op == UnaryOp::kGelu) return f(GeluGradFn{});
+  if (op == UnaryOp::kGeluTanh) return f(GeluTanhGradFn{});
+  if (op == UnaryOp::kSilu) return f(SiluGradFn{});
   return f(ReluGradFn{});
 }
 
@@ -163,6 +255,12 @@ decltype(auto) dispatch_unary(UnaryOp op, F&& f) {
       return f(SigmoidFn{});
     case UnaryOp::kTanh:
       return f(TanhFn{});
+    case UnaryOp::kGelu:
+      return f(GeluFn{});
+    case UnaryOp::kGeluTanh:
+      return f(GeluTanhFn{});
+    case UnaryOp::kSilu:
+      return f(SiluFn{});
   }
   return f(NegFn{});
 }

@@ -221,6 +221,16 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
   return out;
 }
 
+// GELU and SiLU refuse integers, as PyTorch's kernels do ("GeluKernelImpl" not implemented
+// for 'Long'), where sigmoid promotes them: a network's activations are floating anyway.
+Tensor floating_activation(UnaryOp op, const char* name, const Tensor& a) {
+  detail::check_defined(a, name);
+  TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
+                "[{}] is not defined for {} tensors; convert with .to(kFloat32)", name,
+                dtype_name(a.dtype()));
+  return unary_op(op, name, a, true);
+}
+
 // self (op)= other, computed in the promoted dtype and rounded once into self's, as PyTorch
 // does: a float32 self times a float64 1e-50 rounded the operand to 0 first.
 Tensor& inplace_op(BinaryOp op, const char* name, Tensor& self, const Tensor& other) {
@@ -393,6 +403,11 @@ Tensor abs(const Tensor& a) { return unary_op(UnaryOp::kAbs, "abs", a, false); }
 Tensor relu(const Tensor& a) { return unary_op(UnaryOp::kRelu, "relu", a, false); }
 Tensor sigmoid(const Tensor& a) { return unary_op(UnaryOp::kSigmoid, "sigmoid", a, true); }
 Tensor tanh(const Tensor& a) { return unary_op(UnaryOp::kTanh, "tanh", a, true); }
+Tensor gelu(const Tensor& a, GeluApproximation approximate) {
+  const bool by_tanh = approximate == GeluApproximation::kTanh;
+  return floating_activation(by_tanh ? UnaryOp::kGeluTanh : UnaryOp::kGelu, "gelu", a);
+}
+Tensor silu(const Tensor& a) { return floating_activation(UnaryOp::kSilu, "silu", a); }
 
 Tensor& Tensor::add_(const Tensor& o) { return inplace_op(BinaryOp::kAdd, "add_", *this, o); }
 Tensor& Tensor::sub_(const Tensor& o) { return inplace_op(BinaryOp::kSub, "sub_", *this, o); }

@@ -9,8 +9,9 @@
 
 namespace tessera::detail {
 
-// The gradient of activation `op` (kRelu, kSigmoid, kTanh) from the gradient of its output
-// and `saved` (the op's input for kRelu, its output otherwise), in saved's dtype.
+// The gradient of activation `op` (has_fused_backward, elementwise_functors.h) from the
+// gradient of its output and `saved` (the op's output for kSigmoid and kTanh, its input
+// otherwise), in saved's dtype.
 Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved);
 
 // Per-sample cross-entropy of logits [N, C] against integer class indices [N], recorded for

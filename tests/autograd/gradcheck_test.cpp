@@ -153,6 +153,10 @@ TEST_P(GradCheck, UnaryOps) {
   gradcheck("relu", d, {{{6}}}, [](auto& x) { return relu(x[0]); });
   gradcheck("sigmoid", d, {{{4}}}, [](auto& x) { return sigmoid(x[0]); });
   gradcheck("tanh", d, {{{4}}}, [](auto& x) { return tanh(x[0]); });
+  gradcheck("gelu", d, {{{8}, -4, 4}}, [](auto& x) { return gelu(x[0]); });
+  gradcheck("gelu tanh", d, {{{8}, -4, 4}},
+            [](auto& x) { return gelu(x[0], GeluApproximation::kTanh); });
+  gradcheck("silu", d, {{{8}, -6, 6}}, [](auto& x) { return silu(x[0]); });
   gradcheck("where", d, {{{2, 3}}, {{3}}},
             [](auto& x) { return where(x[0] > 0.0, x[0] * 2.0, x[1]); });
 }

@@ -127,14 +127,43 @@ void CpuBackend::random_int(const Tensor& out, std::int64_t low, std::uint64_t s
 
 namespace {
 
-// y = op(x) over n floats with vector_math.h's vectorized sigmoid, exp or tanh.
+bool has_vectorized_unary(UnaryOp op) {
+  return op == UnaryOp::kSigmoid || op == UnaryOp::kExp || op == UnaryOp::kTanh ||
+         op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh || op == UnaryOp::kSilu;
+}
+
+// y = op(x) over n floats with vector_math.h's vectorized sigmoid, exp, tanh, gelu or silu.
 void vectorized_unary(UnaryOp op, const float* x, std::int64_t n, float* y) {
-  if (op == UnaryOp::kSigmoid) {
-    sigmoid_vectorizable(x, n, y);
-  } else if (op == UnaryOp::kExp) {
-    exp_vectorizable(x, n, y);
+  switch (op) {
+    case UnaryOp::kSigmoid:
+      return sigmoid_vectorizable(x, n, y);
+    case UnaryOp::kExp:
+      return exp_vectorizable(x, n, y);
+    case UnaryOp::kGelu:
+      return gelu_vectorizable(x, n, y);
+    case UnaryOp::kGeluTanh:
+      return gelu_tanh_vectorizable(x, n, y);
+    case UnaryOp::kSilu:
+      return silu_vectorizable(x, n, y);
+    default:
+      return tanh_vectorizable(x, n, y);
+  }
+}
+
+// out[i] = the gradient of GELU, its tanh form or SiLU from g[i] and their input x[i], over
+// n floats: vectorized, as the forward is (libm's erf and exp per element do not vectorize).
+void vectorized_unary_backward(UnaryOp op, const float* g, const float* x, float* out,
+                               std::int64_t n) {
+  const bool serial = n < kParallelGrain || omp_in_parallel();
+  if (op == UnaryOp::kGelu) {
+#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_grad_vectorizable(g[i], x[i]);
+  } else if (op == UnaryOp::kGeluTanh) {
+#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh_grad_vectorizable(g[i], x[i]);
   } else {
-    tanh_vectorizable(x, n, y);
+#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = silu_grad_vectorizable(g[i], x[i]);
   }
 }
 
@@ -152,10 +181,9 @@ void vectorized_unary_dense(UnaryOp op, const float* x, float* y, std::int64_t n
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& in, const Tensor& out) {
-  if ((op == UnaryOp::kSigmoid || op == UnaryOp::kExp || op == UnaryOp::kTanh) &&
-      out.dtype() == kFloat32 && out.is_contiguous()) {
-    // Sigmoid and tanh layers run these over whole activations: a vectorized exp is ~10x
-    // libm's (vector_math.h has each one's accuracy).
+  if (has_vectorized_unary(op) && out.dtype() == kFloat32 && out.is_contiguous()) {
+    // Activation layers run these over whole activations: a vectorized exp is ~10x libm's
+    // (vector_math.h has each one's accuracy).
     launch_with(
         out.device().index(),
         [op](const Tensor& in, const Tensor& out) {
@@ -213,6 +241,12 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& sa
           const T* s = reinterpret_cast<const T*>(impl_of(saved).data());
           T* out = reinterpret_cast<T*>(impl_of(grad_in).data());
           const std::int64_t n = grad_in.numel();
+          if constexpr (std::is_same_v<T, float>) {
+            if (op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh || op == UnaryOp::kSilu) {
+              vectorized_unary_backward(op, g, s, out, n);
+              return;
+            }
+          }
           dispatch_unary_backward(op, [&](auto fn) {
             const bool serial = n < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
