@@ -14,6 +14,12 @@ namespace tessera::nn {
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 Tensor Sigmoid::forward(const Tensor& x) { return sigmoid(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate); }
+Tensor SiLU::forward(const Tensor& x) { return silu(x); }
+
+std::string GELU::extra_repr() const {
+  return approximate == GeluApproximation::kTanh ? "approximate='tanh'" : "approximate='none'";
+}
 
 Tensor Flatten::forward(const Tensor& x) { return x.flatten(start_dim, end_dim); }
 

@@ -467,6 +467,33 @@ TEST_P(Modules, FlattenAndActivations) {
       1e-7);
 }
 
+// GELU and SiLU print as PyTorch's and compute their functions (tested in activation_test).
+TEST_P(Modules, GeluAndSiluModules) {
+  const Tensor x =
+      from_vector(std::vector<double>{-1, 0, 2, -3, 4, 5}, {2, 3}, {kFloat32, device()});
+  auto phi = [](double v) { return 0.5 * std::erfc(-v / std::sqrt(2.0)); };
+  auto gelu_tanh_ref = [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  std::vector<double> exact, by_tanh, swish;
+  for (double v : {-1.0, 0.0, 2.0, -3.0, 4.0, 5.0}) {
+    exact.push_back(v * phi(v));
+    by_tanh.push_back(gelu_tanh_ref(v));
+    swish.push_back(v / (1 + std::exp(-v)));
+  }
+  expect_close(nn::GELU()(x), exact, 1e-6, 1e-7, "GELU");
+  expect_close(nn::GELU(GeluApproximation::kTanh)(x), by_tanh, 1e-6, 1e-7, "GELU tanh");
+  expect_close(nn::SiLU()(x), swish, 1e-6, 1e-7, "SiLU");
+  EXPECT_EQ(nn::GELU().str(), "GELU(approximate='none')\n");
+  EXPECT_EQ(nn::GELU(GeluApproximation::kTanh).str(), "GELU(approximate='tanh')\n");
+  EXPECT_EQ(nn::SiLU().str(), "SiLU()\n");
+  nn::Sequential net(nn::Linear(3, 4, true, device()), nn::GELU(), nn::Linear(4, 2, true, device()),
+                     nn::SiLU());
+  EXPECT_NE(net.str().find("(1): GELU(approximate='none')"), std::string::npos) << net.str();
+  EXPECT_NE(net.str().find("(3): SiLU()"), std::string::npos) << net.str();
+  EXPECT_EQ(net(x).shape(), Shape({2, 2}));
+}
+
 TEST_P(Modules, ShapeErrorsNameTheLayer) {
   nn::Sequential net(nn::Linear(4, 2, true, device()));
   expect_throw_with<ShapeError>(
