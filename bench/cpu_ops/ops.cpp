@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
     add("abs_1M", [=] { auto y = abs(u); });
     add("tanh_1M", [=] { auto y = tanh(u); });
     add("sigmoid_1M", [=] { auto y = sigmoid(u); });
+    add("gelu_1M", [=] { auto y = gelu(u); });
+    add("gelu_tanh_1M", [=] { auto y = gelu(u, GeluApproximation::kTanh); });
+    add("silu_1M", [=] { auto y = silu(u); });
     add("relu_1M", [=] { auto y = relu(u); });
     add("sqrt_1M", [=] { auto y = sqrt(abs(u)); });
     add("pow2_1M", [=] { auto y = pow(u, 2.0); });
@@ -283,6 +286,8 @@ int main(int argc, char** argv) {
     Tensor u = randn({1 << 20});
     u.requires_grad_();
     add("tanh_fwdbwd_1M", [=] { sum(tanh(u)).backward(); });
+    add("gelu_fwdbwd_1M", [=] { sum(gelu(u)).backward(); });
+    add("silu_fwdbwd_1M", [=] { sum(silu(u)).backward(); });
     Tensor x = randn({1024, 1024});
     add("layernorm_like_1024sq", [=] {
       auto m = mean(x, {-1}, true);
