@@ -28,8 +28,9 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 // denormals std::exp gives (a softmax's e^(x - max) of a far-off logit, or of -inf, is 0 as
 // libm's was, not 2^-126); NaN gives NaN. Cody-Waite reduction x = n ln2 + r with
 // |r| <= ln2 / 2, then Cephes' degree-6 polynomial for e^r. kNonPositive: x is known to be
-// <= 0 or NaN (a softmax's x - max), so the overflow's clamp and select are left out (14%
-// of the exp's time); the result is the same for those x.
+// <= 0 or NaN (a softmax's x - max, a Gaussian's -x^2 / 2), so the overflow's clamp and
+// select are left out (14% of the exp's time); the result is the same for every x up to
+// 88.72, where e^x is still finite.
 template <bool kNonPositive = false>
 [[gnu::always_inline]] inline float exp_vectorizable(float x) {
   // 88.7228394 is the largest float whose e^x is finite (a clamp at 88.7228 made e^x of the
@@ -122,7 +123,7 @@ template <bool kNonPositive = false>
   r = r * t - 6.34846687e-1f;
   r = r * t - 1.28717512e-1f;
   r = r * t - t;
-  const float half_erfc = 0.5f * exp_vectorizable(r);  // e^-inf = 0 at x = -inf
+  const float half_erfc = 0.5f * exp_vectorizable<true>(r);  // r <= 0; e^-inf = 0 at -inf
   const float large = select(x < 0.0f, half_erfc, 1.0f - half_erfc);
   // NaN fails t > 0.9277 and takes the polynomial, which keeps it NaN.
   return select(t > 0.927734375f, large, 0.5f + 0.5f * erf_small);
@@ -160,7 +161,7 @@ template <bool kNonPositive = false>
   return select(a > 1e10f, select(x > 0.0f, 1.0f, 0.0f), slope);
 }
 [[gnu::always_inline]] inline float gelu_grad_vectorizable(float g, float x) {
-  const float pdf = 0.398942280401432678f * exp_vectorizable(-0.5f * (x * x));
+  const float pdf = 0.398942280401432678f * exp_vectorizable<true>(-0.5f * (x * x));
   return g * slope_limit(x, normal_cdf_vectorizable(x) + x * pdf);
 }
 [[gnu::always_inline]] inline float gelu_tanh_grad_vectorizable(float g, float x) {
