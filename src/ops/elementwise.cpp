@@ -221,8 +221,8 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
   return out;
 }
 
-// GELU and SiLU refuse integers, as PyTorch's kernels do ("GeluKernelImpl" not implemented
-// for 'Long'), where sigmoid promotes them: a network's activations are floating anyway.
+// GELU and SiLU refuse integers, as PyTorch's kernels do (its GELU kernel has no Long
+// version), where sigmoid promotes them: a network's activations are floating anyway.
 Tensor floating_activation(UnaryOp op, const char* name, const Tensor& a) {
   detail::check_defined(a, name);
   TESSERA_CHECK(is_floating(a.dtype()), DtypeError,
