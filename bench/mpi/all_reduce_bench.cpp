@@ -4,12 +4,17 @@
 //   mpirun -np 2 build/bench/mpi/tessera_mpi_bench [reps=7]
 // With TESSERA_CPU_DEVICES=2 (mpirun -x) the tensor lives on cpu:0 and tessera's all-reduce
 // runs on its queue; the timing then includes the wait for that queue.
+//   mpirun -np 2 build/bench/mpi/tessera_mpi_bench [reps] bf16
+// sums a bfloat16 tensor instead (2 bytes an element, Note [Half collectives]) against
+// MPI_Allreduce of float32 with as many elements: what summing bfloat16 values costs
+// without half collectives (their float32 copies). Times per call, not bandwidth.
 #include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,17 +43,26 @@ double median(std::vector<double> v) { return summarize(std::move(v), 1).median;
 int main(int argc, char** argv) {
   using namespace tessera;
   const int reps = argc > 1 ? std::atoi(argv[1]) : 7;
+  const bool half = argc > 2 && std::string(argv[2]) == "bf16";
   const ProcessGroup& pg = ProcessGroup::init();
   const Device device = available_devices().front();  // cpu, or cpu:0
   if (pg.rank() == 0) {
-    std::printf("all-reduce (sum) of float32 between %d ranks on %s, median of %d runs\n\n",
-                pg.size(), device.str().c_str(), reps);
-    std::printf("| size | tessera GB/s | MPI_Allreduce GB/s | ratio |\n|---:|---:|---:|---:|\n");
+    std::printf("all-reduce (sum) of %s between %d ranks on %s, median of %d runs\n\n",
+                half ? "bfloat16 (MPI: float32 of as many elements)" : "float32", pg.size(),
+                device.str().c_str(), reps);
+    if (half) {
+      std::printf("| float32 size | elements | tessera bfloat16 (ms) | MPI_Allreduce float32 (ms) "
+                  "| time ratio |\n|---:|---:|---:|---:|---:|\n");
+    } else {
+      std::printf("| size | tessera GB/s | MPI_Allreduce GB/s | ratio |\n|---:|---:|---:|---:|\n");
+    }
   }
   for (std::int64_t mb : {1, 2, 4, 8, 16, 32, 64}) {
     const std::int64_t n = mb * (1 << 20) / 4;
-    Tensor x = zeros({n}, {kFloat32, device});  // zeros stay zeros: no overflow over the runs
-    float* data = x.data<float>();
+    // Zeros stay zeros: no overflow over the runs.
+    Tensor x = zeros({n}, {half ? kBFloat16 : kFloat32, device});
+    Tensor staged = half ? zeros({n}, {kFloat32, device}) : x;
+    float* data = staged.data<float>();
     const int iters = static_cast<int>(std::max<std::int64_t>(4, 256 / mb));
     const auto with_tessera = [&] {
       pg.all_reduce(x);
@@ -63,6 +77,14 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
       ours.push_back(time_per_call(iters, with_tessera));
       theirs.push_back(time_per_call(iters, with_mpi));
+    }
+    if (half) {
+      if (pg.rank() == 0) {
+        std::printf("| %lld MB | %lld | %.3f | %.3f | %.2f |\n", static_cast<long long>(mb),
+                    static_cast<long long>(n), median(ours) * 1e3, median(theirs) * 1e3,
+                    median(ours) / median(theirs));
+      }
+      continue;
     }
     // Algorithm bandwidth: the buffer's bytes over the time of one all-reduce.
     const double bytes = static_cast<double>(n) * 4;

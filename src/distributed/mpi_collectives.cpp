@@ -1,9 +1,10 @@
 // Collectives on host memory over MPI (mpi.h): what the CPU backend's kernels call.
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/check.h"
-#include "core/dispatch.h"
+#include "core/dispatch_half.h"
 #include "distributed/mpi.h"
 #include "distributed/mpi_internal.h"
 
@@ -23,9 +24,9 @@ MPI_Datatype mpi_type(Dtype dtype) {
       return MPI_FLOAT;
     case kFloat64:
       return MPI_DOUBLE;
-    case kBFloat16:  // the process group's front end refuses half types
+    case kBFloat16:  // moved as their bits, summed by ops of our own (sum_op)
     case kFloat16:
-      break;
+      return MPI_UINT16_T;
   }
   TESSERA_INTERNAL_ASSERT(false, "unknown dtype {}", static_cast<int>(dtype));
   return MPI_BYTE;
@@ -41,12 +42,21 @@ int mpi_count(std::int64_t count, const char* op) {
 }
 
 // Division, as the in-process collectives do (integers round like the CPU's division).
-void divide(void* data, std::int64_t count, Dtype dtype, int by) {
-  detail::dispatch_dtype(dtype, [&](auto tag) {
+// For half types it comes before the sum (Note [Half collectives] in cpu_collectives.cpp):
+// `in` divided into `out`, which may be `in`.
+void divide(const void* in, void* out, std::int64_t count, Dtype dtype, int by) {
+  detail::dispatch_dtype_with_half(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, bool>) {
-      T* p = static_cast<T*>(data);
-      for (std::int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(by));
+      const T* from = static_cast<const T*>(in);
+      T* to = static_cast<T*>(out);
+      if constexpr (std::is_same_v<T, detail::BFloat16> || std::is_same_v<T, detail::Float16>) {
+        const auto d = static_cast<float>(by);
+        for (std::int64_t i = 0; i < count; ++i) to[i] = T(static_cast<float>(from[i]) / d);
+      } else {
+        for (std::int64_t i = 0; i < count; ++i)
+          to[i] = static_cast<T>(from[i] / static_cast<T>(by));
+      }
     }
   });
 }
@@ -60,14 +70,38 @@ void add_wrapping_u8(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   for (int i = 0; i < *len; ++i) b[i] = static_cast<std::uint8_t>(a[i] + b[i]);
 }
 
+// MPI has no half types (MPI 4.1 has none either): their bits move as uint16, and each
+// addition goes through float32 and rounds back, as NCCL's do.
+template <typename H>
+void add_half(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const H*>(in);
+  auto* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+MPI_Op op_of(MPI_User_function* f) {
+  MPI_Op op = MPI_OP_NULL;
+  TESSERA_MPI_CHECK(MPI_Op_create(f, /*commute=*/1, &op));
+  return op;
+}
+
 MPI_Op sum_op(Dtype dtype) {
-  if (dtype != kUInt8) return MPI_SUM;
-  static const MPI_Op wrapping = [] {
-    MPI_Op op = MPI_OP_NULL;
-    TESSERA_MPI_CHECK(MPI_Op_create(&add_wrapping_u8, /*commute=*/1, &op));
-    return op;
-  }();
-  return wrapping;
+  switch (dtype) {
+    case kUInt8: {
+      static const MPI_Op wrapping = op_of(&add_wrapping_u8);
+      return wrapping;
+    }
+    case kBFloat16: {
+      static const MPI_Op bf16 = op_of(&add_half<detail::BFloat16>);
+      return bf16;
+    }
+    case kFloat16: {
+      static const MPI_Op f16 = op_of(&add_half<detail::Float16>);
+      return f16;
+    }
+    default:
+      return MPI_SUM;
+  }
 }
 
 }  // namespace
@@ -75,12 +109,14 @@ MPI_Op sum_op(Dtype dtype) {
 void mpi_all_reduce(const void* in, void* out, std::int64_t count, Dtype dtype, bool mean,
                     int lane) {
   MPI_Comm comm = lane_comm(lane);
-  const void* send = in == out ? MPI_IN_PLACE : in;
-  TESSERA_MPI_CHECK(MPI_Allreduce(send, out, mpi_count(count, "all_reduce"), mpi_type(dtype),
-                                  sum_op(dtype), comm));
   int size = 1;
   TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (mean && size > 1) divide(out, count, dtype, size);
+  const int n = mpi_count(count, "all_reduce");
+  const bool divide_first = mean && size > 1 && is_half(dtype);
+  if (divide_first) divide(in, out, count, dtype, size);  // then summed where it lies
+  const void* send = in == out || divide_first ? MPI_IN_PLACE : in;
+  TESSERA_MPI_CHECK(MPI_Allreduce(send, out, n, mpi_type(dtype), sum_op(dtype), comm));
+  if (mean && size > 1 && !divide_first) divide(out, out, count, dtype, size);
 }
 
 void mpi_broadcast(void* buffer, std::int64_t count, Dtype dtype, int root, int lane) {

@@ -27,10 +27,6 @@ int check_group(const char* op, const std::vector<Tensor>& tensors) {
     detail::check_defined(tensors[i], op, name.c_str());
   }
   const Tensor& first = tensors.front();
-  TESSERA_CHECK(!is_half(first.dtype()), DtypeError,
-                "[{}] {} tensors are not supported by collectives yet; convert them with "
-                ".to(kFloat32) first and back with .to({}) after",
-                op, dtype_name(first.dtype()), detail::dtype_code(first.dtype()));
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     const Device d = t.device();

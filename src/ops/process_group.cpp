@@ -107,10 +107,6 @@ void check_tensor(const char* op, ProcessBackend backend, const Tensor& t) {
                 "[{}] the tensor is not contiguous (a transposed or sliced view); pass "
                 ".contiguous() and use the result",
                 op);
-  TESSERA_CHECK(!is_half(t.dtype()), DtypeError,
-                "[{}] {} tensors are not supported by process groups yet; convert them with "
-                ".to(kFloat32) first and back with .to({}) after",
-                op, dtype_name(t.dtype()), detail::dtype_code(t.dtype()));
 }
 
 // Every rank's call must match rank 0's: the kind, root, device (MPI pairs collectives by

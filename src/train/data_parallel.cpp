@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include "core/check.h"
-#include "core/code_names.h"
 #include "ops/rank_errors.h"
 #include "tessera/collectives.h"
 #include "tessera/nn/loss.h"
@@ -167,25 +166,6 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
   for (std::size_t r = 0; r < k; ++r) {
     check_same_parameters(named, tasks[r]->model().named_parameters(), r);
     params.push_back(tasks[r]->model().parameters());
-  }
-  // The collectives move float32 and float64 only; autocast gives the speed of half
-  // precision with float32 parameters, as on one device.
-  for (const auto& [name, t] : named) {
-    TESSERA_CHECK(!is_half(t.dtype()), DtypeError,
-                  "[Trainer] parameter '{}' is {}; training on several devices or ranks keeps "
-                  "parameters in float32 or float64 (their gradients are summed by collectives "
-                  "that do not take half precision yet). Keep the model float32 and set "
-                  "TrainerOptions::precision = {} (--precision), which computes in {} under "
-                  "autocast",
-                  name, dtype_name(t.dtype()), detail::dtype_code(t.dtype()),
-                  dtype_name(t.dtype()));
-  }
-  for (const Tensor& b : task.model().buffers()) {
-    TESSERA_CHECK(!is_half(b.dtype()), DtypeError,
-                  "[Trainer] the model has a {} buffer; training on several devices or ranks "
-                  "broadcasts buffers with collectives that do not take half precision yet. "
-                  "Keep the model float32 and set TrainerOptions::precision instead",
-                  dtype_name(b.dtype()));
   }
   // Only what trains is summed: a frozen parameter (requires_grad off) gets no gradient and
   // no grad-ready hook, as on one device. Which ones are frozen is the task's model's say:

@@ -260,12 +260,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   step_losses_ = Tensor();  // not the last fit's, if this one throws before it has any
   check_has_batches(train, "training");
   if (val != nullptr) check_has_batches(*val, "validation");
-  // A group of one trains through its collectives, which move float32 and float64 only: a
-  // half-precision model (no collective needed) trains alone, as it would without the group.
   const ProcessGroup* group = options_.process_group;
-  const auto half = [](const Tensor& t) { return is_half(t.dtype()); };
-  const bool half_model = std::ranges::any_of(task.model().parameters(), half) ||
-                          std::ranges::any_of(task.model().buffers(), half);
   if (group != nullptr && group->size() > 1) {
     try {
       return fit_replicas(task, train, val);
@@ -284,7 +279,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
       throw;
     }
   }
-  if (devices_.size() > 1 || (group != nullptr && !half_model)) {
+  if (devices_.size() > 1 || group != nullptr) {
     return fit_replicas(task, train, val);
   }
   nn::Module& model = task.model();

@@ -6,6 +6,7 @@
 #if TESSERA_TEST_WITH_CUDA
 
 #include "backend/cuda/nccl_library.h"
+#include "tessera/error.h"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,27 @@ TEST(NcclLibrary, VersionCodesReadAsNcclWritesThem) {
   lib.version = 2805;  // before 2.9: X*1000 + Y*100 + Z
   EXPECT_EQ(lib.version_string(), "2.8.5");
   EXPECT_FALSE(lib.has_avg());
+}
+
+TEST(NcclLibrary, HalfTypesMapToNcclsAndNeedVersion2Point10) {
+  NcclLibrary lib;
+  lib.path = "/opt/nccl/libnccl.so.2";
+  lib.version = 21003;
+  EXPECT_EQ(nccl_data_type(kBFloat16, lib, "all_reduce"), ncclBfloat16);
+  EXPECT_EQ(nccl_data_type(kFloat16, lib, "all_reduce"), ncclFloat16);
+  EXPECT_EQ(nccl_data_type(kFloat32, lib, "all_reduce"), ncclFloat32);
+  lib.version = 20907;  // 2.9.7
+  EXPECT_EQ(nccl_data_type(kFloat64, lib, "all_reduce"), ncclFloat64);
+  for (Dtype dtype : {kBFloat16, kFloat16}) {
+    try {
+      (void)nccl_data_type(dtype, lib, "ProcessGroup::all_reduce");
+      ADD_FAILURE() << "no error for " << dtype_name(dtype);
+    } catch (const DtypeError& e) {
+      expect_says(e.what(), {"[ProcessGroup::all_reduce]", std::string(dtype_name(dtype)),
+                             "need NCCL 2.10 or newer", "/opt/nccl/libnccl.so.2 is NCCL 2.9.7",
+                             ".to(kFloat32) first"});
+    }
+  }
 }
 
 TEST(NcclLibrary, ARealLibraryOpensAndMakesAnIdWithoutAGpu) {

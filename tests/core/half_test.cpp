@@ -566,14 +566,6 @@ TEST_P(Half, OptimizersStepHalfParametersInFloat32) {
   }
 }
 
-TEST_P(Half, CollectivesRefuseHalfTensors) {
-  const Tensor t = ones({4}, {kBFloat16, device()});
-  expect_throw_with<DtypeError>(
-      [&] { all_reduce({t}); },
-      {"[all_reduce] bfloat16 tensors are not supported by collectives yet",
-       ".to(kFloat32) first"});
-}
-
 TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
   const auto path = std::filesystem::temp_directory_path() /
                     fmt::format("tessera_half_{}_{}.safetensors", ::getpid(), device().str());

@@ -76,6 +76,72 @@ TEST_P(Collectives, IntegerSumsWrapAsAdditionDoes) {
   EXPECT_EQ(ints[0].to_vector<std::int32_t>(), std::vector<std::int32_t>(3, -294967296));
 }
 
+// bfloat16 and float16 move as they are and sum within a rounding per device of the exact
+// sum (Note [Half collectives]: logical CPU devices round once, NCCL after each addition).
+TEST_P(Collectives, HalfTensorsMoveAndSumInTheirOwnDtype) {
+  for (const Dtype dtype : {kBFloat16, kFloat16}) {
+    const std::string what(dtype_name(dtype));
+    const double ulp = dtype == kBFloat16 ? 0x1p-8 : 0x1p-11;  // half of the last place
+    std::vector<std::vector<double>> v;
+    const std::vector<Tensor> t = inputs(7, dtype, v);
+    const std::size_t k = t.size();
+    std::vector<double> sum(v[0].size(), 0.0);
+    for (const auto& vi : v)
+      for (std::size_t e = 0; e < sum.size(); ++e) sum[e] += vi[e];
+    std::vector<double> mean = sum;
+    for (double& m : mean) m /= static_cast<double>(k);
+    // What a rounding per device allows, with room for the values near 0 of a sum.
+    const double rtol = static_cast<double>(k) * ulp, atol = 4 * ulp;
+    std::vector<Tensor> copies;
+    for (const Tensor& x : t) copies.push_back(x.clone());
+    reset_transfer_stats();
+    {
+      SyncGuard strict(SyncMode::kError);
+      all_reduce(t);
+      all_reduce(copies, ReduceKind::kMean);
+    }
+    for (std::size_t i = 0; i < k; ++i) {
+      EXPECT_EQ(t[i].dtype(), dtype);
+      EXPECT_EQ(transfer_stats(t[i].device()).host_waits, 0u);
+      if (k == 2) EXPECT_EQ(transfer_stats(t[i].device()).d2d_bytes, 2u * 2 * 21) << what;
+      testing::expect_close(t[i], sum, rtol, atol, what + " sum");
+      testing::expect_close(copies[i], mean, rtol, atol, what + " mean");
+      // Every device holds the same values, bit for bit.
+      EXPECT_EQ(t[i].to_vector<double>(), t[0].to_vector<double>()) << what;
+    }
+    // The largest finite float16 twice: the sum overflows, the mean does not.
+    if (dtype == kFloat16 && k == 2) {
+      std::vector<Tensor> big;
+      for (std::size_t i = 0; i < k; ++i) big.push_back(full({3}, 65504.0, {dtype, t[i].device()}));
+      all_reduce(big, ReduceKind::kMean);
+      for (const Tensor& x : big)
+        testing::expect_close(x, std::vector<double>(3, 65504.0), 0, 0, "mean");
+      all_reduce(big);
+      for (const Tensor& x : big) EXPECT_TRUE(std::isinf(x.to_vector<double>()[0])) << "sum";
+    }
+    const auto gathered = all_gather(t);
+    broadcast(t, k - 1);
+    std::vector<std::vector<double>> vs;
+    const auto scattered = reduce_scatter(inputs(2 * static_cast<std::int64_t>(k), dtype, vs));
+    const std::vector<double> last = t[k - 1].to_vector<double>();
+    for (std::size_t i = 0; i < k; ++i) {
+      EXPECT_EQ(gathered[i].dtype(), dtype);
+      EXPECT_EQ(gathered[i].narrow(0, 7 * static_cast<std::int64_t>(i), 7).to_vector<double>(),
+                last)
+          << what << " all_gather: the sums went in";
+      EXPECT_EQ(t[i].to_vector<double>(), last) << what << " broadcast";
+      std::vector<double> expected;
+      for (std::size_t e = i * 6; e < (i + 1) * 6; ++e) {
+        double s = 0;
+        for (const auto& vi : vs) s += vi[e];
+        expected.push_back(s);
+      }
+      EXPECT_EQ(scattered[i].dtype(), dtype);
+      testing::expect_close(scattered[i], expected, rtol, atol, what + " reduce_scatter");
+    }
+  }
+}
+
 TEST_P(Collectives, BroadcastGatherAndScatter) {
   std::vector<std::vector<double>> v;
   const std::vector<Tensor> t = inputs(4, kFloat32, v);

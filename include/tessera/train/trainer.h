@@ -45,15 +45,15 @@ struct TESSERA_API TrainerOptions {
   /// process_group.h): every rank calls fit with the same options, model and data, and each
   /// global batch of batch_size examples is split over all ranks' devices (Note [Data-parallel
   /// steps]). Only rank 0 prints and writes the metrics file. A group of one trains as this
-  /// process alone would, through the group's collectives (a model with half-precision
-  /// parameters, which those do not move, without them). nullptr: this process alone.
+  /// process alone would, through the group's collectives. nullptr: this process alone.
   const ProcessGroup* process_group = nullptr;
   /// Train data-parallel on these devices, all of one kind (cpu:0 and cpu:1, or GPUs): the
   /// model is replicated on each (Task::replicate, values broadcast from the first), each
   /// batch is split across them, the gradients are summed with collectives, and every
   /// replica's optimizer takes the same step. Frozen parameters (requires_grad off) and
-  /// parameters no replica's loss reached keep no gradient, as on one device. Parameters stay
-  /// float32 or float64 (half precision through `precision`). The reduction takes over the
+  /// parameters no replica's loss reached keep no gradient, as on one device. Parameters of
+  /// a half type have their gradients summed in that type (Note [Half collectives]); float32
+  /// parameters under `precision` keep float32 gradients. The reduction takes over the
   /// parameters' grad-ready hooks (autograd.h) for the fit and removes them after it. Also
   /// with a process_group of several ranks. Empty: num_gpus or device decides.
   std::vector<Device> devices;

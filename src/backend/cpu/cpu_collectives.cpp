@@ -9,7 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernel_data.h"
 #include "backend/spin_wait.h"
-#include "core/dispatch.h"
+#include "core/dispatch_half.h"
 #include "core/tensor_impl.h"
 
 // Note [CPU collectives]
@@ -23,6 +23,17 @@
 // on an output another task is still filling. The host only queues; it never waits. Each
 // task goes to its device's current stream (a side stream under a StreamGuard). Devices
 // without queues (TESSERA_CPU_ASYNC=0) run the k chunks one after another on the caller.
+//
+// Note [Half collectives]
+// bfloat16 and float16 tensors move as they are (2 bytes an element, as NCCL and gloo move
+// them). How their sums round differs by transport, within a rounding or two of half:
+// - logical CPU devices add every input in float32 and round once, after the division of a
+//   mean, so a sum rounds as one addition of the k values would;
+// - NCCL adds in its own order, rounding to half after each addition, and its mean
+//   (ncclAvg) multiplies each input by 1/k first;
+// - MPI (mpi_collectives.cpp) adds with an op of tessera's, rounding after each addition,
+//   and a mean divides each rank's input by the size first, as NCCL and PyTorch's DDP
+//   do: a float16 sum of gradients near 65504 would overflow where their mean does not.
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
@@ -38,18 +49,34 @@ Chunk chunk_of(std::int64_t n, int k, int j) {
   return {begin, begin + base + (j < extra ? 1 : 0)};
 }
 
+// What a sum of T is accumulated in: half types add in float32 (Note [Half collectives]).
+template <typename T>
+struct SumOf {
+  using type = T;
+};
+template <>
+struct SumOf<BFloat16> {
+  using type = float;
+};
+template <>
+struct SumOf<Float16> {
+  using type = float;
+};
+
 // out[e] = sum (or mean) over i of in[i][e], for e in [begin, end), where any out may be an
 // in: block by block through a buffer, so every element is read before any is written, and
 // the loops over a block vectorize (the pointers are loaded once, not per element).
 template <typename T>
 void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, std::int64_t begin,
                   std::int64_t end, bool mean) {
+  using A = typename SumOf<T>::type;
   constexpr std::int64_t kBlock = 2048;
   const auto k = static_cast<int>(in.size());
-  T acc[kBlock];
+  A acc[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
     const std::int64_t len = std::min(kBlock, end - b);
-    std::copy(in[0] + b, in[0] + b + len, acc);
+    const T* first = in[0] + b;
+    for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<A>(first[e]);
     for (int i = 1; i < k; ++i) {
       const T* src = in[i] + b;
       if constexpr (std::is_integral_v<T>) {  // wraps like the CPU's add, never undefined
@@ -58,13 +85,16 @@ void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, s
           acc[e] = static_cast<T>(static_cast<U>(acc[e]) + static_cast<U>(src[e]));
         }
       } else {
-        for (std::int64_t e = 0; e < len; ++e) acc[e] += src[e];
+        for (std::int64_t e = 0; e < len; ++e) acc[e] += static_cast<A>(src[e]);
       }
     }
     if (mean) {
-      for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<T>(acc[e] / static_cast<T>(k));
+      for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<A>(acc[e] / static_cast<A>(k));
     }
-    for (T* dst : out) std::copy(acc, acc + len, dst + b);
+    for (T* dst : out) {
+      T* to = dst + b;
+      for (std::int64_t e = 0; e < len; ++e) to[e] = static_cast<T>(acc[e]);
+    }
   }
 }
 
@@ -108,7 +138,7 @@ void run_chunk(const CollectiveCall& call, int j) {
 }
 
 void run_chunk_any(const CollectiveCall& call, int j) {
-  dispatch_dtype(call.inputs[0].dtype(), [&](auto tag) {
+  dispatch_dtype_with_half(call.inputs[0].dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, bool>) {
       // Bool moves as bytes (the front end refuses bool reductions).

@@ -117,13 +117,12 @@ bool reduces(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
 }
 
-ncclDataType_t nccl_dtype(Dtype dtype, CollectiveKind kind) {
+void check_summable(Dtype dtype, CollectiveKind kind) {
   // Bytes of 0 and 1 copy exactly, but their sum is not a bool.
   TESSERA_CHECK(dtype != kBool || !reduces(kind), DtypeError,
                 "[{}] cannot sum bool tensors across devices: the sum of bools is not a bool. "
                 "Convert them first (.to(kInt32)), or use broadcast or all_gather",
                 op_name(kind));
-  return cuda::nccl_data_type(dtype);
 }
 
 // A communicator with an asynchronous error hangs in its next collective: say so instead.
@@ -170,7 +169,7 @@ void CudaBackend::collective(const CollectiveCall& call) {
   TESSERA_INTERNAL_ASSERT(n > 0 && call.outputs.size() == n,
                           "{} inputs and {} outputs for a collective", n, call.outputs.size());
   const Dtype dtype = call.inputs.front().dtype();
-  const ncclDataType_t type = nccl_dtype(dtype, call.kind);
+  check_summable(dtype, call.kind);
   // Same shapes on every device (the front end checked): empty inputs mean empty outputs.
   if (call.inputs.front().numel() == 0) return;
   std::vector<int> devices(n);
@@ -190,6 +189,7 @@ void CudaBackend::collective(const CollectiveCall& call) {
         op_name(call.kind), capturing_device, group));
   }
   const NcclLibrary& nccl = cuda::nccl_library();
+  const ncclDataType_t type = cuda::nccl_data_type(dtype, nccl, op_name(call.kind));
 
   std::vector<cudaStream_t> streams(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/code_names.h"
 #include "tessera/error.h"
 
 namespace tessera::detail::cuda {
@@ -152,7 +153,7 @@ void throw_nccl_error(ncclResult_t status, const char* call, const char* file, i
                           lib.version_string(), hint));
 }
 
-ncclDataType_t nccl_data_type(Dtype dtype) {
+ncclDataType_t nccl_data_type(Dtype dtype, const NcclLibrary& lib, const char* op) {
   switch (dtype) {
     case kFloat32:
       return ncclFloat32;
@@ -165,9 +166,18 @@ ncclDataType_t nccl_data_type(Dtype dtype) {
     case kUInt8:
     case kBool:
       return ncclUint8;
-    case kBFloat16:  // the collectives' front end refuses half types
     case kFloat16:
-      break;
+    case kBFloat16:
+      // One rule for both: a float16 mean would also need ncclAvg (2.10), as the division
+      // after a sum has no half kernel here. Every NCCL built for CUDA 12 or 13 is newer.
+      if (!lib.has_half()) {
+        throw DtypeError(fmt::format(
+            "[{}] {} tensors need NCCL 2.10 or newer, and {} is NCCL {}; install a newer "
+            "NCCL (TESSERA_NCCL_LIBRARY names the one to load), or convert the tensors with "
+            ".to(kFloat32) first and back with .to({}) after",
+            op, dtype_name(dtype), lib.path, lib.version_string(), detail::dtype_code(dtype)));
+      }
+      return dtype == kFloat16 ? ncclFloat16 : ncclBfloat16;
   }
   throw Error(fmt::format("[nccl] internal error: unknown dtype {}", static_cast<int>(dtype)));
 }

@@ -35,8 +35,10 @@ typedef enum {
   ncclUint8 = 1,
   ncclInt32 = 2,
   ncclInt64 = 4,
+  ncclFloat16 = 6,
   ncclFloat32 = 7,
-  ncclFloat64 = 8
+  ncclFloat64 = 8,
+  ncclBfloat16 = 9
 } ncclDataType_t;
 }
 #endif
@@ -80,8 +82,10 @@ struct NcclLibrary {
   std::string path;  // what dlopen was given
   int version = 0;   // ncclGetVersion's code: 22809 for 2.28.9 (2805 for 2.8.5)
 
-  // ncclAvg came with NCCL 2.10 (version code 21000).
+  // ncclAvg and ncclBfloat16 came with NCCL 2.10 (version code 21000); tessera's half
+  // collectives need both.
   bool has_avg() const { return version >= 21000; }
+  bool has_half() const { return version >= 21000; }
   // "2.28.9"
   std::string version_string() const;
 };
@@ -107,7 +111,8 @@ std::vector<std::string> nccl_candidates(const char* tessera_nccl_library);
 const NcclLibrary& nccl_library();
 
 // NCCL's type for a tessera dtype; bool moves as bytes (callers refuse to reduce bools).
-ncclDataType_t nccl_data_type(Dtype dtype);
+// Throws DtypeError, naming `op`, for the half types when `lib` is older than NCCL 2.10.
+ncclDataType_t nccl_data_type(Dtype dtype, const NcclLibrary& lib, const char* op);
 
 // Makes the device that was current at construction current again. NCCL switches devices
 // inside its calls, and CudaBackend::activate assumes the device it set last is current.
