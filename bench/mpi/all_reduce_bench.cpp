@@ -4,8 +4,8 @@
 //   mpirun -np 2 build/bench/mpi/tessera_mpi_bench [reps=7]
 // With TESSERA_CPU_DEVICES=2 (mpirun -x) the tensor lives on cpu:0 and tessera's all-reduce
 // runs on its queue; the timing then includes the wait for that queue.
-//   mpirun -np 2 build/bench/mpi/tessera_mpi_bench [reps] bf16
-// sums a bfloat16 tensor instead (2 bytes an element, Note [Half collectives]) against
+//   mpirun -np 2 build/bench/mpi/tessera_mpi_bench [reps] bf16|f16
+// sums a bfloat16 (float16) tensor instead (2 bytes an element, Note [Half collectives]) against
 // MPI_Allreduce of float32 with as many elements: what summing bfloat16 values costs
 // without half collectives (their float32 copies). Times per call, not bandwidth.
 #include <mpi.h>
@@ -43,16 +43,21 @@ double median(std::vector<double> v) { return summarize(std::move(v), 1).median;
 int main(int argc, char** argv) {
   using namespace tessera;
   const int reps = argc > 1 ? std::atoi(argv[1]) : 7;
-  const bool half = argc > 2 && std::string(argv[2]) == "bf16";
+  const std::string kind = argc > 2 ? argv[2] : "";
+  const bool half = kind == "bf16" || kind == "f16";
+  const Dtype half_dtype = kind == "f16" ? kFloat16 : kBFloat16;
   const ProcessGroup& pg = ProcessGroup::init();
   const Device device = available_devices().front();  // cpu, or cpu:0
   if (pg.rank() == 0) {
-    std::printf("all-reduce (sum) of %s between %d ranks on %s, median of %d runs\n\n",
-                half ? "bfloat16 (MPI: float32 of as many elements)" : "float32", pg.size(),
-                device.str().c_str(), reps);
+    std::printf("all-reduce (sum) of %s%s between %d ranks on %s, median of %d runs\n\n",
+                half ? dtype_name(half_dtype).data() : "float32",
+                half ? " (MPI: float32 of as many elements)" : "", pg.size(), device.str().c_str(),
+                reps);
     if (half) {
-      std::printf("| float32 size | elements | tessera bfloat16 (ms) | MPI_Allreduce float32 (ms) "
-                  "| time ratio |\n|---:|---:|---:|---:|---:|\n");
+      std::printf(
+          "| float32 size | elements | tessera %s (ms) | MPI_Allreduce float32 (ms) "
+          "| time ratio |\n|---:|---:|---:|---:|---:|\n",
+          dtype_name(half_dtype).data());
     } else {
       std::printf("| size | tessera GB/s | MPI_Allreduce GB/s | ratio |\n|---:|---:|---:|---:|\n");
     }
@@ -60,7 +65,7 @@ int main(int argc, char** argv) {
   for (std::int64_t mb : {1, 2, 4, 8, 16, 32, 64}) {
     const std::int64_t n = mb * (1 << 20) / 4;
     // Zeros stay zeros: no overflow over the runs.
-    Tensor x = zeros({n}, {half ? kBFloat16 : kFloat32, device});
+    Tensor x = zeros({n}, {half ? half_dtype : kFloat32, device});
     Tensor staged = half ? zeros({n}, {kFloat32, device}) : x;
     float* data = staged.data<float>();
     const int iters = static_cast<int>(std::max<std::int64_t>(4, 256 / mb));

@@ -14,21 +14,6 @@
 namespace tessera::detail {
 namespace {
 
-template <typename To, typename From>
-void plain_rows(const From* in, To* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
-}
-
-// Written once, when the CPU backend is made, before any copy can run.
-HalfRowConverters g_half_rows{plain_rows<Float16, float>, plain_rows<float, Float16>,
-                              plain_rows<BFloat16, float>, plain_rows<float, BFloat16>};
-
-}  // namespace
-
-void use_half_row_converters(const HalfRowConverters& converters) { g_half_rows = converters; }
-
-namespace {
-
 // Note [Transposed copies in tiles]
 // A contiguous copy of a transposed matrix (x.t().contiguous(), or any op's operand made
 // contiguous) walked the output row by row, so each element read came from another cache
@@ -116,13 +101,13 @@ void copy_kernel(const Tensor& src, const Tensor& dst) {
               To* out = reinterpret_cast<To*>(p[0]);
               const From* in = reinterpret_cast<const From*>(p[1]);
               if constexpr (std::is_same_v<To, Float16> && std::is_same_v<From, float>) {
-                g_half_rows.float_to_float16(in, out, n);
+                half_rows().float_to_float16(in, out, n);
               } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, Float16>) {
-                g_half_rows.float16_to_float(in, out, n);
+                half_rows().float16_to_float(in, out, n);
               } else if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>) {
-                g_half_rows.float_to_bfloat16(in, out, n);
+                half_rows().float_to_bfloat16(in, out, n);
               } else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, BFloat16>) {
-                g_half_rows.bfloat16_to_float(in, out, n);
+                half_rows().bfloat16_to_float(in, out, n);
               } else {
                 for (std::int64_t i = 0; i < n; ++i) out[i] = convert_value<To>(in[i]);
               }

@@ -10,6 +10,7 @@
 #include "backend/cpu/kernel_data.h"
 #include "backend/spin_wait.h"
 #include "core/dispatch_half.h"
+#include "core/half_rows.h"
 #include "core/tensor_impl.h"
 
 // Note [CPU collectives]
@@ -34,6 +35,11 @@
 // - MPI (mpi_collectives.cpp) adds with an op of tessera's, rounding after each addition,
 //   and a mean divides each rank's input by the size first, as NCCL and PyTorch's DDP
 //   do: a float16 sum of gradients near 65504 would overflow where their mean does not.
+// Both CPU transports convert a block at a time with the kernel level's rows
+// (core/half_rows.h): F16C for float16 where the CPU has it. Element by element, a float16
+// all-reduce took 15x a float32 one of as many elements on two logical devices, and 4-10x
+// over MPI; now both halve the float32 time or better at 16 MB and up
+// (docs/benchmarks.md, "Half-precision collectives").
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
@@ -49,34 +55,18 @@ Chunk chunk_of(std::int64_t n, int k, int j) {
   return {begin, begin + base + (j < extra ? 1 : 0)};
 }
 
-// What a sum of T is accumulated in: half types add in float32 (Note [Half collectives]).
-template <typename T>
-struct SumOf {
-  using type = T;
-};
-template <>
-struct SumOf<BFloat16> {
-  using type = float;
-};
-template <>
-struct SumOf<Float16> {
-  using type = float;
-};
-
 // out[e] = sum (or mean) over i of in[i][e], for e in [begin, end), where any out may be an
 // in: block by block through a buffer, so every element is read before any is written, and
 // the loops over a block vectorize (the pointers are loaded once, not per element).
 template <typename T>
 void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, std::int64_t begin,
                   std::int64_t end, bool mean) {
-  using A = typename SumOf<T>::type;
   constexpr std::int64_t kBlock = 2048;
   const auto k = static_cast<int>(in.size());
-  A acc[kBlock];
+  T acc[kBlock];
   for (std::int64_t b = begin; b < end; b += kBlock) {
     const std::int64_t len = std::min(kBlock, end - b);
-    const T* first = in[0] + b;
-    for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<A>(first[e]);
+    std::copy(in[0] + b, in[0] + b + len, acc);
     for (int i = 1; i < k; ++i) {
       const T* src = in[i] + b;
       if constexpr (std::is_integral_v<T>) {  // wraps like the CPU's add, never undefined
@@ -85,16 +75,47 @@ void reduce_range(const std::vector<const T*>& in, const std::vector<T*>& out, s
           acc[e] = static_cast<T>(static_cast<U>(acc[e]) + static_cast<U>(src[e]));
         }
       } else {
-        for (std::int64_t e = 0; e < len; ++e) acc[e] += static_cast<A>(src[e]);
+        for (std::int64_t e = 0; e < len; ++e) acc[e] += src[e];
       }
     }
     if (mean) {
-      for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<A>(acc[e] / static_cast<A>(k));
+      for (std::int64_t e = 0; e < len; ++e) acc[e] = static_cast<T>(acc[e] / static_cast<T>(k));
     }
-    for (T* dst : out) {
-      T* to = dst + b;
-      for (std::int64_t e = 0; e < len; ++e) to[e] = static_cast<T>(acc[e]);
+    for (T* dst : out) std::copy(acc, acc + len, dst + b);
+  }
+}
+
+// The same for bfloat16 and float16, added in float32 and rounded once (Note [Half
+// collectives]); the conversions are the kernel level's rows (core/half_rows.h).
+template <typename H>
+void reduce_half_range(const std::vector<const H*>& in, const std::vector<H*>& out,
+                       std::int64_t begin, std::int64_t end, bool mean) {
+  constexpr std::int64_t kBlock = 2048;
+  const auto k = static_cast<int>(in.size());
+  float acc[kBlock], next[kBlock];
+  H rounded[kBlock];
+  for (std::int64_t b = begin; b < end; b += kBlock) {
+    const std::int64_t len = std::min(kBlock, end - b);
+    rows_to_float(in[0] + b, acc, len);
+    for (int i = 1; i < k; ++i) {
+      rows_to_float(in[i] + b, next, len);
+      for (std::int64_t e = 0; e < len; ++e) acc[e] += next[e];
     }
+    if (mean) {
+      for (std::int64_t e = 0; e < len; ++e) acc[e] /= static_cast<float>(k);
+    }
+    rows_from_float(acc, rounded, len);
+    for (H* dst : out) std::copy(rounded, rounded + len, dst + b);
+  }
+}
+
+template <typename T>
+void reduce_any_range(const std::vector<const T*>& in, const std::vector<T*>& out,
+                      std::int64_t begin, std::int64_t end, bool mean) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    reduce_half_range(in, out, begin, end, mean);
+  } else {
+    reduce_range(in, out, begin, end, mean);
   }
 }
 
@@ -108,7 +129,7 @@ void run_chunk(const CollectiveCall& call, int j) {
       const Chunk c = chunk_of(call.inputs[0].numel(), k, j);
       std::vector<T*> out;
       for (const Tensor& t : call.outputs) out.push_back(data_of<T>(t));
-      reduce_range(in, out, c.begin, c.end, call.mean);
+      reduce_any_range(in, out, c.begin, c.end, call.mean);
       break;
     }
     case CollectiveKind::kBroadcast: {
@@ -131,7 +152,7 @@ void run_chunk(const CollectiveCall& call, int j) {
       // Rows [j*n, (j+1)*n) of the sum land at the start of output j.
       std::vector<const T*> rows;
       for (const T* p : in) rows.push_back(p + j * n);
-      reduce_range(rows, {data_of<T>(call.outputs[j])}, 0, n, call.mean);
+      reduce_any_range(rows, {data_of<T>(call.outputs[j])}, 0, n, call.mean);
       break;
     }
   }

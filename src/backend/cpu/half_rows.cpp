@@ -1,4 +1,5 @@
-// Dense float32 <-> float16 rows for the CPU copy kernel, built once per kernel level.
+// Dense float32 <-> half rows (core/half_rows.h) for the CPU copy kernel and the half sums of
+// the collectives, built once per kernel level.
 #include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_backend.h"
 
