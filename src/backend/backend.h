@@ -116,6 +116,8 @@ struct DeviceStepState {
 };
 
 enum class CollectiveKind : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+// "all_reduce", "broadcast", "all_gather", "reduce_scatter": the op's name in messages.
+const char* collective_name(CollectiveKind kind);
 
 // One collective over one tensor per device (collectives.h). The front end has checked that
 // the devices are distinct devices of this backend, and that every tensor is contiguous, of

@@ -22,6 +22,20 @@ void Backend::fill_from_host(int index, std::vector<Tensor> /*outputs*/, HostFil
                           index);
 }
 
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+  }
+  return "collective";
+}
+
 void Backend::collective(const CollectiveCall& call) {
   throw DeviceError(fmt::format(
       "[collective] {} devices have no collectives in this build; group devices of a kind "

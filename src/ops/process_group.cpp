@@ -66,14 +66,7 @@ constexpr std::int64_t kExchange = -2;  // ProcessGroup::exchange; its `root` is
 const char* kind_name(std::int64_t kind) {
   if (kind == kBarrier) return "barrier";
   if (kind == kExchange) return "exchange";
-  switch (static_cast<CollectiveKind>(kind)) {
-    case CollectiveKind::kAllReduce:
-      return "all_reduce";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    default:
-      return "all_gather";
-  }
+  return detail::collective_name(static_cast<CollectiveKind>(kind));
 }
 
 // Runs this rank's own checks of a call; the error they throw, if any, for after the

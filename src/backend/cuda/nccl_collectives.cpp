@@ -99,20 +99,6 @@ Clique& clique_for(const NcclLibrary& nccl, const std::vector<int>& devices, con
   return *slot;
 }
 
-const char* op_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "all_reduce";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kAllGather:
-      return "all_gather";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-  }
-  return "collective";
-}
-
 bool reduces(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter;
 }
@@ -122,7 +108,7 @@ void check_summable(Dtype dtype, CollectiveKind kind) {
   TESSERA_CHECK(dtype != kBool || !reduces(kind), DtypeError,
                 "[{}] cannot sum bool tensors across devices: the sum of bools is not a bool. "
                 "Convert them first (.to(kInt32)), or use broadcast or all_gather",
-                op_name(kind));
+                collective_name(kind));
 }
 
 // A communicator with an asynchronous error hangs in its next collective: say so instead.
@@ -186,16 +172,16 @@ void CudaBackend::collective(const CollectiveCall& call) {
         "recorded: a CUDA graph holds the work of one GPU, so the others would wait for it "
         "forever. Run the collective before Graph::capture or after it (outside the captured "
         "code)",
-        op_name(call.kind), capturing_device, group));
+        collective_name(call.kind), capturing_device, group));
   }
   const NcclLibrary& nccl = cuda::nccl_library();
-  const ncclDataType_t type = cuda::nccl_data_type(dtype, nccl, op_name(call.kind));
+  const ncclDataType_t type = cuda::nccl_data_type(dtype, nccl, collective_name(call.kind));
 
   std::vector<cudaStream_t> streams(n);
   for (std::size_t i = 0; i < n; ++i) {
     streams[i] = activate(devices[i]);  // also applies pending side-stream joins
   }
-  Clique& clique = clique_for(nccl, devices, op_name(call.kind), capturing_device);
+  Clique& clique = clique_for(nccl, devices, collective_name(call.kind), capturing_device);
   const bool mean = call.mean && reduces(call.kind);
   const bool avg = mean && is_floating(dtype) && nccl.has_avg();  // Note [NCCL at run time]
   const ncclRedOp_t op = avg ? ncclAvg : ncclSum;

@@ -38,20 +38,6 @@ struct ProcessComm {
   std::mutex launch;  // a communicator is not thread-safe
 };
 
-const char* process_op_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "ProcessGroup::all_reduce";
-    case CollectiveKind::kBroadcast:
-      return "ProcessGroup::broadcast";
-    case CollectiveKind::kAllGather:
-      return "ProcessGroup::all_gather";
-    case CollectiveKind::kReduceScatter:
-      break;
-  }
-  return "ProcessGroup";
-}
-
 // What rank 0 broadcasts: its id, or why it has none.
 struct IdMessage {
   int ok = 0;
@@ -122,7 +108,8 @@ void CudaBackend::process_collective(const ProcessCollectiveCall& call) {
   ProcessComm& pc = comm_for(loaded, no_nccl, device, call.rank, call.size, capturing(device));
   const NcclLibrary& nccl = *loaded;
   const ncclDataType_t type =
-      cuda::nccl_data_type(call.input.dtype(), nccl, process_op_name(call.kind));
+      cuda::nccl_data_type(call.input.dtype(), nccl,
+                           fmt::format("ProcessGroup::{}", collective_name(call.kind)).c_str());
   const bool avg = call.mean && is_floating(call.input.dtype()) && nccl.has_avg();
   const void* in = impl_of(call.input).data();
   void* out = impl_of(call.output).data();
