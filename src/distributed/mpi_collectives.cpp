@@ -3,9 +3,10 @@
 #include <climits>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "core/check.h"
-#include "core/dispatch_half.h"
+#include "core/dispatch.h"
 #include "core/half_rows.h"
 #include "distributed/mpi.h"
 #include "distributed/mpi_internal.h"
@@ -46,25 +47,31 @@ int mpi_count(std::int64_t count, const char* op) {
 constexpr std::int64_t kBlock = 1024;  // half values converted at a time (core/half_rows.h)
 
 // Division, as the in-process collectives do (integers round like the CPU's division).
-// For half types it comes before the sum (Note [Half collectives] in cpu_collectives.cpp):
-// `in` divided into `out`, which may be `in`.
-void divide(const void* in, void* out, std::int64_t count, Dtype dtype, int by) {
-  detail::dispatch_dtype_with_half(dtype, [&](auto tag) {
+void divide(void* data, std::int64_t count, Dtype dtype, int by) {
+  detail::dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* from = static_cast<const T*>(in);
-    T* to = static_cast<T*>(out);
-    if constexpr (std::is_same_v<T, detail::BFloat16> || std::is_same_v<T, detail::Float16>) {
-      float values[kBlock];
-      for (std::int64_t b = 0; b < count; b += kBlock) {
-        const std::int64_t len = std::min(kBlock, count - b);
-        detail::rows_to_float(from + b, values, len);
-        for (std::int64_t i = 0; i < len; ++i) values[i] /= static_cast<float>(by);
-        detail::rows_from_float(values, to + b, len);
-      }
-    } else if constexpr (!std::is_same_v<T, bool>) {
-      for (std::int64_t i = 0; i < count; ++i) to[i] = static_cast<T>(from[i] / static_cast<T>(by));
+    if constexpr (!std::is_same_v<T, bool>) {
+      T* p = static_cast<T*>(data);
+      for (std::int64_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(by));
     }
   });
+}
+
+// The mean of half values: summed in float32 copies and rounded once after the division, as
+// on logical CPU devices (Note [Half collectives] in cpu_collectives.cpp). Dividing each
+// rank's value first would still overflow: 65504 / 3 rounds to 21840 in float16, and three
+// of those round to infinity.
+template <typename H>
+void half_mean(const H* in, H* out, std::int64_t count, int n, MPI_Comm comm, int size) {
+  std::vector<float> sums(static_cast<std::size_t>(count));
+  for (std::int64_t b = 0; b < count; b += kBlock) {
+    detail::rows_to_float(in + b, sums.data() + b, std::min(kBlock, count - b));
+  }
+  TESSERA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), n, MPI_FLOAT, MPI_SUM, comm));
+  for (float& v : sums) v /= static_cast<float>(size);
+  for (std::int64_t b = 0; b < count; b += kBlock) {
+    detail::rows_from_float(sums.data() + b, out + b, std::min(kBlock, count - b));
+  }
 }
 
 // Open MPI's vectorized MPI_SUM saturates 8-bit unsigned sums (open-mpi/ompi#8045, in
@@ -126,11 +133,19 @@ void mpi_all_reduce(const void* in, void* out, std::int64_t count, Dtype dtype, 
   int size = 1;
   TESSERA_MPI_CHECK(MPI_Comm_size(comm, &size));
   const int n = mpi_count(count, "all_reduce");
-  const bool divide_first = mean && size > 1 && is_half(dtype);
-  if (divide_first) divide(in, out, count, dtype, size);  // then summed where it lies
-  const void* send = in == out || divide_first ? MPI_IN_PLACE : in;
+  if (mean && size > 1 && dtype == kBFloat16) {
+    half_mean(static_cast<const detail::BFloat16*>(in), static_cast<detail::BFloat16*>(out), count,
+              n, comm, size);
+    return;
+  }
+  if (mean && size > 1 && dtype == kFloat16) {
+    half_mean(static_cast<const detail::Float16*>(in), static_cast<detail::Float16*>(out), count, n,
+              comm, size);
+    return;
+  }
+  const void* send = in == out ? MPI_IN_PLACE : in;
   TESSERA_MPI_CHECK(MPI_Allreduce(send, out, n, mpi_type(dtype), sum_op(dtype), comm));
-  if (mean && size > 1 && !divide_first) divide(out, out, count, dtype, size);
+  if (mean && size > 1) divide(out, count, dtype, size);
 }
 
 void mpi_broadcast(void* buffer, std::int64_t count, Dtype dtype, int root, int lane) {

@@ -27,19 +27,21 @@
 //
 // Note [Half collectives]
 // bfloat16 and float16 tensors move as they are (2 bytes an element, as NCCL and gloo move
-// them). How their sums round differs by transport, within a rounding or two of half:
+// them). How their sums round differs by transport, within a rounding per device:
 // - logical CPU devices add every input in float32 and round once, after the division of a
 //   mean, so a sum rounds as one addition of the k values would;
-// - NCCL adds in its own order, rounding to half after each addition, and its mean
-//   (ncclAvg) multiplies each input by 1/k first;
-// - MPI (mpi_collectives.cpp) adds with an op of tessera's, rounding after each addition,
-//   and a mean divides each rank's input by the size first, as NCCL and PyTorch's DDP
-//   do: a float16 sum of gradients near 65504 would overflow where their mean does not.
+// - MPI (mpi_collectives.cpp) sums with an op of tessera's (MPI has no half types: the
+//   values travel as MPI_UINT16_T and each addition goes through float32), rounding after
+//   each addition as NCCL does. A mean sums float32 copies instead (twice the bytes) and
+//   rounds once after the division, as logical devices do: dividing each rank's value
+//   first overflowed too (65504 / 3 is 21840 in float16, and three of those are infinity);
+// - NCCL adds in its own order, rounding after each addition, and its mean (ncclAvg)
+//   multiplies each input by 1/k first, so on three or more GPUs a float16 mean near 65504
+//   can overflow (never run: no machine with two GPUs has been lent).
 // Both CPU transports convert a block at a time with the kernel level's rows
 // (core/half_rows.h): F16C for float16 where the CPU has it. Element by element, a float16
 // all-reduce took 15x a float32 one of as many elements on two logical devices, and 4-10x
-// over MPI; now both halve the float32 time or better at 16 MB and up
-// (docs/benchmarks.md, "Half-precision collectives").
+// over MPI (docs/benchmarks.md, "Half-precision collectives").
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
