@@ -114,6 +114,20 @@ std::optional<bool> comparison_outside_range(BinaryOp op, Dtype dtype, double s)
   }
 }
 
+// Whether an op whose result is `out_dtype` runs on its half operands as they are: the
+// backend takes them (Note [Half elementwise] in cpu_elementwise.cpp), every operand is
+// contiguous, of that dtype and of the first one's shape (no broadcasting), and the result
+// is that dtype too (not a comparison's bool).
+bool dense_half(Dtype out_dtype, std::initializer_list<const Tensor*> operands, Device device) {
+  const Tensor& first = **operands.begin();
+  for (const Tensor* t : operands) {
+    if (t->dtype() != out_dtype || !t->is_contiguous() || t->shape() != first.shape()) {
+      return false;
+    }
+  }
+  return detail::backend_of(device).dense_half_elementwise();
+}
+
 Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b) {
   const Device device = detail::common_device(name, a, b);
   const detail::TensorImpl& ai = detail::impl_of(a);
@@ -124,7 +138,10 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
     const bool grad = detail::needs_grad({&a, &b});
     Tensor out;
-    {
+    if (dense_half(out_dtype, {&a, &b}, device)) {
+      out = detail::make_output(ai.shape, dtype, device, name);
+      detail::backend_of(device).binary(op, a, b, out);
+    } else {
       NoGradGuard internal;
       out = binary_op(op, name, detail::to_float32(a), detail::to_float32(b)).to(out_dtype);
     }
@@ -177,7 +194,10 @@ Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, Scalar scalar, 
   const bool grad = detail::needs_grad(a);
   if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
     Tensor out;
-    {
+    if (!detail::is_comparison(op) && dense_half(dtype, {&a}, a.device())) {
+      out = detail::make_output(a.shape(), dtype, a.device(), name);
+      detail::backend_of(a.device()).binary_scalar(op, a, s, scalar_first, out);
+    } else {
       NoGradGuard internal;
       // A comparison sees the scalar as the tensor's dtype holds it (as float32 tensors do):
       // full({1}, 0.1, kBFloat16) == 0.1.
@@ -208,7 +228,10 @@ Tensor unary_op(UnaryOp op, const char* name, const Tensor& a, bool float_only) 
                 name);
   const bool grad = detail::needs_grad(a);
   Tensor out;
-  if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
+  if (is_half(dtype) && dense_half(dtype, {&a}, a.device())) [[unlikely]] {
+    out = detail::make_output(a.shape(), dtype, a.device(), name);
+    detail::backend_of(a.device()).unary(op, a, out);
+  } else if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     out = unary_op(op, name, detail::to_float32(a), float_only).to(dtype);
   } else {
@@ -453,6 +476,12 @@ Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved) 
   TESSERA_INTERNAL_ASSERT(grad.shape() == saved.shape() && is_floating(saved.dtype()),
                           "activation_backward got grad {} for saved {} {}", grad.shape().str(),
                           dtype_name(saved.dtype()), saved.shape().str());
+  if (is_half(saved.dtype()) && grad.dtype() == saved.dtype() && grad.is_contiguous() &&
+      saved.is_contiguous() && backend_of(saved.device()).dense_half_elementwise()) [[unlikely]] {
+    Tensor grad_in = make_output(saved.shape(), saved.dtype(), saved.device(), "backward");
+    backend_of(saved.device()).unary_backward(op, grad, saved, grad_in);
+    return grad_in;
+  }
   if (is_half(saved.dtype())) [[unlikely]] {  // Note [Half precision]
     NoGradGuard internal;
     return activation_backward(op, to_float32(grad), to_float32(saved)).to(saved.dtype());

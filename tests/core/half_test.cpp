@@ -566,6 +566,71 @@ TEST_P(Half, OptimizersStepHalfParametersInFloat32) {
   }
 }
 
+// Dense half operands run in float32 blocks (Note [Half elementwise] in cpu_elementwise.cpp)
+// where the backend takes them; every value must be the float32 copies' result, bit for bit:
+// edge values, sizes around the 2048-value block and one split across threads, and strided
+// and broadcast operands (which still take the copies).
+TEST_P(Half, DenseElementwiseEqualsTheFloat32CopiesBitForBit) {
+  for (const Dtype dtype : kHalfTypes) {
+    for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2047},
+                                 std::int64_t{2049}, std::int64_t{300001}}) {
+      const std::string what = fmt::format("{} n={}", dtype_name(dtype), n);
+      std::vector<double> xs = edge_values(dtype), ys;
+      for (double r : random_values(static_cast<std::size_t>(n), 5, -4, 4)) xs.push_back(r);
+      xs.resize(static_cast<std::size_t>(n));
+      for (double r : random_values(static_cast<std::size_t>(n), 6, -4, 4)) ys.push_back(r);
+      const Tensor x = from_vector(xs, {n}, {dtype, device()});
+      const Tensor y = from_vector(ys, {n}, {dtype, device()});
+      const Tensor xf = x.to(kFloat32), yf = y.to(kFloat32);
+      const auto same = [&](const Tensor& got, const Tensor& want, const std::string& op) {
+        EXPECT_EQ(got.dtype(), dtype) << what << " " << op;
+        expect_same_values(got.to_vector<double>(), want.to(dtype).to_vector<double>(),
+                           what + " " + op);
+      };
+      using Unary = Tensor (*)(const Tensor&);
+      const std::vector<std::pair<const char*, Unary>> unary = {
+          {"neg", neg},   {"exp", exp},         {"log", log},   {"sqrt", sqrt}, {"abs", abs},
+          {"relu", relu}, {"sigmoid", sigmoid}, {"tanh", tanh}, {"silu", silu}};
+      for (const auto& [name, f] : unary) same(f(x), f(xf), name);
+      same(gelu(x), gelu(xf), "gelu");
+      same(gelu(x, GeluApproximation::kTanh), gelu(xf, GeluApproximation::kTanh), "gelu tanh");
+      same(x + y, xf + yf, "add");
+      same(x - y, xf - yf, "sub");
+      same(x * y, xf * yf, "mul");
+      same(x / y, xf / yf, "div");
+      same(pow(x, y), pow(xf, yf), "pow");
+      same(maximum(x, y), maximum(xf, yf), "maximum");
+      same(minimum(x, y), minimum(xf, yf), "minimum");
+      same(x + 0.3, xf + 0.3, "add scalar");
+      same(sub(2.5, x), sub(2.5, xf), "scalar sub");
+      same(div(1.0, x), div(1.0, xf), "scalar div");
+      same(x * 3, xf * 3, "mul scalar");
+      for (const double e : {2.0, 3.0, 0.5, -1.0, 1.0, 1.7}) {
+        same(pow(x, e), pow(xf, e), fmt::format("pow {}", e));
+      }
+      // Backward of the activations that keep their input: the same gradient from the
+      // half pass and from the float32 one (whose input and gradient hold the same values).
+      const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> saved_input =
+          {{"relu", [](const Tensor& t) { return relu(t); }},
+           {"gelu", [](const Tensor& t) { return gelu(t); }},
+           {"gelu tanh", [](const Tensor& t) { return gelu(t, GeluApproximation::kTanh); }},
+           {"silu", [](const Tensor& t) { return silu(t); }}};
+      for (const auto& [name, f] : saved_input) {
+        Tensor xh = x.detach().requires_grad_(), xw = xf.detach().requires_grad_();
+        f(xh).backward(y);
+        f(xw).backward(yf);
+        same(xh.grad(), xw.grad(), std::string(name) + " backward");
+      }
+      if (n >= 2) {
+        // A strided and a broadcast operand take the float32 copies, with the same values.
+        const Tensor every_other = x.slice(0, 0, n, 2);
+        same(exp(every_other), exp(xf.slice(0, 0, n, 2)), "exp of a strided view");
+        same(x + y.narrow(0, 0, 1), xf + yf.narrow(0, 0, 1), "add broadcast");
+      }
+    }
+  }
+}
+
 TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
   const auto path = std::filesystem::temp_directory_path() /
                     fmt::format("tessera_half_{}_{}.safetensors", ::getpid(), device().str());

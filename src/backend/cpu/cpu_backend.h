@@ -289,6 +289,7 @@ class CpuBackend final : public CpuBackendBase {
   void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& saved,
                       const Tensor& grad_in) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  bool dense_half_elementwise() const override { return true; }  // Note [Half elementwise]
   void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                      const Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
