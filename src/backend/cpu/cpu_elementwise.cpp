@@ -33,12 +33,7 @@ StridedLayout<N> layout_of(const std::array<const Tensor*, N>& ts) {
 // Runs a flat loop over a fresh contiguous output, split across the pool when large.
 template <typename F>
 void parallel_index_loop(std::int64_t n, F&& f) {
-  if (n < kParallelGrain || omp_in_parallel()) {
-    for (std::int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
+  for_range(n >= kParallelGrain && !omp_in_parallel(), n, f);
 }
 
 }  // namespace
@@ -156,28 +151,41 @@ void vectorized_unary(UnaryOp op, const float* x, std::int64_t n, float* y) {
 // n floats: vectorized, as the forward is (libm's erf and exp per element do not vectorize).
 void vectorized_unary_backward(UnaryOp op, const float* g, const float* x, float* out,
                                std::int64_t n) {
-  const bool serial = n < kParallelGrain || omp_in_parallel();
+  // The loops are spelled out twice: through a lambda (for_range) they no longer vectorized
+  // (GELU's backward took 7.6x as long). A small n enters no OpenMP region (for_range).
+  if (n < kParallelGrain || omp_in_parallel()) {
+    if (op == UnaryOp::kGelu) {
+#pragma omp simd simdlen(16)
+      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_grad_vectorizable(g[i], x[i]);
+    } else if (op == UnaryOp::kGeluTanh) {
+#pragma omp simd simdlen(16)
+      for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh_grad_vectorizable(g[i], x[i]);
+    } else {
+#pragma omp simd simdlen(16)
+      for (std::int64_t i = 0; i < n; ++i) out[i] = silu_grad_vectorizable(g[i], x[i]);
+    }
+    return;
+  }
   if (op == UnaryOp::kGelu) {
-#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+#pragma omp parallel for simd simdlen(16) schedule(static)
     for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_grad_vectorizable(g[i], x[i]);
   } else if (op == UnaryOp::kGeluTanh) {
-#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+#pragma omp parallel for simd simdlen(16) schedule(static)
     for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_tanh_grad_vectorizable(g[i], x[i]);
   } else {
-#pragma omp parallel for simd simdlen(16) schedule(static) if (!serial)
+#pragma omp parallel for simd simdlen(16) schedule(static)
     for (std::int64_t i = 0; i < n; ++i) out[i] = silu_grad_vectorizable(g[i], x[i]);
   }
 }
 
 // y = op(x) over n contiguous floats, in chunks split across the pool when large; y may be x.
 void vectorized_unary_dense(UnaryOp op, const float* x, float* y, std::int64_t n) {
-  const bool serial = n < kParallelGrain || omp_in_parallel();
   constexpr std::int64_t kChunk = 2048;
-#pragma omp parallel for schedule(static) if (!serial)
-  for (std::int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
-    const std::int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
-    vectorized_unary(op, x + lo, len, y + lo);
-  }
+  for_range(n >= kParallelGrain && !omp_in_parallel(), (n + kChunk - 1) / kChunk,
+            [=](std::int64_t c) {
+              const std::int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+              vectorized_unary(op, x + lo, len, y + lo);
+            });
 }
 
 // Dense half operands, in float32 blocks (Note [Half elementwise], below).
@@ -273,9 +281,8 @@ void CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& sa
             }
           }
           dispatch_unary_backward(op, [&](auto fn) {
-            const bool serial = n < kParallelGrain || omp_in_parallel();
-#pragma omp parallel for schedule(static) if (!serial)
-            for (std::int64_t i = 0; i < n; ++i) out[i] = fn(g[i], s[i]);
+            for_range(n >= kParallelGrain && !omp_in_parallel(), n,
+                      [=](std::int64_t i) { out[i] = fn(g[i], s[i]); });
           });
         });
       },
@@ -374,18 +381,20 @@ void binary_typed(Fn fn, bool comparison, const StridedLayout<3>& layout, std::a
 // the level's rows (core/half_rows.h), the float32 kernel's own per-element code runs there
 // (the vectorized exp, sigmoid, tanh, GELU and SiLU on the same 2048-value pieces as
 // vectorized_unary_dense; pow's common exponents), and the block is rounded back once. Each
-// value is thus bit for bit what the copies gave (tests/core/half_test.cpp checks it).
+// value is thus bit for bit what the copies gave (tests/core/half_test.cpp checks it; a
+// review compared every bit pattern of both types), up to which NaN's sign and payload an
+// operation on two NaNs keeps: the float32 kernel's threaded loop does not keep one either.
 constexpr std::int64_t kHalfBlock = 2048;
 
-// body(lo, len) over the blocks of [0, n), split across the pool when large.
+// body(lo, len) over the blocks of [0, n), split across the pool when large (for_range: a
+// small n enters no OpenMP region).
 template <typename Body>
 void over_half_blocks(std::int64_t n, Body body) {
-  const bool serial = n < kParallelGrain || omp_in_parallel();
-#pragma omp parallel for schedule(static) if (!serial)
-  for (std::int64_t c = 0; c < (n + kHalfBlock - 1) / kHalfBlock; ++c) {
-    const std::int64_t lo = c * kHalfBlock;
-    body(lo, std::min(kHalfBlock, n - lo));
-  }
+  for_range(n >= kParallelGrain && !omp_in_parallel(), (n + kHalfBlock - 1) / kHalfBlock,
+            [&](std::int64_t c) {
+              const std::int64_t lo = c * kHalfBlock;
+              body(lo, std::min(kHalfBlock, n - lo));
+            });
 }
 
 template <typename F>

@@ -15,6 +15,20 @@ namespace tessera::detail {
 // Elements below which a kernel stays on the calling thread: forking the pool costs more.
 inline constexpr std::int64_t kParallelGrain = 32768;
 
+// Runs body(i) for i in [0, n): split across the pool when `parallel`, else on this thread
+// without entering an OpenMP region. `#pragma omp parallel for if (false)` still cost about
+// 0.4 us a call: a 2x3 float32 exp took 0.52 us where an add, which skipped the pragma, took
+// 0.13 us.
+template <typename Body>
+inline void for_range(bool parallel, std::int64_t n, Body&& body) {
+  if (!parallel) {
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) body(i);
+}
+
 template <int N>
 struct StridedLayout {
   int ndim = 0;                       // after merging; >= 1
