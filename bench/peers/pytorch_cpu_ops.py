@@ -88,14 +88,14 @@ add("batchnorm2d_fwdbwd_32x64x32",
 def bn_eval():
     with torch.no_grad(): F.batch_norm(xb, rm, rv, gamma, beta, training=False)
 add("batchnorm2d_eval_32x64x32", bn_eval)
-x1 = r(256, 120).requires_grad_()
+xbn = r(256, 120).requires_grad_()
 g1, b1 = torch.ones(120, requires_grad=True), torch.zeros(120, requires_grad=True)
 rm1, rv1 = torch.zeros(120), torch.ones(120)
 add("batchnorm1d_fwdbwd_256x120",
-    lambda: F.batch_norm(x1, rm1, rv1, g1, b1, training=True).sum().backward())
-xl = r(256, 512).requires_grad_()
+    lambda: F.batch_norm(xbn, rm1, rv1, g1, b1, training=True).sum().backward())
+xln = r(256, 512).requires_grad_()
 gl, bl = torch.ones(512, requires_grad=True), torch.zeros(512, requires_grad=True)
-add("layernorm_fwdbwd_256x512", lambda: F.layer_norm(xl, [512], gl, bl).sum().backward())
+add("layernorm_fwdbwd_256x512", lambda: F.layer_norm(xln, [512], gl, bl).sum().backward())
 table, ids = r(50000, 256).requires_grad_(), torch.randint(0, 50000, (4096,))
 def isel():
     with torch.no_grad(): torch.index_select(table, 0, ids)

@@ -287,6 +287,47 @@ TEST_P(Reduce, MiddleDimsMatchTheReferenceAcrossPanels) {
   }
 }
 
+// Rows shorter than 16 are reduced 16 at a time, one accumulator each (Note [Short rows] in
+// cpu_reduce.cpp): 37 rows (16 + 16 + 5) of 10, with a NaN, argmax ties, an outer reduced
+// dim, and a size that threads split. The sums equal, bit for bit, those of a layout that
+// walks the same rows another way (the reduced dim outermost).
+TEST_P(Reduce, ShortRowsMatchTheReferenceInBlocks) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Shape s{3, 37, 10};
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    std::vector<double> v = testing::random_values(static_cast<std::size_t>(s.numel()), 9, -4, 4);
+    v[static_cast<std::size_t>(2 * 370 + 35 * 10 + 4)] = nan;  // batch 2, row 35 (the last block)
+    for (std::int64_t c = 0; c < 10; c += 3) v[static_cast<std::size_t>(17 * 10 + c)] = 9;  // ties
+    const Tensor x = from_vector(v, s, {dtype, device()});
+    const auto held = x.to_vector<double>();
+    const double tol = dtype == kFloat64 ? 1e-12 : 1e-6;
+    for (std::uint32_t mask : {4u, 5u}) {  // the last dim; the first and the last
+      const std::string label = " mask " + std::to_string(mask);
+      const std::vector<int> dims = dims_of(mask, 3, false);
+      expect_close(sum(x, dims), reference(held, s, mask, Kind::kSum), tol, tol, "sum" + label);
+      expect_close(mean(x, dims), reference(held, s, mask, Kind::kMean), tol, tol, "mean" + label);
+      expect_close(max(x, dims), reference(held, s, mask, Kind::kMax), 0, 0, "max" + label);
+      expect_close(min(x, dims), reference(held, s, mask, Kind::kMin), 0, 0, "min" + label);
+    }
+    std::vector<double> want_max = reference(held, s, 4u, Kind::kArgMax);
+    std::vector<double> want_min = reference(held, s, 4u, Kind::kArgMin);
+    want_max[2 * 37 + 35] = want_min[2 * 37 + 35] = 4;  // the first NaN wins
+    expect_close(argmax(x, 2), want_max, 0, 0, "argmax");
+    expect_close(argmin(x, -1), want_min, 0, 0, "argmin");
+    EXPECT_EQ(argmax(x, 2).to_vector<std::int64_t>()[17], 0);  // the first of the ties
+    // The same values with the reduced dim outermost in memory (column panels, not short rows).
+    const Tensor other = x.transpose(1, 2).contiguous().transpose(1, 2);
+    expect_close(sum(x, {2}), sum(other, {2}).to_vector<double>(), 0, 0, "sum, other layout");
+    expect_close(mean(x, {0, 2}), mean(other, {0, 2}).to_vector<double>(), 0, 0, "mean, other");
+  }
+  const Shape big{5000, 7};  // 35,000 elements: threads split the rows
+  const Tensor y = from_vector(testing::random_values(35000, 4), big, {device()});
+  const auto y_held = y.to_vector<double>();
+  expect_close(sum(y, {1}), reference(y_held, big, 2u, Kind::kSum), 1e-6, 1e-6, "threaded sum");
+  expect_close(max(y, {1}), reference(y_held, big, 2u, Kind::kMax), 0, 0, "threaded max");
+  expect_close(argmax(y, 1), reference(y_held, big, 2u, Kind::kArgMax), 0, 0, "threaded argmax");
+}
+
 TEST_P(Reduce, NanPropagatesAndArgmaxTakesTheFirst) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (Dtype dtype : {kFloat32, kFloat64}) {
