@@ -125,17 +125,21 @@ void CpuBackend::random_int(const Tensor& out, std::int64_t low, std::uint64_t s
 namespace {
 
 bool has_vectorized_unary(UnaryOp op) {
-  return op == UnaryOp::kSigmoid || op == UnaryOp::kExp || op == UnaryOp::kTanh ||
-         op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh || op == UnaryOp::kSilu;
+  return op == UnaryOp::kSigmoid || op == UnaryOp::kExp || op == UnaryOp::kLog ||
+         op == UnaryOp::kTanh || op == UnaryOp::kGelu || op == UnaryOp::kGeluTanh ||
+         op == UnaryOp::kSilu;
 }
 
-// y = op(x) over n floats with vector_math.h's vectorized sigmoid, exp, tanh, gelu or silu.
+// y = op(x) over n floats with vector_math.h's vectorized sigmoid, exp, log, tanh, gelu or
+// silu.
 void vectorized_unary(UnaryOp op, const float* x, std::int64_t n, float* y) {
   switch (op) {
     case UnaryOp::kSigmoid:
       return sigmoid_vectorizable(x, n, y);
     case UnaryOp::kExp:
       return exp_vectorizable(x, n, y);
+    case UnaryOp::kLog:
+      return log_vectorizable(x, n, y);
     case UnaryOp::kGelu:
       return gelu_vectorizable(x, n, y);
     case UnaryOp::kGeluTanh:
