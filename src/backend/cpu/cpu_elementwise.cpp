@@ -36,6 +36,15 @@ void parallel_index_loop(std::int64_t n, F&& f) {
   for_range(n >= kParallelGrain && !omp_in_parallel(), n, f);
 }
 
+// Runs body(lo, hi) over [0, n) in chunks of kChunk, split across the pool when large: the
+// body's own loop over a chunk can vectorize, where body(i) per element may not.
+template <typename F>
+void parallel_chunks(std::int64_t n, F&& body) {
+  constexpr std::int64_t kChunk = 4096;
+  for_range(n >= kParallelGrain && !omp_in_parallel(), (n + kChunk - 1) / kChunk,
+            [&](std::int64_t c) { body(c * kChunk, std::min(n, (c + 1) * kChunk)); });
+}
+
 }  // namespace
 
 void CpuBackend::fill(const Tensor& out, double value) {
@@ -93,15 +102,27 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, 
           using T = typename decltype(tag)::type;
           T* o = reinterpret_cast<T*>(impl_of(out).data());
           const T below = largest_below_bound<T>(b);  // uniform draws stay below b
-          parallel_index_loop(out.numel(), [&](std::int64_t i) {
-            const Philox4 r = philox4x32(offset + static_cast<std::uint64_t>(i), seed);
+          // A loop per kind over each chunk, the kind's test out of it: Philox and a uniform
+          // draw vectorize there (rand of 1M floats 6.3 -> 2.7 ms on a Zen 5), where one loop
+          // testing the kind per element did not. The values are the same integer
+          // arithmetic and roundings.
+          parallel_chunks(out.numel(), [&](std::int64_t lo, std::int64_t hi) {
+            const auto draw = [&](std::int64_t i) {
+              return philox4x32(offset + static_cast<std::uint64_t>(i), seed);
+            };
             if (kind == RandomKind::kNormal) {
-              o[i] = static_cast<T>(a + b * normal_double(r));
+              for (std::int64_t i = lo; i < hi; ++i) {
+                o[i] = static_cast<T>(a + b * normal_double(draw(i)));
+              }
             } else if constexpr (std::is_same_v<T, float>) {
-              o[i] = below_bound(
-                  static_cast<float>(a) + static_cast<float>(b - a) * uniform_float(r), below);
+              const float low = static_cast<float>(a), span = static_cast<float>(b - a);
+              for (std::int64_t i = lo; i < hi; ++i) {
+                o[i] = below_bound(low + span * uniform_float(draw(i)), below);
+              }
             } else {
-              o[i] = below_bound(a + (b - a) * uniform_double(r), below);
+              for (std::int64_t i = lo; i < hi; ++i) {
+                o[i] = below_bound(a + (b - a) * uniform_double(draw(i)), below);
+              }
             }
           });
         });
