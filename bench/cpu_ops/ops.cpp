@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
     Tensor u = randn({1 << 20});
     add("exp_1M", [=] { auto y = exp(u); });
     add("log_1M", [=] { auto y = log(abs(u)); });
+    add("rand_1M", [] { auto y = rand({1 << 20}); });
+    add("randn_1M", [] { auto y = randn({1 << 20}); });
     add("abs_1M", [=] { auto y = abs(u); });
     add("tanh_1M", [=] { auto y = tanh(u); });
     add("sigmoid_1M", [=] { auto y = sigmoid(u); });
