@@ -1,5 +1,5 @@
-// Data-parallel training on every device of the test device's kind (two logical CPU devices
-// under TESSERA_CPU_DEVICES=2; GPUs when there are several): k replicas with batch B end
+// Data-parallel training on the test device and one more of its kind (logical CPU devices
+// under TESSERA_CPU_DEVICES=2 or more; GPUs when there are several): 2 replicas with batch B end
 // with the parameters of one device with batch B, stay identical, make no host wait per
 // step, move exactly the all-reduce's bytes, and refuse what cannot work. With
 // TrainerOptions::graph, recorded and replayed steps end where eager steps end, on one
@@ -18,7 +18,13 @@ using testing::random_images;
 
 class DataParallel : public DeviceTest {
  protected:
-  std::vector<Device> group() const { return same_kind_devices(); }
+  // Two devices: the data sets and batches here are sized for two replicas (a short last
+  // batch of 2 cannot be split over 3), so with 3 or more devices the tests still run.
+  std::vector<Device> group() const {
+    std::vector<Device> g = same_kind_devices();
+    if (g.size() > 2) g.resize(2);
+    return g;
+  }
 };
 
 // conv: a small LeNet-like net; wide: an MLP whose first weight (64 x 1024 float32) is large
