@@ -118,44 +118,42 @@ void reduce_short_rows(const T* p, typename R::Acc* a, i64 x, i64 n, i64 xs, i64
   }
 }
 
+// Calls two_dims(p, a, x) at every position of `l`'s dims [0, outer), where a loop of its own
+// walks the two innermost dims.
+template <typename T, typename Acc, typename F>
+void for_each_outer(const Layout& l, int outer, const T* in, Acc* acc, i64 index0, F&& two_dims) {
+  i64 rows = 1;
+  for (int d = 0; d < outer; ++d) rows *= l.sizes[d];
+  i64 index[kMaxDims] = {};
+  const T* p = in;
+  Acc* a = acc;
+  i64 x = index0;
+  for (i64 r = 0; r < rows; ++r) {
+    two_dims(p, a, x);
+    next_row(l, outer, index, p, a, x);
+  }
+}
+
 // Runs the loop of Note [Reduction loop] over `l` (strides in elements).
 template <typename R, typename T>
 void run_layout(const Layout& l, const T* in, typename R::Acc* acc, i64 index0) {
   if (l.ndim >= 2) {
     const int inner = l.ndim - 1, outer = l.ndim - 2;
-    if (l.strides[0][inner] == 1 && l.strides[1][inner] == 0 && l.sizes[inner] < kShortRowBelow &&
-        l.sizes[outer] >= 2) {
+    const i64 n = l.sizes[inner], m = l.sizes[outer];
+    const i64 xs = l.strides[2][inner];
+    const i64 is2 = l.strides[0][outer], ss2 = l.strides[1][outer], xs2 = l.strides[2][outer];
+    if (l.strides[0][inner] == 1 && l.strides[1][inner] == 0 && n < kShortRowBelow && m >= 2) {
       // Note [Short rows]: the innermost reduction rows a block at a time along the next dim.
-      const i64 n = l.sizes[inner], m = l.sizes[outer];
-      const i64 xs = l.strides[2][inner];
-      const i64 is2 = l.strides[0][outer], ss2 = l.strides[1][outer], xs2 = l.strides[2][outer];
-      i64 rows = 1;
-      for (int d = 0; d < outer; ++d) rows *= l.sizes[d];
-      i64 index[kMaxDims] = {};
-      const T* p = in;
-      typename R::Acc* a = acc;
-      i64 x = index0;
-      for (i64 r = 0; r < rows; ++r) {
+      for_each_outer(l, outer, in, acc, index0, [&](const T* p, typename R::Acc* a, i64 x) {
         reduce_short_rows<R>(p, a, x, n, xs, m, is2, ss2, xs2);
-        next_row(l, outer, index, p, a, x);
-      }
+      });
       return;
     }
-    if (l.strides[0][inner] == 1 && l.strides[1][inner] == 1 && l.strides[1][outer] == 0 &&
-        l.sizes[inner] < kPanelRowsBelow) {
+    if (l.strides[0][inner] == 1 && l.strides[1][inner] == 1 && ss2 == 0 && n < kPanelRowsBelow) {
       // Note [Column panels]: the two innermost dims at once, the rest as below.
-      const i64 n = l.sizes[inner], m = l.sizes[outer];
-      const i64 xs = l.strides[2][inner], is2 = l.strides[0][outer], xs2 = l.strides[2][outer];
-      i64 rows = 1;
-      for (int d = 0; d < outer; ++d) rows *= l.sizes[d];
-      i64 index[kMaxDims] = {};
-      const T* p = in;
-      typename R::Acc* a = acc;
-      i64 x = index0;
-      for (i64 r = 0; r < rows; ++r) {
+      for_each_outer(l, outer, in, acc, index0, [&](const T* p, typename R::Acc* a, i64 x) {
         reduce_panels<R>(p, a, x, n, xs, m, is2, xs2);
-        next_row(l, outer, index, p, a, x);
-      }
+      });
       return;
     }
   }
