@@ -1,6 +1,8 @@
 // Factories: shapes, dtypes, devices, seeded random numbers, and their errors.
 #include <cmath>
 
+#include "backend/backend.h"
+#include "backend/philox.h"
 #include "core/device_registry.h"
 #include "support/device_test.h"
 #include "tessera/memory.h"
@@ -295,6 +297,31 @@ TEST_P(Factories, RandomIsSeededAndDeviceIndependent) {
 }
 
 TESSERA_INSTANTIATE_DEVICE_SUITE(Factories);
+
+// Normal draws are Box-Muller from one Philox draw each (backend/philox.h): the CPU's
+// vectorized log and cos (Note [Vectorized normal draws] in backend/cpu/normal_draws.h) and
+// a GPU's own give libm's double values within a few ulp, and the same float32 values, at an
+// offset that is not a multiple of any chunk, across the quarter turns where cos is 0.
+TEST_P(Factories, NormalDrawsAreLibmsBoxMullerWithinAFewUlp) {
+  constexpr std::uint64_t kSeed = 0x5eed, kOffset = 12345;
+  constexpr std::int64_t kCount = 100003;
+  const Tensor d = empty({kCount}, {kFloat64, device()}), f = empty({kCount}, device());
+  detail::backend_of(device()).random(d, detail::RandomKind::kNormal, 0, 1, kSeed, kOffset);
+  detail::backend_of(device()).random(f, detail::RandomKind::kNormal, 2, 3, kSeed, kOffset);
+  const auto got = d.to_vector<double>();
+  const auto got_f = f.to_vector<float>();
+  double worst = 0;
+  for (std::int64_t i = 0; i < kCount; ++i) {
+    const detail::Philox4 r = detail::philox4x32(kOffset + static_cast<std::uint64_t>(i), kSeed);
+    const double want = detail::normal_double(r);
+    // In units of the radius sqrt(-2 ln u1)'s ulp: libm's cos(6.283185307179586 u2) is off by
+    // the product's rounding, a few 1e-16 absolutely, which is many ulp of a value near 0.
+    const double radius = std::sqrt(-2.0 * std::log((r.x[2] + 1.0) / 4294967296.0));
+    if (radius > 0) worst = std::max(worst, std::abs(got[i] - want) / (radius * 0x1p-52));
+    EXPECT_EQ(got_f[i], static_cast<float>(2 + 3 * want)) << "draw " << i;
+  }
+  EXPECT_LE(worst, 8);
+}
 
 // uniform() draws in [low, high): low + (high - low) * u rounded up to high for u near 1 (3%
 // of the draws here in float32); ranges past the dtype fill inf. Integer aranges count in

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/normal_draws.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/cpu/vector_math.h"
 #include "backend/elementwise_functors.h"
@@ -111,15 +112,10 @@ void CpuBackend::random(const Tensor& out, RandomKind kind, double a, double b, 
               return philox4x32(offset + static_cast<std::uint64_t>(i), seed);
             };
             if (kind == RandomKind::kNormal) {
-              // The draws first, in a loop that vectorizes, then libm's log and cos per value.
-              constexpr std::int64_t kBlock = 512;
-              Philox4 draws[kBlock];
-              for (std::int64_t b0 = lo; b0 < hi; b0 += kBlock) {
-                const std::int64_t len = std::min(kBlock, hi - b0);
-                for (std::int64_t k = 0; k < len; ++k) draws[k] = draw(b0 + k);
-                for (std::int64_t k = 0; k < len; ++k) {
-                  o[b0 + k] = static_cast<T>(a + b * normal_double(draws[k]));
-                }
+              // Note [Vectorized normal draws] (normal_draws.h).
+              for (std::int64_t i = lo; i < hi; ++i) {
+                const Philox4 r = draw(i);
+                o[i] = static_cast<T>(a + b * normal_of_draw(r.x[2], r.x[3]));
               }
             } else if constexpr (std::is_same_v<T, float>) {
               const float low = static_cast<float>(a), span = static_cast<float>(b - a);
