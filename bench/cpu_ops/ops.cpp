@@ -309,6 +309,53 @@ int main(int argc, char** argv) {
     bb.requires_grad_();
     add("linear_fwdbwd_256x784x128", [=] { sum(nn::linear(xl, W, bb)).backward(); });
   }
+  // ---- half precision (bfloat16, float16) ----
+  {
+    Tensor a = randn({1024, 1024});
+    Tensor ab = a.to(kBFloat16), ah = a.to(kFloat16);
+    add("sum_f16_last_1024sq", [=] { auto y = sum(ah, {-1}); });
+    add("sum_bf16_first_1024sq", [=] { auto y = sum(ab, {0}); });
+    add("sum_bf16_all_1024sq", [=] { auto y = sum(ab); });
+    add("mean_bf16_last_1024sq", [=] { auto y = mean(ab, {-1}); });
+    add("max_bf16_last_1024sq", [=] { auto y = max(ab, {-1}); });
+    add("norm_bf16_1024sq", [=] { auto y = norm(ab); });
+    add("softmax_bf16_last_1024sq", [=] { auto y = softmax(ab, -1); });
+    add("log_softmax_bf16_last_1024sq", [=] { auto y = log_softmax(ab, -1); });
+    Tensor u = randn({1 << 20});
+    Tensor h = u.to(kFloat16), h2 = randn({1 << 20}).to(kFloat16), bf = u.to(kBFloat16);
+    add("add_f16_1M", [=] { auto y = h + h2; });
+    add("exp_f16_1M", [=] { auto y = exp(h); });
+    add("relu_bf16_1M", [=] { auto y = relu(bf); });
+    add("sigmoid_bf16_1M", [=] { auto y = sigmoid(bf); });
+    add("gelu_bf16_1M", [=] { auto y = gelu(bf); });
+    Tensor x = randn({32, 64, 32, 32}).to(kBFloat16), c = randn({64, 1, 1}).to(kBFloat16);
+    add("add_bf16_bcast_nchw_c11", [=] { auto y = x + c; });
+    Tensor m1 = randn({512, 512}).to(kFloat16), m2 = randn({512, 512}).to(kFloat16);
+    add("mm_f16_512", [=] { auto y = matmul(m1, m2); });
+    Tensor xl = randn({256, 784}).to(kBFloat16);
+    Tensor W = randn({128, 784}).to(kBFloat16);
+    W.requires_grad_();
+    Tensor bb = randn({128}).to(kBFloat16);
+    bb.requires_grad_();
+    add("linear_fwdbwd_bf16_256x784x128", [=] { sum(nn::linear(xl, W, bb)).backward(); });
+    Tensor xn = randn({256, 512}).to(kBFloat16);
+    xn.requires_grad_();
+    Tensor gl = ones({512}, kBFloat16), bl = zeros({512}, kBFloat16);
+    gl.requires_grad_();
+    bl.requires_grad_();
+    add("layernorm_fwdbwd_bf16_256x512",
+        [=] { sum(nn::layer_norm(xn, {512}, gl, bl)).backward(); });
+    Tensor lg = randn({256, 1000}).to(kBFloat16);
+    lg.requires_grad_();
+    std::vector<std::int64_t> tv(256);
+    for (int i = 0; i < 256; ++i) tv[i] = (i * 37) % 1000;
+    Tensor tg = from_vector(tv, Shape{256});
+    add("xent_fwdbwd_bf16_256x1000", [=] { nn::cross_entropy(lg, tg).backward(); });
+    Tensor xc = randn({8, 64, 32, 32}).to(kBFloat16), wc = randn({64, 64, 3, 3}).to(kBFloat16);
+    add("conv3x3_p1_bf16_8x64x32", [=] {
+      auto y = conv2d(xc, wc, Tensor{}, {.stride = {1, 1}, .padding = {1, 1}});
+    });
+  }
   std::string filt = argc > 1 ? argv[1] : "";
   for (auto& c : cs) {
     if (!filt.empty() && c.name != filt) continue;

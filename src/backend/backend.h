@@ -286,6 +286,11 @@ class Backend {
   // kArgMax/kArgMin reduce exactly one dim and write int64; kSum of bool or integer input
   // writes int64; the others write in's dtype. in may be any strided view.
   virtual void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) = 0;
+  // Whether reduce takes a bfloat16 or float16 `in` as it is, reading each element as its
+  // float32 value and writing what the float32 reduction of those values writes (float32, or
+  // int64 for kArgMax/kArgMin); otherwise the front end hands it a float32 copy (Note [Half
+  // precision]).
+  virtual bool half_reduce() const { return false; }
   // Batched: a [B, M, K], b [B, K, N], out [B, M, N] contiguous; a and b may be transposed
   // views in their last two dims.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;

@@ -74,7 +74,8 @@ Tensor reduce(ReduceOp op, const char* name, const Tensor& a, std::uint32_t mask
   Tensor out = detail::make_output(keep, kernel_out, a.device(), name);
   if (half) [[unlikely]] {
     NoGradGuard internal;
-    detail::backend_of(a.device()).reduce(op, detail::to_float32(a), mask, out);
+    detail::Backend& backend = detail::backend_of(a.device());
+    backend.reduce(op, backend.half_reduce() ? a : detail::to_float32(a), mask, out);
     out = out.to(out_dtype);
   } else {
     detail::backend_of(a.device()).reduce(op, a, mask, out);

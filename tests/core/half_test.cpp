@@ -631,6 +631,62 @@ TEST_P(Half, DenseElementwiseEqualsTheFloat32CopiesBitForBit) {
   }
 }
 
+// Half reductions read the half values as they are where the backend takes them (Note [Half
+// reductions] in cpu_reduce.cpp); every result must be the float32 copy's, bit for bit: rows
+// around the 512-value conversion block and the 16 and 32 accumulator lanes, short rows,
+// columns, a middle dim, views and a size split across threads, with NaN and infinities.
+TEST_P(Half, ReductionsEqualTheFloat32CopyBitForBit) {
+  struct Case {
+    Shape shape;
+    bool edges;  // the dtype's edge values (NaN, infinities, overflow, subnormals) in front
+  };
+  const std::vector<Case> cases = {{{3, 1029}, true},   {{2, 513}, false},   {{300, 7}, true},
+                                   {{1029, 37}, false}, {{4, 130, 9}, true}, {{1, 63}, false},
+                                   {{513, 2049}, false}};
+  for (const Dtype dtype : kHalfTypes) {
+    for (const Case& c : cases) {
+      const std::string what = fmt::format("{} {}", dtype_name(dtype), c.shape.str());
+      const auto n = static_cast<std::size_t>(c.shape.numel());
+      std::vector<double> xs = c.edges ? edge_values(dtype) : std::vector<double>{};
+      for (double r : random_values(n, 11, -4, 4)) xs.push_back(r);
+      xs.resize(n);
+      const Tensor x = from_vector(xs, c.shape, {dtype, device()});
+      // The views walk a different order than their dense float32 copies: random values,
+      // whose sums in double are exact in any order.
+      const Tensor plain = from_vector(random_values(n, 12, -4, 4), c.shape, {dtype, device()});
+      const std::vector<std::pair<std::string, Tensor>> inputs = {
+          {"dense", x},
+          {"transposed", plain.transpose(0, c.shape.size() - 1)},
+          {"every other row", plain.slice(0, 0, c.shape[0], 2)}};
+      for (const auto& [layout, in] : inputs) {
+        const Tensor f = in.to(kFloat32);
+        const std::string where = what + " " + layout;
+        const auto same = [&](const Tensor& got, const Tensor& want, const std::string& op) {
+          ASSERT_EQ(got.dtype(), want.dtype() == kFloat32 ? dtype : want.dtype()) << where << op;
+          expect_same_values(got.to_vector<double>(), want.to(got.dtype()).to_vector<double>(),
+                             where + " " + op);
+        };
+        same(sum(in), sum(f), "sum");
+        same(mean(in), mean(f), "mean");
+        same(norm(in), norm(f), "norm");
+        same(max(in), max(f), "max");
+        same(min(in), min(f), "min");
+        same(argmax(in), argmax(f), "argmax");
+        for (const int d : {0, -1}) {
+          const std::string on = fmt::format(" over dim {}", d);
+          same(sum(in, {d}), sum(f, {d}), "sum" + on);
+          same(mean(in, {d}, true), mean(f, {d}, true), "mean" + on);
+          same(max(in, {d}), max(f, {d}), "max" + on);
+          same(min(in, {d}), min(f, {d}), "min" + on);
+          same(argmax(in, d), argmax(f, d), "argmax" + on);
+          same(argmin(in, d), argmin(f, d), "argmin" + on);
+        }
+        if (in.dim() == 3) same(sum(in, {1}), sum(f, {1}), "sum over the middle dim");
+      }
+    }
+  }
+}
+
 TEST_P(Half, SafetensorsRoundTripKeepsEveryBit) {
   const auto path = std::filesystem::temp_directory_path() /
                     fmt::format("tessera_half_{}_{}.safetensors", ::getpid(), device().str());

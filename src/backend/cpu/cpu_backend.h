@@ -290,6 +290,7 @@ class CpuBackend final : public CpuBackendBase {
                       const Tensor& grad_in) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
   bool dense_half_elementwise() const override { return true; }  // Note [Half elementwise]
+  bool half_reduce() const override { return true; }             // Note [Half reductions]
   void binary_scalar(BinaryOp op, const Tensor& a, double scalar, bool scalar_first,
                      const Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;

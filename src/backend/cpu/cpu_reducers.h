@@ -1,15 +1,39 @@
 #pragma once
 // The accumulators of the CPU reductions (see Note [Reduction loop] in cpu_reduce.cpp). Each
 // has Acc (running state), Out (what is written), identity(), add() for one element,
-// combine() for two partial results, row() for a strided run, and finish().
+// combine() for two partial results, row() for a strided run, and finish(). T is the type
+// computed in; row() reads elements of a storage type S that converts to T (S is T, or
+// bfloat16 or float16 for T = float: Note [Half reductions]).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "core/half_rows.h"
+
 namespace tessera::detail::TESSERA_CPU_ISA::reducers {  // kernels only: cpu_backend.h
 
 using i64 = std::int64_t;
+
+// Calls f(q, m) on consecutive pieces of p[0, n) read as T: p itself when S is T, else blocks
+// converted on the stack by the level's half rows (Note [Half reductions]). Every block but
+// the last holds a multiple of any lane count below, so lane accumulators see their elements
+// in the same order as in a float32 row.
+template <typename T, typename S, typename F>
+void over_blocks_as(const S* p, i64 n, F&& f) {
+  if constexpr (std::is_same_v<S, T>) {
+    f(p, n);
+  } else {
+    constexpr i64 kBlock = 512;
+    T block[kBlock];
+    for (i64 i = 0; i < n; i += kBlock) {
+      const i64 m = std::min(kBlock, n - i);
+      rows_to_float(p + i, block, m);
+      f(static_cast<const T*>(block), m);
+    }
+  }
+}
 
 template <typename T>
 bool is_nan(T v) {
@@ -71,7 +95,8 @@ struct SumReducer {
       return a + b;
     }
   }
-  static void row(Acc& acc, const T* p, i64 n, i64 s, i64, i64) {
+  template <typename S>
+  static void row(Acc& acc, const S* p, i64 n, i64 s, i64, i64) {
     if constexpr (kCompensated) {
       // Blocks of 256 summed as below (eight plain lanes: the loop vectorizes; a compensated
       // step per element ran 6x slower), each block's sum added with compensation: an error
@@ -82,13 +107,13 @@ struct SumReducer {
         for (; i + kBlock <= n; i += kBlock) {
           double part[8] = {};
           for (i64 j = i; j < i + kBlock; j += 8) {
-            for (int k = 0; k < 8; ++k) part[k] += term(p[j + k]);
+            for (int k = 0; k < 8; ++k) part[k] += term(static_cast<T>(p[j + k]));
           }
           acc.add(((part[0] + part[1]) + (part[2] + part[3])) +
                   ((part[4] + part[5]) + (part[6] + part[7])));
         }
       }
-      for (; i < n; ++i) acc.add(term(p[i * s]));
+      for (; i < n; ++i) acc.add(term(static_cast<T>(p[i * s])));
       return;
     }
     // Sixteen partial sums break the dependency chain so the contiguous loop vectorizes: two
@@ -98,11 +123,17 @@ struct SumReducer {
     Acc part[kLanes] = {};
     i64 i = 0;
     if (s == 1) {
-      for (; i + kLanes <= n; i += kLanes) {
-        for (int k = 0; k < kLanes; ++k) add(part[k], p[i + k], 0);
-      }
+      i = n - n % kLanes;
+      over_blocks_as<T>(p, i, [&](const T* q, i64 m) {
+        Acc lanes[kLanes];  // a local copy stays in registers (the captured array did not)
+        std::copy_n(part, kLanes, lanes);
+        for (i64 j = 0; j < m; j += kLanes) {
+          for (int k = 0; k < kLanes; ++k) add(lanes[k], q[j + k], 0);
+        }
+        std::copy_n(lanes, kLanes, part);
+      });
     }
-    for (; i < n; ++i) add(part[0], p[i * s], 0);
+    for (; i < n; ++i) add(part[0], static_cast<T>(p[i * s]), 0);
     for (int width = kLanes / 2; width >= 1; width /= 2) {
       for (int k = 0; k < width; ++k) part[k] = combine(part[k], part[k + width]);
     }
@@ -155,29 +186,39 @@ struct ExtremumReducer {
   // from vectorizing the loop at all (5.7x). A row with a NaN is walked again for its first
   // NaN, which wins and stays. Out of line, so that row() stays small enough to inline for
   // short rows.
-  [[gnu::noinline]] static void long_row(Acc& acc, const T* p, i64 n) {
+  template <typename S>
+  [[gnu::noinline]] static void long_row(Acc& acc, const S* p, i64 n) {
     constexpr int kLanes = 32;
     using Flag = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
     T part[kLanes];
     Flag nan[kLanes];
     for (int k = 0; k < kLanes; ++k) {
-      part[k] = p[k];
+      part[k] = static_cast<T>(p[k]);
       nan[k] = 0;
     }
-    i64 i = 0;
-    for (; i + kLanes <= n; i += kLanes) {
-      for (int k = 0; k < kLanes; ++k) {
-        const T v = p[i + k];
-        part[k] = kMax ? (part[k] < v ? v : part[k]) : (v < part[k] ? v : part[k]);
-        nan[k] |= v != v ? Flag(-1) : Flag(0);
+    const i64 i = n - n % kLanes;
+    over_blocks_as<T>(p, i, [&](const T* q, i64 m) {
+      T lanes[kLanes];  // local copies stay in registers (the captured arrays did not)
+      Flag nans[kLanes];
+      std::copy_n(part, kLanes, lanes);
+      std::copy_n(nan, kLanes, nans);
+      for (i64 j = 0; j < m; j += kLanes) {
+        for (int k = 0; k < kLanes; ++k) {
+          const T v = q[j + k];
+          lanes[k] = kMax ? (lanes[k] < v ? v : lanes[k]) : (v < lanes[k] ? v : lanes[k]);
+          nans[k] |= v != v ? Flag(-1) : Flag(0);
+        }
       }
-    }
+      std::copy_n(lanes, kLanes, part);
+      std::copy_n(nans, kLanes, nan);
+    });
     Flag any_nan = 0;
     for (int k = 0; k < kLanes; ++k) any_nan |= nan[k];
     if (any_nan != 0) {
       for (i64 j = 0; j < i; ++j) {
-        if (is_nan(p[j])) {
-          add(acc, p[j], 0);
+        const T v = static_cast<T>(p[j]);
+        if (is_nan(v)) {
+          add(acc, v, 0);
           break;
         }
       }
@@ -190,9 +231,10 @@ struct ExtremumReducer {
       }
       add(acc, part[0], 0);
     }
-    for (; i < n; ++i) add(acc, p[i], 0);
+    for (i64 j = i; j < n; ++j) add(acc, static_cast<T>(p[j]), 0);
   }
-  static void row(Acc& acc, const T* p, i64 n, i64 s, i64, i64) {
+  template <typename S>
+  static void row(Acc& acc, const S* p, i64 n, i64 s, i64, i64) {
     if constexpr (std::is_floating_point_v<T>) {
       if (s == 1 && n >= 64) return long_row(acc, p, n);
     }
@@ -200,13 +242,13 @@ struct ExtremumReducer {
     // Eight running extrema break the dependency chain; combining them keeps NaN semantics.
     if (s == 1 && n >= 8) {
       Acc part[8];
-      for (int k = 0; k < 8; ++k) part[k] = p[k];
+      for (int k = 0; k < 8; ++k) part[k] = static_cast<T>(p[k]);
       for (i = 8; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8; ++k) add(part[k], p[i + k], 0);
+        for (int k = 0; k < 8; ++k) add(part[k], static_cast<T>(p[i + k]), 0);
       }
       for (int k = 0; k < 8; ++k) add(acc, part[k], 0);
     }
-    for (; i < n; ++i) add(acc, p[i * s], 0);
+    for (; i < n; ++i) add(acc, static_cast<T>(p[i * s]), 0);
   }
   static Out finish(Acc acc, i64) { return acc; }
 };
@@ -232,8 +274,9 @@ struct ArgReducer {
     if (better(v, i, acc)) acc = {v, i};
   }
   static Acc combine(Acc a, Acc b) { return b.index >= 0 && better(b.value, b.index, a) ? b : a; }
-  static void row(Acc& acc, const T* p, i64 n, i64 s, i64 x, i64 xs) {
-    for (i64 i = 0; i < n; ++i) add(acc, p[i * s], x + i * xs);
+  template <typename S>
+  static void row(Acc& acc, const S* p, i64 n, i64 s, i64 x, i64 xs) {
+    for (i64 i = 0; i < n; ++i) add(acc, static_cast<T>(p[i * s]), x + i * xs);
   }
   static Out finish(Acc acc, i64) { return acc.index; }
 };
