@@ -277,10 +277,10 @@ class Backend {
                              const Tensor& out) = 0;
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Whether unary, unary_backward, binary (not comparisons) and binary_scalar (not
-  // comparisons) take
-  // contiguous operands and output of one half dtype and shape as they are, computing each
-  // value as the float32 kernel does and rounding it once: bit for bit the float32 copies'
-  // result, which the front end makes otherwise (Note [Half precision]).
+  // comparisons) take contiguous operands and output of one half dtype and shape as they are
+  // (binary: operands of out's shape with any strides, broadcast ones expanded), computing
+  // each value as the float32 kernel does and rounding it once: bit for bit the float32
+  // copies' result, which the front end makes otherwise (Note [Half precision]).
   virtual bool dense_half_elementwise() const { return false; }
   // Reduces `in` over the dims set in `dim_mask`; out has in's rank with those dims size 1.
   // kArgMax/kArgMin reduce exactly one dim and write int64; kSum of bool or integer input

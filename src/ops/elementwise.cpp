@@ -138,9 +138,14 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   if (is_half(dtype)) [[unlikely]] {  // Note [Half precision]
     const bool grad = detail::needs_grad({&a, &b});
     Tensor out;
-    if (dense_half(out_dtype, {&a, &b}, device)) {
-      out = detail::make_output(ai.shape, dtype, device, name);
-      detail::backend_of(device).binary(op, a, b, out);
+    if (out_dtype == dtype && ai.dtype == dtype && bi.dtype == dtype &&
+        detail::backend_of(device).dense_half_elementwise()) {
+      // Operands of the result's half dtype, broadcast or strided: the backend takes them too.
+      const Shape shape = detail::broadcast_shapes(name, ai.shape, bi.shape);
+      out = detail::make_output(shape, dtype, device, name);
+      NoGradGuard internal;
+      detail::backend_of(device).binary(op, detail::prepare_operand(a, dtype, shape),
+                                        detail::prepare_operand(b, dtype, shape), out);
     } else {
       NoGradGuard internal;
       out = binary_op(op, name, detail::to_float32(a), detail::to_float32(b)).to(out_dtype);

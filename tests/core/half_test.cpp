@@ -622,10 +622,26 @@ TEST_P(Half, DenseElementwiseEqualsTheFloat32CopiesBitForBit) {
         same(xh.grad(), xw.grad(), std::string(name) + " backward");
       }
       if (n >= 2) {
-        // A strided and a broadcast operand take the float32 copies, with the same values.
+        // A strided operand of a unary op takes the float32 copies; binary ops take strided
+        // and broadcast operands as they are: the same values either way.
         const Tensor every_other = x.slice(0, 0, n, 2);
         same(exp(every_other), exp(xf.slice(0, 0, n, 2)), "exp of a strided view");
         same(x + y.narrow(0, 0, 1), xf + yf.narrow(0, 0, 1), "add broadcast");
+        same(y.narrow(0, 0, 1) / x, yf.narrow(0, 0, 1) / xf, "div broadcast first");
+        const std::int64_t odd = n / 2;  // elements at odd positions
+        same(every_other.narrow(0, 0, odd) * y.slice(0, 1, n, 2),
+             xf.slice(0, 0, n, 2).narrow(0, 0, odd) * yf.slice(0, 1, n, 2),
+             "mul of two strided views");
+        {
+          const std::int64_t k = n / 3;  // [k, 3] matrices: the largest size splits across threads
+          const Tensor m = x.narrow(0, 0, 3 * k).view({k, 3});
+          const Tensor mf = xf.narrow(0, 0, 3 * k).view({k, 3});
+          const Tensor col = y.narrow(0, 0, k).view({k, 1});
+          const Tensor colf = yf.narrow(0, 0, k).view({k, 1});
+          same(m - col, mf - colf, "sub of a column");
+          same(m.t() * col.t(), mf.t() * colf.t(), "mul of a transposed matrix and a row");
+          same(pow(col, m), pow(colf, mf), "pow of a broadcast base");
+        }
       }
     }
   }

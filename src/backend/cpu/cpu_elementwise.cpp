@@ -486,23 +486,66 @@ void unary_backward_half(UnaryOp op, const Tensor& grad, const Tensor& saved,
   });
 }
 
+// n half values at byte stride `stride` from p, as float32: a dense run, one value repeated
+// (a broadcast operand's stride 0), or a gather.
+template <typename H>
+void strided_to_float(const char* p, std::int64_t stride, float* out, std::int64_t n) {
+  if (stride == sizeof(H)) {
+    rows_to_float(reinterpret_cast<const H*>(p), out, n);
+  } else if (stride == 0) {
+    std::fill(out, out + n, static_cast<float>(*reinterpret_cast<const H*>(p)));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = *reinterpret_cast<const H*>(p + i * stride);
+  }
+}
+
+// Operands of one half dtype with any strides (broadcast ones expanded): dense ones in blocks
+// of kHalfBlock, others row by row of the float32 kernel's walk, each row in such blocks
+// (Note [Half elementwise]).
 void binary_half(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  TESSERA_INTERNAL_ASSERT(!is_comparison(op) && a.dtype() == out.dtype() &&
-                              b.dtype() == out.dtype() && a.is_contiguous() && b.is_contiguous(),
-                          "operands the half kernel does not take");
+  TESSERA_INTERNAL_ASSERT(
+      !is_comparison(op) && a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+      "operands the half kernel does not take");
   dispatch_half_type(out.dtype(), [&](auto tag) {
     using H = typename decltype(tag)::type;
-    const H* pa = half_data<H>(a);
-    const H* pb = half_data<H>(b);
-    H* po = const_cast<H*>(half_data<H>(out));
-    dispatch_binary(op, [&](auto fn) {
-      over_half_blocks(out.numel(), [&](std::int64_t lo, std::int64_t len) {
-        float x[kHalfBlock], y[kHalfBlock];
-        rows_to_float(pa + lo, x, len);
-        rows_to_float(pb + lo, y, len);
-        for (std::int64_t i = 0; i < len; ++i) x[i] = static_cast<float>(fn(x[i], y[i]));
-        rows_from_float(x, po + lo, len);
+    if (a.is_contiguous() && b.is_contiguous() && out.is_contiguous()) {
+      const H* pa = half_data<H>(a);
+      const H* pb = half_data<H>(b);
+      H* po = const_cast<H*>(half_data<H>(out));
+      dispatch_binary(op, [&](auto fn) {
+        over_half_blocks(out.numel(), [&](std::int64_t lo, std::int64_t len) {
+          float x[kHalfBlock], y[kHalfBlock];
+          rows_to_float(pa + lo, x, len);
+          rows_to_float(pb + lo, y, len);
+          for (std::int64_t i = 0; i < len; ++i) x[i] = static_cast<float>(fn(x[i], y[i]));
+          rows_from_float(x, po + lo, len);
+        });
       });
+      return;
+    }
+    const auto layout = layout_of<3>({&out, &a, &b});
+    const std::array<char*, 3> ptrs{impl_of(out).data(), impl_of(a).data(), impl_of(b).data()};
+    dispatch_binary(op, [&](auto fn) {
+      for_each_row<3>(layout, ptrs, out.numel(),
+                      [fn](std::array<char*, 3> p, std::int64_t n, const Row& st) {
+                        for (std::int64_t lo = 0; lo < n; lo += kHalfBlock) {
+                          const std::int64_t len = std::min(kHalfBlock, n - lo);
+                          float x[kHalfBlock], y[kHalfBlock];
+                          strided_to_float<H>(p[1] + lo * st[1], st[1], x, len);
+                          strided_to_float<H>(p[2] + lo * st[2], st[2], y, len);
+                          for (std::int64_t i = 0; i < len; ++i) {
+                            x[i] = static_cast<float>(fn(x[i], y[i]));
+                          }
+                          char* o = p[0] + lo * st[0];
+                          if (st[0] == sizeof(H)) {
+                            rows_from_float(x, reinterpret_cast<H*>(o), len);
+                          } else {
+                            for (std::int64_t i = 0; i < len; ++i) {
+                              *reinterpret_cast<H*>(o + i * st[0]) = H(x[i]);
+                            }
+                          }
+                        }
+                      });
     });
   });
 }
