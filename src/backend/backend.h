@@ -302,6 +302,10 @@ class Backend {
   virtual bool matmul_takes_half(Dtype /*dtype*/) const { return false; }
   // Softmax (or log-softmax) along `dim` of a contiguous tensor.
   virtual void softmax(const Tensor& in, int dim, bool log, const Tensor& out) = 0;
+  // Whether softmax takes a bfloat16 or float16 in and out as they are, computing each value
+  // as the float32 kernel does on the converted input and rounding it once; otherwise the
+  // front end hands it a float32 copy (Note [Half precision]).
+  virtual bool half_softmax() const { return false; }
   // Cross-entropy of contiguous logits [N, C] against int64 class indices [N], fused with a
   // stable log-softmax: losses[i] = logsumexp(logits[i]) - logits[i, targets[i]], and probs
   // (contiguous [N, C], logits' dtype) gets softmax(logits) for the backward pass. A target

@@ -26,9 +26,12 @@ Tensor softmax_op(const char* name, const Tensor& a, int dim, bool log) {
                 "[{}] dim {} is out of range for a tensor of shape {} (expected {} to {})", name,
                 dim, a.shape().str(), lo, hi);
   const int d = r == 0 ? 0 : (dim < 0 ? dim + r : dim);
-  if (is_half(a.dtype())) [[unlikely]] {
-    // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h).
-    // Under autocast the result stays float32 (tessera/autocast.h).
+  const bool direct_half = is_half(a.dtype()) && !detail::autocast_keeps_float32(a) &&
+                           !detail::needs_grad(a) && detail::backend_of(a.device()).half_softmax();
+  if (is_half(a.dtype()) && !direct_half) [[unlikely]] {
+    // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h), so that
+    // the backward pass has the float32 result. Under autocast the result stays float32
+    // (tessera/autocast.h).
     const Tensor out = softmax_op(name, a.to(kFloat32), d, log);
     return detail::autocast_keeps_float32(a) ? out : out.to(a.dtype());
   }

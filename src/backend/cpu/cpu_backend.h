@@ -298,6 +298,7 @@ class CpuBackend final : public CpuBackendBase {
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   bool matmul_takes_half(Dtype dtype) const override;  // cpu_matmul.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
+  bool half_softmax() const override { return true; }  // Note [Half softmax]
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cpu_loss.cpp
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,

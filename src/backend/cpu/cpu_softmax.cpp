@@ -6,11 +6,13 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/cpu/vector_math.h"
 #include "core/dispatch.h"
+#include "core/half_rows.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
@@ -132,12 +134,58 @@ void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
   }
 }
 
+// Note [Half softmax]
+// A bfloat16 or float16 softmax that records no gradient (Backend::half_softmax) runs here
+// instead of on float32 copies: each unit of softmax_typed's split (a row, or a block of
+// columns of one outer index) is converted into a float32 buffer of this thread, the float32
+// unit runs there with the same steps, and its result is rounded once into the output: bit
+// for bit the copies' values, without a float32 tensor of the whole input and output.
+template <typename H>
+void softmax_half(const Tensor& in, int dim, bool log, const Tensor& out) {
+  const Shape& s = in.shape();
+  i64 outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= s[d];
+  for (int d = dim + 1; d < s.size(); ++d) inner *= s[d];
+  const i64 len = s[dim];
+  const H* x = reinterpret_cast<const H*>(impl_of(in).data());
+  H* y = reinterpret_cast<H*>(impl_of(out).data());
+  if (in.numel() == 0) return;
+  const bool serial = in.numel() < kParallelGrain || omp_in_parallel();
+  const int threads = serial ? 1 : omp_get_max_threads();
+  const i64 width = std::min(inner, kBlock), unit = len * width;
+  const i64 blocks = (inner + kBlock - 1) / kBlock, tasks = outer * blocks;
+  // Allocated before the parallel region: a failed allocation inside one ends the process.
+  std::vector<float> buffers(static_cast<std::size_t>(threads * 2 * unit));
+#pragma omp parallel num_threads(threads) if (!serial)
+  {
+    float* xs = buffers.data() + omp_get_thread_num() * 2 * unit;
+    float* ys = xs + unit;
+#pragma omp for schedule(static)
+    for (i64 t = 0; t < tasks; ++t) {
+      const i64 o = t / blocks, j0 = (t % blocks) * kBlock, w = std::min(kBlock, inner - j0);
+      const H* xo = x + o * len * inner + j0;
+      H* yo = y + o * len * inner + j0;
+      if (inner == 1) {
+        rows_to_float(xo, xs, len);
+        softmax_row(xs, ys, len, log);
+        rows_from_float(ys, yo, len);
+        continue;
+      }
+      for (i64 d = 0; d < len; ++d) rows_to_float(xo + d * inner, xs + d * w, w);
+      softmax_block(xs, ys, len, w, 0, w, log);
+      for (i64 d = 0; d < len; ++d) rows_from_float(ys + d * w, yo + d * inner, w);
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out) {
   launch_with(
       out.device().index(),
       [dim, log](const Tensor& in, const Tensor& out) {
+        if (in.dtype() == kBFloat16) return softmax_half<BFloat16>(in, dim, log, out);
+        if (in.dtype() == kFloat16) return softmax_half<Float16>(in, dim, log, out);
         dispatch_floating(in.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           softmax_typed<T>(in, dim, log, out);
