@@ -77,22 +77,24 @@ void next_row(const Layout& l, int dims, i64* index, const T*& p, Acc*& a, i64& 
 constexpr i64 kPanel = 32;
 constexpr i64 kPanelRowsBelow = 128;
 
-template <typename R, typename T>
-void reduce_panels(const T* p, typename R::Acc* a, i64 x, i64 n, i64 xs, i64 m, i64 is2, i64 xs2) {
+template <typename R, typename S>
+void reduce_panels(const S* p, typename R::Acc* a, i64 x, i64 n, i64 xs, i64 m, i64 is2, i64 xs2) {
   using Acc = typename R::Acc;
+  using T = typename R::Value;
+  T block[kPanel];  // a half panel's row as float32 (Note [Half reductions])
   for (i64 j0 = 0; j0 < n; j0 += kPanel) {
     const i64 w = std::min(kPanel, n - j0);
     Acc local[kPanel];
     for (i64 j = 0; j < w; ++j) local[j] = a[j0 + j];
     if (w == kPanel) {
       for (i64 r = 0; r < m; ++r) {
-        const T* row = p + r * is2 + j0;
+        const T* row = reducers::read_as(p + r * is2 + j0, kPanel, block);
         const i64 xr = x + r * xs2 + j0 * xs;
         for (i64 j = 0; j < kPanel; ++j) R::add(local[j], row[j], xr + j * xs);
       }
     } else {
       for (i64 r = 0; r < m; ++r) {
-        const T* row = p + r * is2 + j0;
+        const T* row = reducers::read_as(p + r * is2 + j0, w, block);
         const i64 xr = x + r * xs2 + j0 * xs;
         for (i64 j = 0; j < w; ++j) R::add(local[j], row[j], xr + j * xs);
       }
@@ -179,7 +181,17 @@ void run_layout(const Layout& l, const T* in, typename R::Acc* acc, i64 index0) 
     if (ss == 0) {
       R::row(*a, p, n, is, x, xs);
     } else if (ss == 1 && is == 1) {  // contiguous kept row (column sums): vectorizes
-      for (i64 j = 0; j < n; ++j) R::add(a[j], p[j], x + j * xs);
+      if constexpr (std::is_same_v<T, typename R::Value>) {
+        for (i64 j = 0; j < n; ++j) R::add(a[j], p[j], x + j * xs);
+      } else {  // a half row, a block at a time as float32 (Note [Half reductions])
+        constexpr i64 kBlock = 512;
+        typename R::Value block[kBlock];
+        for (i64 j0 = 0; j0 < n; j0 += kBlock) {
+          const i64 w = std::min(kBlock, n - j0);
+          const auto* q = reducers::read_as(p + j0, w, block);
+          for (i64 j = 0; j < w; ++j) R::add(a[j0 + j], q[j], x + (j0 + j) * xs);
+        }
+      }
     } else {
       for (i64 j = 0; j < n; ++j) R::add(a[j * ss], p[j * is], x + j * xs);
     }

@@ -10,14 +10,25 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/half_rows.h"
+#include "backend/cpu/half_convert.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA::reducers {  // kernels only: cpu_backend.h
 
 using i64 = std::int64_t;
 
+// p[0, n) as T: p itself when S is T, else converted into `block` (Note [Half reductions]).
+template <typename T, typename S>
+const T* read_as(const S* p, i64 n, T* block) {
+  if constexpr (std::is_same_v<S, T>) {
+    return p;
+  } else {
+    half_to_float(p, block, n);
+    return block;
+  }
+}
+
 // Calls f(q, m) on consecutive pieces of p[0, n) read as T: p itself when S is T, else blocks
-// converted on the stack by the level's half rows (Note [Half reductions]). Every block but
+// converted on the stack (Note [Half reductions]). Every block but
 // the last holds a multiple of any lane count below, so lane accumulators see their elements
 // in the same order as in a float32 row.
 template <typename T, typename S, typename F>
@@ -29,7 +40,7 @@ void over_blocks_as(const S* p, i64 n, F&& f) {
     T block[kBlock];
     for (i64 i = 0; i < n; i += kBlock) {
       const i64 m = std::min(kBlock, n - i);
-      rows_to_float(p + i, block, m);
+      half_to_float(p + i, block, m);
       f(static_cast<const T*>(block), m);
     }
   }
@@ -70,6 +81,7 @@ struct CompensatedSum {
 // (compensated for float64 ones), int64 for bool and integers.
 template <typename T, bool kSquare, bool kMean, bool kRoot = false>
 struct SumReducer {
+  using Value = T;  // the type computed in
   static constexpr bool kCompensated = std::is_same_v<T, double>;
   using Term = std::conditional_t<std::is_floating_point_v<T>, double, i64>;
   using Acc = std::conditional_t<kCompensated, CompensatedSum, Term>;
@@ -161,6 +173,7 @@ struct SumReducer {
 // Max/min; a NaN wins and stays (NumPy semantics).
 template <typename T, bool kMax>
 struct ExtremumReducer {
+  using Value = T;  // the type computed in
   using Acc = T;
   using Out = T;
   static Acc identity() {
@@ -256,6 +269,7 @@ struct ExtremumReducer {
 // Index of the first max/min; the first NaN wins (NumPy semantics).
 template <typename T, bool kMax>
 struct ArgReducer {
+  using Value = T;  // the type computed in
   struct Acc {
     T value;
     i64 index;  // -1: nothing seen yet

@@ -2,10 +2,7 @@
 // the collectives, built once per kernel level.
 #include "backend/cpu/copy_kernel.h"
 #include "backend/cpu/cpu_backend.h"
-
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
+#include "backend/cpu/half_convert.h"
 
 // Note [Half rows]
 // float16 steps on the CPU convert every operand (autocast's casts, the widened matmul's
@@ -20,52 +17,14 @@
 namespace tessera::detail::TESSERA_CPU_ISA {
 namespace {
 
-#if defined(__F16C__)
-constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-#endif
-
-void float_to_float16(const float* in, Float16* out, std::int64_t n) {
-  std::int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(in + i), kRound));
-  }
-#endif
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), kRound));
-  }
-#endif
-  for (; i < n; ++i) out[i] = Float16(in[i]);
-}
-
-void float16_to_float(const Float16* in, float* out, std::int64_t n) {
-  std::int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(out + i,
-                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
-  }
-#endif
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-  }
-#endif
-  for (; i < n; ++i) out[i] = static_cast<float>(in[i]);
-}
-
-// bfloat16's conversions are integer operations the compiler vectorizes at every level,
-// once they are a loop of their own (in the copy kernel's many instantiations they were not).
+// Out of line, once per level, for the function-pointer table.
+void float_to_float16(const float* in, Float16* out, std::int64_t n) { float_to_half(in, out, n); }
+void float16_to_float(const Float16* in, float* out, std::int64_t n) { half_to_float(in, out, n); }
 void float_to_bfloat16(const float* in, BFloat16* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = BFloat16(in[i]);
+  float_to_half(in, out, n);
 }
-
 void bfloat16_to_float(const BFloat16* in, float* out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+  half_to_float(in, out, n);
 }
 
 }  // namespace
