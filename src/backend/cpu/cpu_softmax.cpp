@@ -5,14 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <type_traits>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/half_convert.h"
+#include "backend/cpu/scratch_memory.h"
 #include "backend/cpu/strided_loop.h"
 #include "backend/cpu/vector_math.h"
 #include "core/dispatch.h"
-#include "core/half_rows.h"
 #include "core/tensor_impl.h"
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
@@ -136,10 +137,46 @@ void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
 
 // Note [Half softmax]
 // A bfloat16 or float16 softmax that records no gradient (Backend::half_softmax) runs here
-// instead of on float32 copies: each unit of softmax_typed's split (a row, or a block of
-// columns of one outer index) is converted into a float32 buffer of this thread, the float32
-// unit runs there with the same steps, and its result is rounded once into the output: bit
-// for bit the copies' values, without a float32 tensor of the whole input and output.
+// instead of on float32 copies, in softmax_typed's units and with their steps on each value
+// converted to float32, rounding each result once: bit for bit the copies' values. A row (the
+// last dim) is converted into a buffer of its working thread (no more threads work than there
+// are rows). A block of columns is walked three times over the half input itself, each row of
+// the block converted on the stack, and softmax computes exp(x - max) again in the last walk
+// rather than keeping it: the same float32 value, with no buffer the size of the dim (a first
+// version kept [len, 256] floats per thread: a [20000, 256] softmax over dim 0 took 4x the
+// copies' time in fresh memory, and 655 MB at 16 threads).
+template <typename H>
+void softmax_block_half(const H* x, H* y, i64 len, i64 inner, i64 w, bool log) {
+  float mx[kBlock], v[kBlock], shift[kBlock];
+  double sum[kBlock];
+  for (i64 j = 0; j < w; ++j) {
+    mx[j] = -std::numeric_limits<float>::infinity();
+    sum[j] = 0;
+  }
+  for (i64 d = 0; d < len; ++d) {
+    half_to_float(x + d * inner, v, w);
+    for (i64 j = 0; j < w; ++j) mx[j] = v[j] > mx[j] ? v[j] : mx[j];
+  }
+  for (i64 d = 0; d < len; ++d) {
+    half_to_float(x + d * inner, v, w);
+#pragma omp simd simdlen(16)
+    for (i64 j = 0; j < w; ++j) sum[j] += static_cast<double>(exp_of(v[j] - mx[j]));
+  }
+  for (i64 j = 0; j < w; ++j) {
+    shift[j] = static_cast<float>(log ? std::log(sum[j]) : 1.0 / sum[j]);
+  }
+  for (i64 d = 0; d < len; ++d) {
+    half_to_float(x + d * inner, v, w);
+    if (log) {
+      for (i64 j = 0; j < w; ++j) v[j] = (v[j] - mx[j]) - shift[j];
+    } else {
+#pragma omp simd simdlen(16)
+      for (i64 j = 0; j < w; ++j) v[j] = exp_of(v[j] - mx[j]) * shift[j];
+    }
+    float_to_half(v, y + d * inner, w);
+  }
+}
+
 template <typename H>
 void softmax_half(const Tensor& in, int dim, bool log, const Tensor& out) {
   const Shape& s = in.shape();
@@ -151,29 +188,29 @@ void softmax_half(const Tensor& in, int dim, bool log, const Tensor& out) {
   H* y = reinterpret_cast<H*>(impl_of(out).data());
   if (in.numel() == 0) return;
   const bool serial = in.numel() < kParallelGrain || omp_in_parallel();
-  const int threads = serial ? 1 : omp_get_max_threads();
-  const i64 width = std::min(inner, kBlock), unit = len * width;
-  const i64 blocks = (inner + kBlock - 1) / kBlock, tasks = outer * blocks;
-  // Allocated before the parallel region: a failed allocation inside one ends the process.
-  std::vector<float> buffers(static_cast<std::size_t>(threads * 2 * unit));
-#pragma omp parallel num_threads(threads) if (!serial)
-  {
-    float* xs = buffers.data() + omp_get_thread_num() * 2 * unit;
-    float* ys = xs + unit;
-#pragma omp for schedule(static)
+  if (inner != 1) {
+    const i64 blocks = (inner + kBlock - 1) / kBlock, tasks = outer * blocks;
+#pragma omp parallel for schedule(static) if (!serial)
     for (i64 t = 0; t < tasks; ++t) {
-      const i64 o = t / blocks, j0 = (t % blocks) * kBlock, w = std::min(kBlock, inner - j0);
-      const H* xo = x + o * len * inner + j0;
-      H* yo = y + o * len * inner + j0;
-      if (inner == 1) {
-        rows_to_float(xo, xs, len);
-        softmax_row(xs, ys, len, log);
-        rows_from_float(ys, yo, len);
-        continue;
-      }
-      for (i64 d = 0; d < len; ++d) rows_to_float(xo + d * inner, xs + d * w, w);
-      softmax_block(xs, ys, len, w, 0, w, log);
-      for (i64 d = 0; d < len; ++d) rows_from_float(ys + d * w, yo + d * inner, w);
+      const i64 o = t / blocks, j0 = (t % blocks) * kBlock;
+      softmax_block_half(x + o * len * inner + j0, y + o * len * inner + j0, len, inner,
+                         std::min(kBlock, inner - j0), log);
+    }
+    return;
+  }
+  const int threads = serial ? 1 : static_cast<int>(std::min<i64>(omp_get_max_threads(), outer));
+  // Allocated before the parallel region (a failed allocation inside one ends the process),
+  // uninitialized: every value is written before it is read.
+  const std::unique_ptr<float[]> buffers(new float[static_cast<std::size_t>(threads * 2 * len)]);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* xs = buffers.get() + omp_get_thread_num() * 2 * len;
+    float* ys = xs + len;
+#pragma omp for schedule(static)
+    for (i64 o = 0; o < outer; ++o) {
+      half_to_float(x + o * len, xs, len);
+      softmax_row(xs, ys, len, log);
+      float_to_half(ys, y + o * len, len);
     }
   }
 }
@@ -184,8 +221,12 @@ void CpuBackend::softmax(const Tensor& in, int dim, bool log, const Tensor& out)
   launch_with(
       out.device().index(),
       [dim, log](const Tensor& in, const Tensor& out) {
-        if (in.dtype() == kBFloat16) return softmax_half<BFloat16>(in, dim, log, out);
-        if (in.dtype() == kFloat16) return softmax_half<Float16>(in, dim, log, out);
+        if (is_half(in.dtype())) {  // buffers of its own: a failed allocation is OutOfMemoryError
+          return with_scratch_memory(log ? "log_softmax" : "softmax", out.device(), [&] {
+            if (in.dtype() == kBFloat16) return softmax_half<BFloat16>(in, dim, log, out);
+            softmax_half<Float16>(in, dim, log, out);
+          });
+        }
         dispatch_floating(in.dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
           softmax_typed<T>(in, dim, log, out);
