@@ -369,6 +369,13 @@ class Backend {
   // weight [O, C, kH, kW] into out [N, O, OH, OW]; bias [O] or undefined.
   virtual void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
                       const Window2d& w) = 0;
+  // Whether conv2d takes x, weight, bias and out of half dtype `dtype` as they are (for these
+  // shapes), summing exact products in float32 and rounding once; otherwise the front end
+  // hands it float32 copies (Note [Half precision]). conv2d_backward always gets float32.
+  virtual bool conv2d_takes_half(Dtype /*dtype*/, const Shape& /*x*/, const Shape& /*weight*/,
+                                 const Window2d& /*w*/) const {
+    return false;
+  }
   // Its gradients from grad_out [N, O, OH, OW], each written only when defined: grad_x like
   // x, grad_weight like weight, grad_bias [O]. All contiguous, one floating dtype.
   virtual void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,

@@ -89,7 +89,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   TESSERA_CHECK(!bias.defined() || bias.shape() == Shape({weight.size(0)}), ShapeError,
                 "[conv2d] bias must be [{}] for weight {}, got shape {}", weight.size(0),
                 weight.shape().str(), bias.shape().str());
-  if (is_half(x.dtype())) [[unlikely]] {
+  const Window2d w{static_cast<int>(weight.size(2)),
+                   static_cast<int>(weight.size(3)),
+                   options.stride[0],
+                   options.stride[1],
+                   options.padding[0],
+                   options.padding[1]};
+  if (is_half(x.dtype()) && !detail::backend_of(device).conv2d_takes_half(
+                                x.dtype(), x.shape(), weight.shape(), w)) [[unlikely]] {
     // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h), where
     // autocast must not cast the operands back.
     const AutocastGuard exact(device.kind(), kBFloat16, /*enabled=*/false);
@@ -97,12 +104,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                   options)
         .to(x.dtype());
   }
-  const Window2d w{static_cast<int>(weight.size(2)),
-                   static_cast<int>(weight.size(3)),
-                   options.stride[0],
-                   options.stride[1],
-                   options.padding[0],
-                   options.padding[1]};
   const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
   const std::int64_t ow = out_extent("conv2d", "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   Tensor out =
@@ -122,14 +123,27 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                    [xc = xc.detach(), wc = wc.detach(), w, need_x, need_w, need_b,
                     bias_shape = bias.defined() ? bias.shape() : Shape()](const Tensor& g) {
                      const Device d = xc.device();
+                     // A half convolution's gradients are computed from float32 copies and
+                     // rounded once, as the copies' path does (Note [bfloat16 convolution]).
+                     const Dtype dtype = xc.dtype();
+                     const bool half = is_half(dtype);
+                     NoGradGuard internal;
+                     const Tensor xk = half ? xc.to(kFloat32) : xc;
+                     const Tensor wk = half ? wc.to(kFloat32) : wc;
+                     const Tensor gk = (half ? g.to(kFloat32) : g).contiguous();
                      Tensor dx, dw, db;
                      if (need_x)
-                       dx = detail::make_output(xc.shape(), xc.dtype(), d, "conv2d_backward");
+                       dx = detail::make_output(xk.shape(), xk.dtype(), d, "conv2d_backward");
                      if (need_w)
-                       dw = detail::make_output(wc.shape(), wc.dtype(), d, "conv2d_backward");
+                       dw = detail::make_output(wk.shape(), wk.dtype(), d, "conv2d_backward");
                      if (need_b)
-                       db = detail::make_output(bias_shape, wc.dtype(), d, "conv2d_backward");
-                     detail::backend_of(d).conv2d_backward(xc, wc, g.contiguous(), dx, dw, db, w);
+                       db = detail::make_output(bias_shape, wk.dtype(), d, "conv2d_backward");
+                     detail::backend_of(d).conv2d_backward(xk, wk, gk, dx, dw, db, w);
+                     if (half) {
+                       for (Tensor* t : {&dx, &dw, &db}) {
+                         if (t->defined()) *t = t->to(dtype);
+                       }
+                     }
                      return std::vector<Tensor>{dx, dw, db};
                    },
                    {{"input", need_w ? &xc : nullptr}, {"weight", need_x ? &wc : nullptr}});

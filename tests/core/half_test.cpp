@@ -364,6 +364,54 @@ TEST_P(Half, MatmulLinearAndConvMatchFloat64Reference) {
   }
 }
 
+// bfloat16 convolutions of the im2col shapes (many channels, strides, 1x1) multiply the
+// bfloat16 values as they are where the CPU can (Note [bfloat16 convolution]): float32 sums
+// of exact products, rounded once, so within one unit in the last place of the exact result
+// plus float32's error, and within one unit of the float32 copies' result. Their gradients
+// come from float32 copies on both paths: the same bits.
+TEST_P(Half, ConvolutionsOfManyChannelsRoundOnce) {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{2, 40, 9, 9}, {24, 40, 3, 3}, {.stride = {1, 1}, .padding = {1, 1}}},
+      {{3, 8, 11, 10}, {16, 8, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+      {{2, 48, 6, 6}, {12, 48, 1, 1}, {}},
+      {{9, 64, 12, 12}, {70, 64, 3, 3}, {.stride = {1, 1}, .padding = {1, 1}}}};
+  for (const Dtype dtype : kHalfTypes) {
+    for (const Case& c : cases) {
+      const std::string what = fmt::format("{} x {} w {}", dtype_name(dtype), c.x.str(), c.w.str());
+      const auto sized = [&](const Shape& s, std::uint64_t seed) {
+        return from_vector(random_values(static_cast<std::size_t>(s.numel()), seed), s,
+                           {dtype, device()});
+      };
+      Tensor x = sized(c.x, 21).requires_grad_(), w = sized(c.w, 22).requires_grad_();
+      Tensor b = sized({c.w[0]}, 23).requires_grad_();
+      const Tensor out = conv2d(x, w, b, c.options);
+      ASSERT_EQ(out.dtype(), dtype) << what;
+      const Tensor ref = conv2d(x.detach().to(kFloat64), w.detach().to(kFloat64),
+                                b.detach().to(kFloat64), c.options);
+      expect_close(out, ref.to_vector<double>(), ulp(dtype), 1e-4, what + " against float64");
+      Tensor xf = x.detach().to(kFloat32).requires_grad_();
+      Tensor wf = w.detach().to(kFloat32).requires_grad_();
+      Tensor bf = b.detach().to(kFloat32).requires_grad_();
+      const Tensor copies = conv2d(xf, wf, bf, c.options);
+      expect_close(out, copies.to(dtype).to_vector<double>(), ulp(dtype), 1e-4,
+                   what + " against the float32 copies");
+      const Tensor g = sized(out.shape(), 24);
+      out.backward(g);
+      copies.backward(g.to(kFloat32));
+      expect_same_values(x.grad().to_vector<double>(), xf.grad().to(dtype).to_vector<double>(),
+                         what + " input gradient");
+      expect_same_values(w.grad().to_vector<double>(), wf.grad().to(dtype).to_vector<double>(),
+                         what + " weight gradient");
+      expect_same_values(b.grad().to_vector<double>(), bf.grad().to(dtype).to_vector<double>(),
+                         what + " bias gradient");
+    }
+  }
+}
+
 // A product of 8192 terms, which a GPU GEMM may split over several blocks (split-K), is still
 // summed in float32 and rounded once (Note [CUDA half GEMM]): every output within half a
 // unit in the last place of the exact sum, plus float32's error. Partial sums stored in the

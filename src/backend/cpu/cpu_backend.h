@@ -297,6 +297,8 @@ class CpuBackend final : public CpuBackendBase {
   void reduce(ReduceOp op, const Tensor& in, std::uint32_t dim_mask, const Tensor& out) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   bool matmul_takes_half(Dtype dtype) const override;  // cpu_matmul.cpp
+  bool conv2d_takes_half(Dtype dtype, const Shape& x, const Shape& weight,
+                         const Window2d& w) const override;  // conv/cpu_conv.cpp
   void softmax(const Tensor& in, int dim, bool log, const Tensor& out) override;
   bool half_softmax() const override { return true; }  // Note [Half softmax]
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,

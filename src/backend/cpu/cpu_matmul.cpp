@@ -16,6 +16,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "backend/cpu/bf16_product.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/dispatch.h"
@@ -109,6 +110,8 @@ void matmul_typed(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (i64 bi = 0; bi < batches; ++bi) gemm<T>(ga, gb, c, m, n, k, bi);
 }
 
+}  // namespace
+
 // One bfloat16 product's layout: the key of its oneDNN primitive.
 struct Bf16GemmKey {
   i64 m, n, k, lda, ldb;
@@ -192,6 +195,38 @@ std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
   return gemm;
 }
 
+// This thread's scratchpad for `pd` (Note [One primitive on several threads]), grown as needed.
+dnnl::memory thread_scratchpad(const dnnl::matmul::primitive_desc& pd) {
+  thread_local std::vector<std::byte> scratch;
+  const dnnl::memory::desc desc = pd.scratchpad_desc();
+  if (scratch.size() < desc.get_size()) scratch.resize(desc.get_size());
+  return dnnl::memory(desc, cpu_engine(), scratch.data());
+}
+
+Bf16Product::Bf16Product(i64 m, i64 n, i64 k, i64 lda, i64 ldb)
+    : gemm_(bf16_gemm(Bf16GemmKey{m, n, k, lda, ldb, false, false, true})) {}
+
+bool Bf16Product::run(const BFloat16* a, const BFloat16* b, float* c) const noexcept {
+  try {
+    const dnnl::matmul::primitive_desc& pd = gemm_->pd;
+    dnnl::stream stream(cpu_engine());
+    const dnnl::memory scratchpad = thread_scratchpad(pd);
+    dnnl::memory src(pd.src_desc(), cpu_engine(), const_cast<BFloat16*>(a));
+    dnnl::memory weights(pd.weights_desc(), cpu_engine(), const_cast<BFloat16*>(b));
+    dnnl::memory dst(pd.dst_desc(), cpu_engine(), c);
+    gemm_->primitive.execute(stream, {{DNNL_ARG_SRC, src},
+                                      {DNNL_ARG_WEIGHTS, weights},
+                                      {DNNL_ARG_DST, dst},
+                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
+    stream.wait();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+namespace {
+
 // bfloat16 a and b, out bfloat16 or float32.
 void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   const i64 batches = out.size(0), m = out.size(1), n = out.size(2), k = a.size(2);
@@ -208,11 +243,7 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
     const std::shared_ptr<const Bf16Gemm> gemm = bf16_gemm(key);
     const dnnl::matmul::primitive_desc& pd = gemm->pd;
     dnnl::stream stream(cpu_engine());
-    // This thread's scratchpad (Note [One primitive on several threads]), grown as needed.
-    thread_local std::vector<std::byte> scratch;
-    const dnnl::memory::desc scratch_desc = pd.scratchpad_desc();
-    if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
-    const dnnl::memory scratchpad(scratch_desc, cpu_engine(), scratch.data());
+    const dnnl::memory scratchpad = thread_scratchpad(pd);
     for (i64 bi = 0; bi < batches; ++bi) {
       dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
       dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
@@ -231,9 +262,10 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
-// Whether this CPU multiplies bfloat16 natively and the user left it on. Only the kernels
-// built for AVX-512: a lower level (TESSERA_CPU_ISA=x86-64 in tests) computes as a CPU
-// without it would, whatever this one has.
+}  // namespace
+
+// Only the kernels built for AVX-512: a lower level (TESSERA_CPU_ISA=x86-64 in tests)
+// computes as a CPU without it would, whatever this one has.
 bool cpu_bf16_matmul_on() {
 #if defined(__AVX512F__)
   static const bool on = [] {
@@ -245,8 +277,6 @@ bool cpu_bf16_matmul_on() {
   return false;
 #endif
 }
-
-}  // namespace
 
 bool CpuBackend::matmul_takes_half(Dtype dtype) const {
   return dtype == kBFloat16 && cpu_bf16_matmul_on();

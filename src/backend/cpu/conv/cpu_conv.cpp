@@ -3,6 +3,7 @@
 // stride 1 and few channels, otherwise im2col + GEMM (im2col_conv.h). The backward passes of
 // all three run in one driver (Note [Convolution backward driver] in backward_driver.h).
 #include "backend/conv_geometry.h"
+#include "backend/cpu/bf16_product.h"
 #include "backend/cpu/conv/direct_conv.h"
 #include "backend/cpu/conv/im2col_conv.h"
 #include "backend/cpu/cpu_backend.h"
@@ -46,12 +47,24 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
 
 }  // namespace
 
+bool CpuBackend::conv2d_takes_half(Dtype dtype, const Shape& x, const Shape& weight,
+                                   const Window2d& w) const {
+  return dtype == kBFloat16 && cpu_bf16_matmul_on() &&
+         !direct_conv_applies(ConvGeometry::of(x, weight, w));
+}
+
 void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& out, const Window2d& w) {
   launch_with(
       out.device().index(),
       [w](const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
         with_scratch_memory("conv2d", out.device(), [&] {
+          if (out.dtype() == kBFloat16) {  // Note [bfloat16 convolution]
+            const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
+            if (out.numel() == 0) return;
+            return im2col_conv_forward_bf16(g, data_of<BFloat16>(x), data_of<BFloat16>(weight),
+                                            data_of<BFloat16>(bias), data_of<BFloat16>(out));
+          }
           dispatch_floating(out.dtype(), [&](auto tag) {
             conv_forward<typename decltype(tag)::type>(x, weight, bias, out, w);
           });
