@@ -95,6 +95,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                    options.stride[1],
                    options.padding[0],
                    options.padding[1]};
+  // Checks the window before a backend looks at the shapes (a stride of 0 divided by zero in
+  // ConvGeometry::of, from conv2d_takes_half).
+  const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
+  const std::int64_t ow = out_extent("conv2d", "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   if (is_half(x.dtype()) && !detail::backend_of(device).conv2d_takes_half(
                                 x.dtype(), x.shape(), weight.shape(), w)) [[unlikely]] {
     // In float32 through recorded casts (Note [Half precision] in ops/half_compute.h), where
@@ -104,8 +108,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                   options)
         .to(x.dtype());
   }
-  const std::int64_t oh = out_extent("conv2d", "H", x.size(2), w.kernel_h, w.stride_h, w.pad_h);
-  const std::int64_t ow = out_extent("conv2d", "W", x.size(3), w.kernel_w, w.stride_w, w.pad_w);
   Tensor out =
       detail::make_output({x.size(0), weight.size(0), oh, ow}, x.dtype(), device, "conv2d");
   Tensor xc, wc, bc;

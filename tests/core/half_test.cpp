@@ -409,6 +409,15 @@ TEST_P(Half, ConvolutionsOfManyChannelsRoundOnce) {
       expect_same_values(b.grad().to_vector<double>(), bf.grad().to(dtype).to_vector<double>(),
                          what + " bias gradient");
     }
+    // The window is checked before a backend looks at the shapes (a stride of 0 once divided
+    // by zero there, ending the process).
+    const Tensor x = zeros({1, 40, 5, 5}, {dtype, device()});
+    const Tensor w = zeros({8, 40, 3, 3}, {dtype, device()});
+    for (const auto& stride : {std::array<int, 2>{0, 1}, std::array<int, 2>{1, 0}}) {
+      expect_throw_with<ShapeError>(
+          [&] { conv2d(x, w, Tensor{}, {.stride = stride}); },
+          {"[conv2d] stride must be positive and padding non-negative", "stride 0"});
+    }
   }
 }
 
