@@ -18,6 +18,7 @@
 
 #include "backend/cpu/bf16_product.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/onednn_matmul.h"
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -121,11 +122,6 @@ struct Bf16GemmKey {
   bool operator<(const Bf16GemmKey& o) const { return tie() < o.tie(); }
 };
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
 struct Bf16Gemm {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul primitive;
@@ -195,30 +191,12 @@ std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
   return gemm;
 }
 
-// This thread's scratchpad for `pd` (Note [One primitive on several threads]), grown as needed.
-dnnl::memory thread_scratchpad(const dnnl::matmul::primitive_desc& pd) {
-  thread_local std::vector<std::byte> scratch;
-  const dnnl::memory::desc desc = pd.scratchpad_desc();
-  if (scratch.size() < desc.get_size()) scratch.resize(desc.get_size());
-  return dnnl::memory(desc, cpu_engine(), scratch.data());
-}
-
 Bf16Product::Bf16Product(i64 m, i64 n, i64 k, i64 lda, i64 ldb)
     : gemm_(bf16_gemm(Bf16GemmKey{m, n, k, lda, ldb, false, false, true})) {}
 
 bool Bf16Product::run(const BFloat16* a, const BFloat16* b, float* c) const noexcept {
   try {
-    const dnnl::matmul::primitive_desc& pd = gemm_->pd;
-    dnnl::stream stream(cpu_engine());
-    const dnnl::memory scratchpad = thread_scratchpad(pd);
-    dnnl::memory src(pd.src_desc(), cpu_engine(), const_cast<BFloat16*>(a));
-    dnnl::memory weights(pd.weights_desc(), cpu_engine(), const_cast<BFloat16*>(b));
-    dnnl::memory dst(pd.dst_desc(), cpu_engine(), c);
-    gemm_->primitive.execute(stream, {{DNNL_ARG_SRC, src},
-                                      {DNNL_ARG_WEIGHTS, weights},
-                                      {DNNL_ARG_DST, dst},
-                                      {DNNL_ARG_SCRATCHPAD, scratchpad}});
-    stream.wait();
+    run_onednn_matmul(gemm_->primitive, gemm_->pd, a, b, c);
     return true;
   } catch (...) {
     return false;
@@ -241,19 +219,10 @@ void matmul_bf16(const Tensor& a, const Tensor& b, const Tensor& out) {
   try {
     const Bf16GemmKey key{m, n, k, ga.ld, gb.ld, ga.trans, gb.trans, out.dtype() == kFloat32};
     const std::shared_ptr<const Bf16Gemm> gemm = bf16_gemm(key);
-    const dnnl::matmul::primitive_desc& pd = gemm->pd;
-    dnnl::stream stream(cpu_engine());
-    const dnnl::memory scratchpad = thread_scratchpad(pd);
     for (i64 bi = 0; bi < batches; ++bi) {
-      dnnl::memory src(pd.src_desc(), cpu_engine(), ga.data + bi * ga.batch_stride * item);
-      dnnl::memory weights(pd.weights_desc(), cpu_engine(), gb.data + bi * gb.batch_stride * item);
-      dnnl::memory dst(pd.dst_desc(), cpu_engine(), c + bi * m * n * out_item);
-      gemm->primitive.execute(stream, {{DNNL_ARG_SRC, src},
-                                       {DNNL_ARG_WEIGHTS, weights},
-                                       {DNNL_ARG_DST, dst},
-                                       {DNNL_ARG_SCRATCHPAD, scratchpad}});
+      run_onednn_matmul(gemm->primitive, gemm->pd, ga.data + bi * ga.batch_stride * item,
+                        gb.data + bi * gb.batch_stride * item, c + bi * m * n * out_item);
     }
-    stream.wait();
   } catch (const dnnl::error& e) {
     TESSERA_CHECK(false, Error,
                   "[matmul] oneDNN's bfloat16 matmul failed for M={}, N={}, K={}: {} (status "
