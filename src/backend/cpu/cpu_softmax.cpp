@@ -104,13 +104,22 @@ void softmax_row(const T* x, T* y, i64 len, bool log) {
   }
 }
 
-template <typename T>
-void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
-  const Shape& s = in.shape();
+// A softmax along `dim` of shape s as [outer, len, inner]: len the dim's size, inner the
+// distance between its consecutive elements.
+struct SoftmaxExtent {
+  i64 outer, len, inner;
+};
+SoftmaxExtent softmax_extent(const Shape& s, int dim) {
   i64 outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= s[d];
   for (int d = dim + 1; d < s.size(); ++d) inner *= s[d];
-  const i64 len = s[dim];
+  return {outer, s[dim], inner};
+}
+
+template <typename T>
+void softmax_typed(const Tensor& in, int dim, bool log, const Tensor& out) {
+  const SoftmaxExtent e = softmax_extent(in.shape(), dim);
+  const i64 outer = e.outer, len = e.len, inner = e.inner;
   const T* x = reinterpret_cast<const T*>(impl_of(in).data());
   T* y = reinterpret_cast<T*>(impl_of(out).data());
   if (in.numel() == 0) return;
@@ -179,11 +188,8 @@ void softmax_block_half(const H* x, H* y, i64 len, i64 inner, i64 w, bool log) {
 
 template <typename H>
 void softmax_half(const Tensor& in, int dim, bool log, const Tensor& out) {
-  const Shape& s = in.shape();
-  i64 outer = 1, inner = 1;
-  for (int d = 0; d < dim; ++d) outer *= s[d];
-  for (int d = dim + 1; d < s.size(); ++d) inner *= s[d];
-  const i64 len = s[dim];
+  const SoftmaxExtent e = softmax_extent(in.shape(), dim);
+  const i64 outer = e.outer, len = e.len, inner = e.inner;
   const H* x = reinterpret_cast<const H*>(impl_of(in).data());
   H* y = reinterpret_cast<H*>(impl_of(out).data());
   if (in.numel() == 0) return;
