@@ -355,6 +355,11 @@ int main(int argc, char** argv) {
     add("conv3x3_p1_bf16_8x64x32", [=] {
       auto y = conv2d(xc, wc, Tensor{}, {.stride = {1, 1}, .padding = {1, 1}});
     });
+    Tensor xcg = xc.detach().requires_grad_(), wcg = wc.detach().requires_grad_();
+    add("conv3x3_p1_fwdbwd_bf16_8x64x32", [=] {
+      auto y = conv2d(xcg, wcg, Tensor{}, {.stride = {1, 1}, .padding = {1, 1}});
+      sum(y).backward();
+    });
   }
   std::string filt = argc > 1 ? argv[1] : "";
   for (auto& c : cs) {

@@ -166,6 +166,8 @@ htg = torch.tensor([(i*37) % 1000 for i in range(256)])
 add("xent_fwdbwd_bf16_256x1000", lambda: F.cross_entropy(hlg, htg).backward())
 hxc, hwc = r(8, 64, 32, 32).bfloat16(), r(64, 64, 3, 3).bfloat16()
 add("conv3x3_p1_bf16_8x64x32", lambda: F.conv2d(hxc, hwc, None, 1, 1))
+hxcg, hwcg = hxc.clone().requires_grad_(), hwc.clone().requires_grad_()
+add("conv3x3_p1_fwdbwd_bf16_8x64x32", lambda: F.conv2d(hxcg, hwcg, None, 1, 1).sum().backward())
 
 def time_case(fn):
     for _ in range(2): fn()

@@ -371,7 +371,8 @@ class Backend {
                       const Window2d& w) = 0;
   // Whether conv2d takes x, weight, bias and out of half dtype `dtype` as they are (for these
   // shapes), summing exact products in float32 and rounding once; otherwise the front end
-  // hands it float32 copies (Note [Half precision]). conv2d_backward always gets float32.
+  // hands it float32 copies (Note [Half precision]). Where it takes them, conv2d_backward gets
+  // the same half tensors and half gradients, and rounds each gradient once.
   virtual bool conv2d_takes_half(Dtype /*dtype*/, const Shape& /*x*/, const Shape& /*weight*/,
                                  const Window2d& /*w*/) const {
     return false;

@@ -125,27 +125,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                    [xc = xc.detach(), wc = wc.detach(), w, need_x, need_w, need_b,
                     bias_shape = bias.defined() ? bias.shape() : Shape()](const Tensor& g) {
                      const Device d = xc.device();
-                     // A half convolution's gradients are computed from float32 copies and
-                     // rounded once, as the copies' path does (Note [bfloat16 convolution]).
-                     const Dtype dtype = xc.dtype();
-                     const bool half = is_half(dtype);
+                     // A half xc: the backend took the half tensors (conv2d_takes_half), and
+                     // computes their gradients from them too (Note [bfloat16 convolution
+                     // backward]).
                      NoGradGuard internal;
-                     const Tensor xk = half ? xc.to(kFloat32) : xc;
-                     const Tensor wk = half ? wc.to(kFloat32) : wc;
-                     const Tensor gk = (half ? g.to(kFloat32) : g).contiguous();
+                     const Tensor gk = g.to(xc.dtype()).contiguous();
                      Tensor dx, dw, db;
                      if (need_x)
-                       dx = detail::make_output(xk.shape(), xk.dtype(), d, "conv2d_backward");
+                       dx = detail::make_output(xc.shape(), xc.dtype(), d, "conv2d_backward");
                      if (need_w)
-                       dw = detail::make_output(wk.shape(), wk.dtype(), d, "conv2d_backward");
+                       dw = detail::make_output(wc.shape(), wc.dtype(), d, "conv2d_backward");
                      if (need_b)
-                       db = detail::make_output(bias_shape, wk.dtype(), d, "conv2d_backward");
-                     detail::backend_of(d).conv2d_backward(xk, wk, gk, dx, dw, db, w);
-                     if (half) {
-                       for (Tensor* t : {&dx, &dw, &db}) {
-                         if (t->defined()) *t = t->to(dtype);
-                       }
-                     }
+                       db = detail::make_output(bias_shape, wc.dtype(), d, "conv2d_backward");
+                     detail::backend_of(d).conv2d_backward(xc, wc, gk, dx, dw, db, w);
                      return std::vector<Tensor>{dx, dw, db};
                    },
                    {{"input", need_w ? &xc : nullptr}, {"weight", need_x ? &wc : nullptr}});

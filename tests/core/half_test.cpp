@@ -399,15 +399,51 @@ TEST_P(Half, ConvolutionsOfManyChannelsRoundOnce) {
       const Tensor copies = conv2d(xf, wf, bf, c.options);
       expect_close(out, copies.to(dtype).to_vector<double>(), ulp(dtype), 1e-4,
                    what + " against the float32 copies");
+      // The gradients too: each rounded once from float32 sums, in the copies' order or in
+      // the bfloat16 product's (Note [bfloat16 convolution backward]).
       const Tensor g = sized(out.shape(), 24);
       out.backward(g);
       copies.backward(g.to(kFloat32));
-      expect_same_values(x.grad().to_vector<double>(), xf.grad().to(dtype).to_vector<double>(),
-                         what + " input gradient");
-      expect_same_values(w.grad().to_vector<double>(), wf.grad().to(dtype).to_vector<double>(),
-                         what + " weight gradient");
-      expect_same_values(b.grad().to_vector<double>(), bf.grad().to(dtype).to_vector<double>(),
-                         what + " bias gradient");
+      Tensor xd = x.detach().to(kFloat64).requires_grad_();
+      Tensor wd = w.detach().to(kFloat64).requires_grad_();
+      Tensor bd = b.detach().to(kFloat64).requires_grad_();
+      conv2d(xd, wd, bd, c.options).backward(g.to(kFloat64));
+      const std::vector<std::pair<const char*, std::array<Tensor, 3>>> grads = {
+          {" input gradient", {x.grad(), xf.grad(), xd.grad()}},
+          {" weight gradient", {w.grad(), wf.grad(), wd.grad()}},
+          {" bias gradient", {b.grad(), bf.grad(), bd.grad()}}};
+      for (const auto& [name, t] : grads) {
+        ASSERT_EQ(t[0].dtype(), dtype) << what << name;
+        expect_close(t[0], t[2].to_vector<double>(), ulp(dtype), 1e-4, what + name + " (float64)");
+        expect_close(t[0], t[1].to(dtype).to_vector<double>(), ulp(dtype), 1e-4,
+                     what + name + " (the float32 copies)");
+      }
+    }
+    // One gradient wanted at a time, without a bias, one image and none.
+    for (const std::int64_t images : {1, 0}) {
+      const Shape xs{images, 32, 7, 7}, ws{16, 32, 3, 3};
+      const auto values = [&](const Shape& s, std::uint64_t seed) {
+        return from_vector(random_values(static_cast<std::size_t>(s.numel()), seed), s);
+      };
+      const Tensor x32 = values(xs, 31), w32 = values(ws, 32);
+      const Conv2dOptions same{.stride = {1, 1}, .padding = {1, 1}};
+      for (const bool want_x : {true, false}) {
+        Tensor x = x32.to(device()).to(dtype), w = w32.to(device()).to(dtype);
+        Tensor xf = x.to(kFloat32), wf = w.to(kFloat32);
+        (want_x ? x : w).requires_grad_();
+        (want_x ? xf : wf).requires_grad_();
+        const Tensor out = conv2d(x, w, Tensor{}, same);
+        const Tensor g = values(out.shape(), 33).to(device()).to(dtype);
+        out.backward(g);
+        conv2d(xf, wf, Tensor{}, same).backward(g.to(kFloat32));
+        const std::string what =
+            fmt::format("{} x [{}, 32, 7, 7], only the {} gradient", dtype_name(dtype), images,
+                        want_x ? "input" : "weight");
+        EXPECT_FALSE((want_x ? w : x).grad().defined()) << what;
+        const Tensor got = (want_x ? x : w).grad(), want = (want_x ? xf : wf).grad();
+        ASSERT_EQ(got.shape(), want.shape()) << what;
+        expect_close(got, want.to(dtype).to_vector<double>(), ulp(dtype), 1e-4, what);
+      }
     }
     // The window is checked before a backend looks at the shapes (a stride of 0 once divided
     // by zero there, ending the process).

@@ -136,7 +136,13 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
         Case{{1, 4, 6, 6}, 3, 1, 6, 1, 1, 0, 2}, Case{{3, 2, 9, 9}, 5, 3, 3, 2, 2, 1, 1},
         // Batches of 32 or more: small planes take images in lanes.
         Case{{37, 6, 14, 14}, 16, 5, 5, 1, 1, 0, 0}, Case{{33, 2, 6, 5}, 3, 3, 3, 1, 1, 1, 1},
-        Case{{34, 1, 4, 9}, 4, 2, 4, 1, 1, 2, 1}}) {
+        Case{{34, 1, 4, 9}, 4, 2, 4, 1, 1, 2, 1},
+        // More than 32 channels: im2col, whose "same" convolutions (stride 1, output rows as
+        // wide as the input's) copy and add each block of columns in one run (Note [Columns
+        // as one run]): padding on both sides or one, more padding than input, rows of one.
+        Case{{2, 33, 6, 7}, 4, 3, 3, 1, 1, 1, 1}, Case{{3, 34, 5, 6}, 3, 5, 5, 1, 1, 2, 2},
+        Case{{2, 35, 4, 6}, 2, 3, 3, 1, 1, 0, 1}, Case{{2, 33, 1, 5}, 3, 3, 3, 1, 1, 1, 1},
+        Case{{1, 40, 3, 3}, 2, 3, 5, 1, 1, 1, 2}, Case{{2, 33, 4, 1}, 3, 3, 3, 1, 1, 1, 1}}) {
     const std::size_t nx = static_cast<std::size_t>(k.d.n) * k.d.c * k.d.h * k.d.w;
     const auto xs = random_values(nx, 4);
     const auto ws = random_values(static_cast<std::size_t>(k.o) * k.d.c * k.kh * k.kw, 5);

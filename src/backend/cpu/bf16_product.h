@@ -15,11 +15,13 @@ bool cpu_bf16_matmul_on();
 
 struct Bf16Gemm;
 
-// c [m, n] (float32, row-major, dense) = a [m, k] b [k, n], bfloat16 row-major with leading
-// dims lda and ldb: exact products summed in float32.
+// c [m, n] (float32, row-major, dense) = op(a) [m, k] op(b) [k, n], bfloat16 with leading
+// dims lda and ldb, each row-major or (ta, tb) the transpose of a row-major matrix: exact
+// products summed in float32.
 class Bf16Product {
  public:
-  Bf16Product(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb);
+  Bf16Product(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t lda, std::int64_t ldb,
+              bool ta = false, bool tb = false);
   // On this thread, with a scratchpad of its own; false if oneDNN failed (out of memory).
   bool run(const BFloat16* a, const BFloat16* b, float* c) const noexcept;
 

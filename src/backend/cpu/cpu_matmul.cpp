@@ -191,8 +191,8 @@ std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
   return gemm;
 }
 
-Bf16Product::Bf16Product(i64 m, i64 n, i64 k, i64 lda, i64 ldb)
-    : gemm_(bf16_gemm(Bf16GemmKey{m, n, k, lda, ldb, false, false, true})) {}
+Bf16Product::Bf16Product(i64 m, i64 n, i64 k, i64 lda, i64 ldb, bool ta, bool tb)
+    : gemm_(bf16_gemm(Bf16GemmKey{m, n, k, lda, ldb, ta, tb, true})) {}
 
 bool Bf16Product::run(const BFloat16* a, const BFloat16* b, float* c) const noexcept {
   try {

@@ -81,6 +81,13 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Te
       [w](const Tensor& x, const Tensor& weight, const Tensor& grad_out, const Tensor& grad_x,
           const Tensor& grad_weight, const Tensor& grad_bias) {
         with_scratch_memory("conv2d_backward", x.device(), [&] {
+          if (x.dtype() == kBFloat16) {  // Note [bfloat16 convolution backward]
+            const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
+            return im2col_conv_backward_bf16(g, data_of<BFloat16>(x), data_of<BFloat16>(weight),
+                                             data_of<BFloat16>(grad_out), data_of<BFloat16>(grad_x),
+                                             data_of<BFloat16>(grad_weight),
+                                             data_of<BFloat16>(grad_bias));
+          }
           dispatch_floating(x.dtype(), [&](auto tag) {
             conv_backward<typename decltype(tag)::type>(x, weight, grad_out, grad_x, grad_weight,
                                                         grad_bias, w);

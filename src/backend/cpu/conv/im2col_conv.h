@@ -11,14 +11,18 @@ namespace tessera::detail::TESSERA_CPU_ISA {  // kernels only: cpu_backend.h
 template <typename T>
 void im2col_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* b, T* y);
 
-// From gy [N, O, OH, OW]: dx [N, C, H, W], dw [O, C, kH, kW] and db [O], each overwritten,
-// and skipped when null.
 // Note [bfloat16 convolution] (im2col_conv.cpp); needs cpu_bf16_matmul_on().
 void im2col_conv_forward_bf16(const ConvGeometry& g, const BFloat16* x, const BFloat16* w,
                               const BFloat16* b, BFloat16* y);
 
+// From gy [N, O, OH, OW]: dx [N, C, H, W], dw [O, C, kH, kW] and db [O], each overwritten,
+// and skipped when null.
 template <typename T>
 void im2col_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T* gy, T* dx, T* dw,
                           T* db);
+
+// The same in bfloat16 (Note [bfloat16 convolution backward]); needs cpu_bf16_matmul_on().
+void im2col_conv_backward_bf16(const ConvGeometry& g, const BFloat16* x, const BFloat16* w,
+                               const BFloat16* gy, BFloat16* dx, BFloat16* dw, BFloat16* db);
 
 }  // namespace tessera::detail::TESSERA_CPU_ISA
