@@ -360,10 +360,10 @@ void im2col_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
 // within a unit in the last place (two where a sum cancels to far below its terms: both are
 // then within float32's error of the exact value), the bias gradient bit for bit. Products
 // below float32's normal range are zero, as in the forward pass and PyTorch's bfloat16
-// convolution gradients on the same CPU. Not the driver itself: its
-// sums, buffers and outputs share one type, and here they are float32 beside bfloat16. Through
-// the copies, a [8, 64, 32, 32] 3x3 convolution's forward and backward took 2.2x PyTorch's time
-// (1.13x now: docs/benchmarks.md).
+// convolution gradients on the same CPU. Not the driver itself: its sums, buffers and outputs
+// share one type, and here they are float32 beside bfloat16. Through the copies, a
+// [8, 64, 32, 32] 3x3 convolution's forward and backward took 2.2x PyTorch's time (1.13x now:
+// docs/benchmarks.md).
 void im2col_conv_backward_bf16(const ConvGeometry& g, const BFloat16* x, const BFloat16* w,
                                const BFloat16* gy, BFloat16* dx, BFloat16* dw, BFloat16* db) {
   const i64 ck = g.ck(), p = g.positions(), plane = g.c * g.h * g.w, wsize = g.o * ck;
