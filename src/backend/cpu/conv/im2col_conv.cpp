@@ -247,7 +247,7 @@ void im2col_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T*
   const i64 ck = g.ck(), p = g.positions();
   const bool parallel = splits_images(g);
   const int threads = parallel ? omp_get_max_threads() : 1;
-  ThreadBuffers<T, 1> buffers(threads, {g.is_pointwise() ? 0 : ck * p});
+  ThreadBuffers<T, 1> buffers(threads, {g.is_pointwise() ? 0 : ck * p}, BufferStart::kUnset);
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     T* col = buffers.get(omp_get_thread_num(), 0);
@@ -300,8 +300,9 @@ void im2col_conv_forward_bf16(const ConvGeometry& g, const BFloat16* x, const BF
   // Made before the parallel region (a failure there throws; inside one it would end the
   // process), with each thread's columns and float32 sums.
   const Bf16Product product(g.o, p, ck, ck, p);
-  ThreadBuffers<BFloat16, 1> columns(threads, {g.is_pointwise() ? 0 : ck * p});
-  ThreadBuffers<float, 1> sums(threads, {g.o * p});
+  ThreadBuffers<BFloat16, 1> columns(threads, {g.is_pointwise() ? 0 : ck * p},
+                                     BufferStart::kUnset);
+  ThreadBuffers<float, 1> sums(threads, {g.o * p}, BufferStart::kUnset);
   bool failed = false;
 #pragma omp parallel num_threads(threads) if (parallel)
   {
@@ -375,11 +376,13 @@ void im2col_conv_backward_bf16(const ConvGeometry& g, const BFloat16* x, const B
   std::optional<Bf16Product> weight_product, input_product;
   if (products && dw != nullptr) weight_product.emplace(g.o, ck, p, p, p, false, true);
   if (products && dx != nullptr) input_product.emplace(ck, p, g.o, ck, p, true, false);
-  ThreadBuffers<BFloat16, 1> columns(threads, {weight_product && !g.is_pointwise() ? ck * p : 0});
+  ThreadBuffers<BFloat16, 1> columns(threads, {weight_product && !g.is_pointwise() ? ck * p : 0},
+                                     BufferStart::kUnset);
   // The product's float32 sums (dW_n or dcol_n), and the image's input gradient.
   ThreadBuffers<float, 2> scratch(threads,
                                   {std::max(weight_product ? wsize : 0, input_product ? ck * p : 0),
-                                   input_product && !g.is_pointwise() ? plane : 0});
+                                   input_product && !g.is_pointwise() ? plane : 0},
+      BufferStart::kUnset);
   // Laid out [threads][wsize + O], as sum_partials reads them.
   ThreadBuffers<float, 2> partials(threads, {wsize, g.o});
   bool failed = false;
