@@ -300,8 +300,7 @@ void im2col_conv_forward_bf16(const ConvGeometry& g, const BFloat16* x, const BF
   // Made before the parallel region (a failure there throws; inside one it would end the
   // process), with each thread's columns and float32 sums.
   const Bf16Product product(g.o, p, ck, ck, p);
-  ThreadBuffers<BFloat16, 1> columns(threads, {g.is_pointwise() ? 0 : ck * p},
-                                     BufferStart::kUnset);
+  ThreadBuffers<BFloat16, 1> columns(threads, {g.is_pointwise() ? 0 : ck * p}, BufferStart::kUnset);
   ThreadBuffers<float, 1> sums(threads, {g.o * p}, BufferStart::kUnset);
   bool failed = false;
 #pragma omp parallel num_threads(threads) if (parallel)
@@ -382,7 +381,7 @@ void im2col_conv_backward_bf16(const ConvGeometry& g, const BFloat16* x, const B
   ThreadBuffers<float, 2> scratch(threads,
                                   {std::max(weight_product ? wsize : 0, input_product ? ck * p : 0),
                                    input_product && !g.is_pointwise() ? plane : 0},
-      BufferStart::kUnset);
+                                  BufferStart::kUnset);
   // Laid out [threads][wsize + O], as sum_partials reads them.
   ThreadBuffers<float, 2> partials(threads, {wsize, g.o});
   bool failed = false;
