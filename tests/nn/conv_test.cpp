@@ -1,7 +1,11 @@
 // conv2d, max_pool2d and avg_pool2d against naive float64 references, LeNet end to end, and
 // the errors. Their gradients are checked in tests/autograd/gradcheck_test.cpp.
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <thread>
 
 #include "support/device_test.h"
 
@@ -171,6 +175,105 @@ TEST_P(Conv, Conv2dGradientsMatchReference) {
       conv2d(x.detach(), w2, Tensor(), {.stride = {k.sh, k.sw}, .padding = {k.ph, k.pw}})
           .backward(from_vector(gs, {k.d.n, k.o, oh, ow}, {dtype, dev}));
       expect_close(w2.grad(), expected.dw, tol, tol, what + " dw alone");
+    }
+  }
+}
+
+// Convolutions of many channels (oneDNN's primitives on the CPU from the AVX2 level up: Note
+// [oneDNN convolutions]; im2col at the x86-64 level) in more shapes than the primitives kept
+// per shape (64), so some are made again after being dropped, each gradient wanted alone or
+// with the others: forward and gradients against float64 loops.
+TEST_P(Conv, ManyShapesWithEachGradientWantedMatchReference) {
+  const Device dev = device();
+  std::uint64_t seed = 40;
+  for (int shape = 0; shape < 72; ++shape) {
+    const int c = 33 + shape % 9, o = 3 + shape % 5, kh = 1 + shape % 3, kw = 1 + (shape / 3) % 3;
+    const int s = 1 + (shape / 4) % 2, p = (shape / 2) % 3;
+    const Dims d{1 + shape % 3, c, 4 + shape % 4, 3 + shape % 5};
+    const int oh = (d.h + 2 * p - kh) / s + 1, ow = (d.w + 2 * p - kw) / s + 1;
+    const std::string what = "conv2d " + std::to_string(shape) + ": [" + std::to_string(d.n) +
+                             ", " + std::to_string(c) + ", " + std::to_string(d.h) + ", " +
+                             std::to_string(d.w) + "] -> " + std::to_string(o) + ", kernel " +
+                             std::to_string(kh) + "x" + std::to_string(kw) + ", stride " +
+                             std::to_string(s) + ", padding " + std::to_string(p);
+    const auto xs = random_values(static_cast<std::size_t>(d.n) * c * d.h * d.w, ++seed);
+    const auto ws = random_values(static_cast<std::size_t>(o) * c * kh * kw, ++seed);
+    const auto bs = random_values(o, ++seed);
+    const auto gs = random_values(static_cast<std::size_t>(d.n) * o * oh * ow, ++seed);
+    const ConvGrads expected = reference_conv_grads(xs, d, ws, o, kh, kw, gs, s, s, p, p);
+    const Conv2dOptions opts{.stride = {s, s}, .padding = {p, p}};
+    const double tol = 2e-5;
+    // Which gradients are wanted: bits 0, 1, 2 for x, w, b; the forward without a bias when
+    // the bias's is not.
+    const int wanted = 1 + shape % 7;
+    Tensor x =
+        from_vector(xs, {d.n, c, d.h, d.w}, {kFloat32, dev}).requires_grad_((wanted & 1) != 0);
+    Tensor w = from_vector(ws, {o, c, kh, kw}, {kFloat32, dev}).requires_grad_((wanted & 2) != 0);
+    Tensor b =
+        (wanted & 4) != 0 ? from_vector(bs, {o}, {kFloat32, dev}).requires_grad_() : Tensor();
+    const Tensor y = conv2d(x, w, b, opts);
+    const auto forward =
+        reference_conv(xs, d, ws, o, kh, kw, b.defined() ? bs : std::vector<double>{}, s, s, p, p);
+    expect_close(y, forward, tol, tol, what + " y");
+    y.backward(from_vector(gs, {d.n, o, oh, ow}, {kFloat32, dev}));
+    if ((wanted & 1) != 0) expect_close(x.grad(), expected.dx, tol, tol, what + " dx");
+    if ((wanted & 2) != 0) expect_close(w.grad(), expected.dw, tol, tol, what + " dw");
+    if ((wanted & 4) != 0) expect_close(b.grad(), expected.db, tol, tol, what + " db");
+  }
+}
+
+// One convolution's primitives run by several threads at once (each call has memory of its
+// own: Note [Convolution scratch kept per thread]): every result right, and the same bits in
+// every round and thread (one thread count: Note [oneDNN convolutions]).
+TEST_P(Conv, ConvolutionsFromSeveralThreadsAtOnceRepeatBitForBit) {
+  const Device dev = device();
+  const Dims d{8, 40, 14, 14};
+  const int o = 48;
+  const auto xs = random_values(static_cast<std::size_t>(d.n) * d.c * d.h * d.w, 60);
+  const auto ws = random_values(static_cast<std::size_t>(o) * d.c * 9, 61);
+  const auto gs = random_values(static_cast<std::size_t>(d.n) * o * d.h * d.w, 62);
+  const auto y_expected = reference_conv(xs, d, ws, o, 3, 3, {}, 1, 1, 1, 1);
+  const ConvGrads expected = reference_conv_grads(xs, d, ws, o, 3, 3, gs, 1, 1, 1, 1);
+  const Tensor x0 = from_vector(xs, {d.n, d.c, d.h, d.w}, {kFloat32, dev});
+  const Tensor w0 = from_vector(ws, {o, d.c, 3, 3}, {kFloat32, dev});
+  const Tensor g0 = from_vector(gs, {d.n, o, d.h, d.w}, {kFloat32, dev});
+  constexpr int kRounds = 40;
+  constexpr std::size_t kThreads = 3;
+  // results[t][round]: y, dx and dw as float32 values.
+  std::array<std::vector<std::array<std::vector<float>, 3>>, kThreads> results;
+  std::array<std::thread, kThreads> threads;
+  std::atomic<std::size_t> waiting{kThreads};
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads[t] = std::thread([&, t] {
+      waiting.fetch_sub(1);
+      while (waiting.load() > 0) std::this_thread::yield();  // all start at once
+      for (int round = 0; round < kRounds; ++round) {
+        Tensor x = x0.detach().requires_grad_();
+        Tensor w = w0.detach().requires_grad_();
+        const Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
+        y.backward(g0);
+        results[t].push_back(
+            {y.to_vector<float>(), x.grad().to_vector<float>(), w.grad().to_vector<float>()});
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const std::array<const std::vector<double>*, 3> want{&y_expected, &expected.dx, &expected.dw};
+  const std::array<const char*, 3> names{"y", "dx", "dw"};
+  const auto& first = results[0][0];
+  for (std::size_t k = 0; k < 3; ++k) {
+    for (std::size_t i = 0; i < want[k]->size(); ++i) {
+      const double v = (*want[k])[i];
+      ASSERT_NEAR(first[k][i], v, 2e-5 * (1 + std::abs(v))) << names[k] << " at " << i;
+    }
+  }
+  for (std::size_t t = 0; t < results.size(); ++t) {
+    ASSERT_EQ(results[t].size(), static_cast<std::size_t>(kRounds));
+    for (int round = 0; round < kRounds; ++round) {
+      for (std::size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(results[t][round][k], first[k])
+            << names[k] << " of thread " << t << ", round " << round << " differs from the first";
+      }
     }
   }
 }

@@ -8,10 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <list>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <type_traits>
@@ -19,6 +16,7 @@
 #include "backend/cpu/bf16_product.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/onednn_matmul.h"
+#include "backend/cpu/primitive_cache.h"
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -136,59 +134,29 @@ struct Bf16Gemm {
 // now hands the primitive a scratchpad of its own thread (scratchpad_mode::user), which
 // oneDNN documents as safe to execute from several threads at once.
 
-// The primitive of `key`, made on first use; safe from every device's thread. The most
-// recently used kPrimitivesKept are kept (about 100 KB each): keeping every layout ever
-// seen grew without bound when shapes vary (8,000 batch sizes took 900 MB). Made outside
-// the lock (a few milliseconds
-// of JIT compilation that every device's bfloat16 products waited behind).
+// The primitive of `key`, made on first use (Note [One primitive on several threads]); the
+// most recently used kPrimitivesKept are kept (about 100 KB each).
 std::shared_ptr<const Bf16Gemm> bf16_gemm(const Bf16GemmKey& key) {
   constexpr std::size_t kPrimitivesKept = 256;
-  // oneDNN's own cache would keep up to 1024 more of them (another 100 MB): this map is the
-  // cache. (tessera is the process's user of oneDNN primitives: its float32 products call
-  // dnnl_sgemm, which keeps none.)
-  static const bool no_second_cache = [] {
-    dnnl::set_primitive_cache_capacity(0);
-    return true;
-  }();
-  (void)no_second_cache;
-  static std::mutex mutex;
-  static std::list<Bf16GemmKey> recent;  // most recently used first
-  static std::map<Bf16GemmKey,
-                  std::pair<std::shared_ptr<const Bf16Gemm>, std::list<Bf16GemmKey>::iterator>>
-      made;
-  {
-    const std::lock_guard lock(mutex);
-    auto it = made.find(key);
-    if (it != made.end()) {
-      recent.splice(recent.begin(), recent, it->second.second);
-      return it->second.first;
-    }
-  }
-  using md = dnnl::memory::desc;
-  using dt = dnnl::memory::data_type;
-  // Row-major [m, k] has strides {lda, 1}; a transposed view has {1, lda} (Note [Matmul
-  // operands] in src/ops/matmul.cpp).
-  const md src({key.m, key.k}, dt::bf16,
-               key.ta ? dnnl::memory::dims{1, key.lda} : dnnl::memory::dims{key.lda, 1});
-  const md weights({key.k, key.n}, dt::bf16,
-                   key.tb ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
-  const md dst({key.m, key.n}, key.float32_out ? dt::f32 : dt::bf16, dnnl::memory::dims{key.n, 1});
-  // Note [One primitive on several threads]: the caller's scratchpad, not the primitive's.
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, cpu_engine());
-  dnnl::matmul primitive(pd);
-  auto gemm = std::make_shared<const Bf16Gemm>(Bf16Gemm{std::move(pd), std::move(primitive)});
-  const std::lock_guard lock(mutex);
-  auto it = made.find(key);
-  if (it != made.end()) return it->second.first;  // another thread made it meanwhile
-  recent.push_front(key);
-  made.emplace(key, std::pair{gemm, recent.begin()});
-  while (made.size() > kPrimitivesKept) {  // a call still running one keeps it alive
-    made.erase(recent.back());
-    recent.pop_back();
-  }
-  return gemm;
+  static PrimitiveCache<Bf16GemmKey, Bf16Gemm> cache(kPrimitivesKept);
+  return cache.get(key, [&] {
+    using md = dnnl::memory::desc;
+    using dt = dnnl::memory::data_type;
+    // Row-major [m, k] has strides {lda, 1}; a transposed view has {1, lda} (Note [Matmul
+    // operands] in src/ops/matmul.cpp).
+    const md src({key.m, key.k}, dt::bf16,
+                 key.ta ? dnnl::memory::dims{1, key.lda} : dnnl::memory::dims{key.lda, 1});
+    const md weights({key.k, key.n}, dt::bf16,
+                     key.tb ? dnnl::memory::dims{1, key.ldb} : dnnl::memory::dims{key.ldb, 1});
+    const md dst({key.m, key.n}, key.float32_out ? dt::f32 : dt::bf16,
+                 dnnl::memory::dims{key.n, 1});
+    // Note [One primitive on several threads]: the caller's scratchpad, not the primitive's.
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, weights, dst), attr, cpu_engine());
+    dnnl::matmul primitive(pd);
+    return Bf16Gemm{std::move(pd), std::move(primitive)};
+  });
 }
 
 Bf16Product::Bf16Product(i64 m, i64 n, i64 k, i64 lda, i64 ldb, bool ta, bool tb)

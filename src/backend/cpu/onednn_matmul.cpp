@@ -7,7 +7,14 @@
 namespace tessera::detail {
 
 const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine engine = [] {
+    // oneDNN's own cache of primitives would keep up to 1024 more (100 MB and up) beside
+    // tessera's (primitive_cache.h), which keeps the ones tessera makes. tessera is the
+    // process's user of oneDNN primitives: its float32 products call dnnl_sgemm, which
+    // keeps none.
+    dnnl::set_primitive_cache_capacity(0);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return engine;
 }
 

@@ -1,11 +1,17 @@
-// CPU 2-D convolution: CpuBackend's entry points, which pick one of the three algorithms of
-// this folder: the direct kernels (direct_conv.h: flat planes, or images in lanes) for
-// stride 1 and few channels, otherwise im2col + GEMM (im2col_conv.h). The backward passes of
-// all three run in one driver (Note [Convolution backward driver] in backward_driver.h).
+// CPU 2-D convolution: CpuBackend's entry points, which pick one of the algorithms of this
+// folder: the direct kernels (direct_conv.h: flat planes, or images in lanes) for stride 1
+// and few channels, otherwise oneDNN's convolution primitives (onednn_conv.h) or im2col +
+// GEMM (im2col_conv.h). The backward passes of the first and the last run in one driver
+// (Note [Convolution backward driver] in backward_driver.h).
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
 #include "backend/conv_geometry.h"
 #include "backend/cpu/bf16_product.h"
 #include "backend/cpu/conv/direct_conv.h"
 #include "backend/cpu/conv/im2col_conv.h"
+#include "backend/cpu/conv/onednn_conv.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernel_data.h"
 #include "backend/cpu/scratch_memory.h"
@@ -14,6 +20,26 @@
 
 namespace tessera::detail::TESSERA_CPU_ISA {  // built once per level: cpu_backend.h
 namespace {
+
+// Note [oneDNN convolutions] (onednn_conv.cpp): the convolutions of the im2col path in
+// float32, and in bfloat16 where the CPU multiplies it, but 1x1 ones (one GEMM per image
+// on the input itself, no columns: 0.7x oneDNN's time), from the AVX2 level up (the
+// x86-64 level keeps im2col, which unit.cpu_x86_64 tests); TESSERA_CPU_ONEDNN_CONV=0 turns
+// it off.
+bool onednn_conv_applies(const ConvGeometry& g, Dtype dtype) {
+#if defined(__AVX2__)
+  static const bool on = [] {
+    const char* env = std::getenv("TESSERA_CPU_ONEDNN_CONV");
+    return !(env != nullptr && std::strcmp(env, "0") == 0);
+  }();
+  return on && g.n > 0 && !g.is_pointwise() && !direct_conv_applies(g) &&
+         (dtype == kFloat32 || (dtype == kBFloat16 && cpu_bf16_matmul_on()));
+#else
+  (void)g;
+  (void)dtype;
+  return false;
+#endif
+}
 
 template <typename T>
 void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
@@ -25,6 +51,11 @@ void conv_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, con
   const T* pb = data_of<T>(bias);
   T* py = data_of<T>(out);
   if (direct_conv_applies(g)) return direct_conv_forward<T>(g, px, pw, pb, py);
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_conv_applies(g, kFloat32)) {
+      return onednn_conv_forward(g, OnednnConvType::kFloat32, px, pw, pb, py);
+    }
+  }
   im2col_conv_forward<T>(g, px, pw, pb, py);
 }
 
@@ -41,6 +72,11 @@ void conv_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out
   T* pdb = data_of<T>(grad_bias);
   if (g.n > 0 && direct_conv_applies(g)) {
     return direct_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn_conv_applies(g, kFloat32)) {
+      return onednn_conv_backward(g, OnednnConvType::kFloat32, px, pw, pg, pdx, pdw, pdb);
+    }
   }
   im2col_conv_backward<T>(g, px, pw, pg, pdx, pdw, pdb);
 }
@@ -62,6 +98,11 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
           if (out.dtype() == kBFloat16) {  // Note [bfloat16 convolution]
             const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
             if (out.numel() == 0) return;
+            if (onednn_conv_applies(g, kBFloat16)) {
+              return onednn_conv_forward(g, OnednnConvType::kBFloat16, data_of<BFloat16>(x),
+                                         data_of<BFloat16>(weight), data_of<BFloat16>(bias),
+                                         data_of<BFloat16>(out));
+            }
             return im2col_conv_forward_bf16(g, data_of<BFloat16>(x), data_of<BFloat16>(weight),
                                             data_of<BFloat16>(bias), data_of<BFloat16>(out));
           }
@@ -83,6 +124,12 @@ void CpuBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Te
         with_scratch_memory("conv2d_backward", x.device(), [&] {
           if (x.dtype() == kBFloat16) {  // Note [bfloat16 convolution backward]
             const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
+            if (onednn_conv_applies(g, kBFloat16)) {
+              return onednn_conv_backward(g, OnednnConvType::kBFloat16, data_of<BFloat16>(x),
+                                          data_of<BFloat16>(weight), data_of<BFloat16>(grad_out),
+                                          data_of<BFloat16>(grad_x), data_of<BFloat16>(grad_weight),
+                                          data_of<BFloat16>(grad_bias));
+            }
             return im2col_conv_backward_bf16(g, data_of<BFloat16>(x), data_of<BFloat16>(weight),
                                              data_of<BFloat16>(grad_out), data_of<BFloat16>(grad_x),
                                              data_of<BFloat16>(grad_weight),
