@@ -168,6 +168,12 @@ hxc, hwc = r(8, 64, 32, 32).bfloat16(), r(64, 64, 3, 3).bfloat16()
 add("conv3x3_p1_bf16_8x64x32", lambda: F.conv2d(hxc, hwc, None, 1, 1))
 hxcg, hwcg = hxc.clone().requires_grad_(), hwc.clone().requires_grad_()
 add("conv3x3_p1_fwdbwd_bf16_8x64x32", lambda: F.conv2d(hxcg, hwcg, None, 1, 1).sum().backward())
+# LeNet's second convolution
+lenet_x, lenet_w = r(256, 6, 14, 14).requires_grad_(), r(16, 6, 5, 5).requires_grad_()
+add("conv5x5_lenet2_fwdbwd_256x6x14", lambda: F.conv2d(lenet_x, lenet_w).sum().backward())
+lenet_xh = lenet_x.detach().bfloat16().requires_grad_()
+lenet_wh = lenet_w.detach().bfloat16().requires_grad_()
+add("conv5x5_lenet2_fwdbwd_bf16_256x6x14", lambda: F.conv2d(lenet_xh, lenet_wh).sum().backward())
 
 def time_case(fn):
     for _ in range(2): fn()
