@@ -21,9 +21,11 @@
 // Note [CPU convolution]
 // Stride-1 convolutions with few channels (LeNet's 1->6 and 6->16) take the direct path
 // (Note [Direct convolution]; with it and a faster sigmoid, a LeNet epoch went from 3.4 to
-// 1.2 s). The rest run here. For image n, col_n [C*kH*kW, OH*OW] holds the input patch
-// under each output position, so out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n, and the
-// gradients are two more GEMMs: dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds
+// 1.2 s). Of the rest, float32 and bfloat16 ones but 1x1 run on oneDNN's convolution
+// primitives from the AVX2 level up (Note [oneDNN convolutions] in onednn_conv.cpp); float64,
+// 1x1, the x86-64 level and TESSERA_CPU_ONEDNN_CONV=0 run here. For image n, col_n [C*kH*kW, OH*OW]
+// holds the input patch under each output position, so out_n [O, OH*OW] = W [O, C*kH*kW] @ col_n,
+// and the gradients are two more GEMMs: dW += g_n @ col_n^T and dcol = W^T @ g_n, which col2im adds
 // back into dx_n. Parallelism comes from the batch rather than from inside one GEMM. The
 // weight gradient is summed per thread and then across threads in thread order by the
 // backward driver (Note [Convolution backward driver]). The backward pass recomputes each image's
