@@ -457,6 +457,39 @@ TEST_P(Half, ConvolutionsOfManyChannelsRoundOnce) {
   }
 }
 
+// Kernel taps that only ever see padding have a weight gradient of exactly 0, also after
+// another convolution's gradient has run on this thread (oneDNN's bfloat16 weight gradient
+// left such taps with its scratchpad's old values: Note [Weight gradients from a clean
+// scratchpad]).
+TEST_P(Half, ConvolutionTapsThatSeeOnlyPaddingHaveZeroGradients) {
+  for (const Dtype dtype : kHalfTypes) {
+    const auto sized = [&](const Shape& s, std::uint64_t seed) {
+      return from_vector(random_values(static_cast<std::size_t>(s.numel()), seed), s,
+                         {dtype, device()});
+    };
+    // Another gradient first, leaving its sums behind.
+    Tensor x0 = sized({4, 64, 12, 12}, 41).requires_grad_();
+    Tensor w0 = sized({64, 64, 3, 3}, 42).requires_grad_();
+    conv2d(x0, w0, Tensor{}, {.stride = {1, 1}, .padding = {1, 1}})
+        .backward(sized({4, 64, 12, 12}, 43));
+    // Rows of one pixel: with padding 3 and stride 4 across, only kernel column 3 reads it.
+    Tensor x = sized({1, 123, 8, 1}, 44).requires_grad_();
+    Tensor w = sized({2, 123, 2, 6}, 45).requires_grad_();
+    const Conv2dOptions options{.stride = {1, 4}, .padding = {0, 3}};
+    const Tensor y = conv2d(x, w, Tensor{}, options);
+    const Tensor g = sized(y.shape(), 46);
+    y.backward(g);
+    Tensor wd = w.detach().to(kFloat64).requires_grad_();
+    conv2d(x.detach().to(kFloat64), wd, Tensor{}, options).backward(g.to(kFloat64));
+    const std::string what = fmt::format("{} weight gradient", dtype_name(dtype));
+    expect_close(w.grad(), wd.grad().to_vector<double>(), ulp(dtype), 1e-4, what);
+    const auto dw = w.grad().to(kFloat64).to_vector<double>();
+    for (std::size_t i = 0; i < dw.size(); ++i) {
+      if (i % 6 != 3) ASSERT_EQ(dw[i], 0.0) << what << " at " << i << " (a tap in the padding)";
+    }
+  }
+}
+
 // A product of 8192 terms, which a GPU GEMM may split over several blocks (split-K), is still
 // summed in float32 and rounded once (Note [CUDA half GEMM]): every output within half a
 // unit in the last place of the exact sum, plus float32's error. Partial sums stored in the

@@ -1,5 +1,7 @@
 // conv2d, max_pool2d and avg_pool2d against naive float64 references, LeNet end to end, and
 // the errors. Their gradients are checked in tests/autograd/gradcheck_test.cpp.
+#include <omp.h>
+
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -273,6 +275,74 @@ TEST_P(Conv, ConvolutionsFromSeveralThreadsAtOnceRepeatBitForBit) {
       for (std::size_t k = 0; k < 3; ++k) {
         EXPECT_EQ(results[t][round][k], first[k])
             << names[k] << " of thread " << t << ", round " << round << " differs from the first";
+      }
+    }
+  }
+}
+
+// No input channels (an empty sum: the bias alone) or no output channels, in every dtype.
+TEST_P(Conv, ConvolutionsWithoutInputOrOutputChannels) {
+  const Device dev = device();
+  for (const Dtype dtype : {kFloat32, kFloat64, kBFloat16}) {
+    const std::string what(dtype_name(dtype));
+    // [2, 0, 5, 5] by [4, 0, 3, 3], stride 2: every output is its bias.
+    Tensor x = zeros({2, 0, 5, 5}, {dtype, dev}).requires_grad_();
+    Tensor w = zeros({4, 0, 3, 3}, {dtype, dev}).requires_grad_();
+    Tensor b = full({4}, 1.5, {dtype, dev}).requires_grad_();
+    const Tensor y = conv2d(x, w, b, {.stride = {2, 2}});
+    ASSERT_EQ(y.shape(), Shape({2, 4, 2, 2})) << what;
+    expect_close(y, std::vector<double>(32, 1.5), 0, 0, what + " y, no input channels");
+    y.backward(ones_like(y));
+    expect_close(b.grad(), std::vector<double>(4, 8.0), 0, 0, what + " db, no input channels");
+    EXPECT_EQ(x.grad().numel(), 0) << what;
+    EXPECT_EQ(w.grad().numel(), 0) << what;
+    // [2, 40, 5, 5] by [0, 40, 3, 3], stride 2: no outputs, so the input's gradient is 0.
+    Tensor x2 = full({2, 40, 5, 5}, 1.0, {dtype, dev}).requires_grad_();
+    Tensor w2 = zeros({0, 40, 3, 3}, {dtype, dev}).requires_grad_();
+    const Tensor y2 = conv2d(x2, w2, Tensor{}, {.stride = {2, 2}});
+    ASSERT_EQ(y2.shape(), Shape({2, 0, 2, 2})) << what;
+    y2.backward(ones_like(y2));
+    expect_close(x2.grad(), std::vector<double>(2 * 40 * 25, 0.0), 0, 0,
+                 what + " dx, no output channels");
+  }
+}
+
+// conv2d called from inside the caller's own OpenMP parallel region gives what it gives
+// outside (oneDNN's primitives are not used there: onednn_conv_applies in cpu_conv.cpp).
+TEST_P(Conv, ConvolutionsInsideTheCallersOpenMPRegionMatchOutside) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not see libgomp's barriers (scripts/tsan keeps teams "
+                  "of one thread)";
+#endif
+  const Device dev = device();
+  for (const Dtype dtype : {kFloat32, kBFloat16}) {
+    const std::string what(dtype_name(dtype));
+    const auto sized = [&](const Shape& s, std::uint64_t seed) {
+      return from_vector(random_values(static_cast<std::size_t>(s.numel()), seed), s, {dtype, dev});
+    };
+    const Tensor x0 = sized({8, 64, 20, 20}, 70), w0 = sized({96, 64, 3, 3}, 71);
+    const Tensor g0 = sized({8, 96, 10, 10}, 72);
+    const auto run = [&] {
+      Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_();
+      const Tensor y = conv2d(x, w, Tensor{}, {.stride = {2, 2}, .padding = {1, 1}});
+      y.backward(g0);
+      return std::array<std::vector<double>, 3>{y.to(kFloat64).to_vector<double>(),
+                                                x.grad().to(kFloat64).to_vector<double>(),
+                                                w.grad().to(kFloat64).to_vector<double>()};
+    };
+    const auto outside = run();
+    std::array<std::array<std::vector<double>, 3>, 2> inside;
+#pragma omp parallel num_threads(2)
+    inside[static_cast<std::size_t>(omp_get_thread_num())] = run();
+    const double tol = dtype == kFloat32 ? 2e-5 : 1.0 / 64;
+    const std::array<const char*, 3> names{" y", " dx", " dw"};
+    for (std::size_t t = 0; t < inside.size(); ++t) {
+      for (std::size_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(inside[t][k].size(), outside[k].size()) << what << names[k];
+        for (std::size_t i = 0; i < outside[k].size(); ++i) {
+          ASSERT_NEAR(inside[t][k][i], outside[k][i], tol * (1 + std::abs(outside[k][i])))
+              << what << names[k] << " of OpenMP thread " << t << " at " << i;
+        }
       }
     }
   }

@@ -3,6 +3,8 @@
 // and few channels, otherwise oneDNN's convolution primitives (onednn_conv.h) or im2col +
 // GEMM (im2col_conv.h). The backward passes of the first and the last run in one driver
 // (Note [Convolution backward driver] in backward_driver.h).
+#include <omp.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -25,15 +27,19 @@ namespace {
 // float32, and in bfloat16 where the CPU multiplies it, but 1x1 ones (one GEMM per image
 // on the input itself, no columns: 0.7x oneDNN's time), from the AVX2 level up (the
 // x86-64 level keeps im2col, which unit.cpu_x86_64 tests); TESSERA_CPU_ONEDNN_CONV=0 turns
-// it off.
+// it off. Not for empty sums (no input channels: oneDNN refuses the shape) or outputs, nor
+// inside the caller's OpenMP parallel region: a primitive made for the region's team size
+// ran there on one thread, which computed only its share of the weight gradient (float32)
+// or waited at a barrier for the others forever (bfloat16); im2col runs single-threaded
+// there.
 bool onednn_conv_applies(const ConvGeometry& g, Dtype dtype) {
 #if defined(__AVX2__)
   static const bool on = [] {
     const char* env = std::getenv("TESSERA_CPU_ONEDNN_CONV");
     return !(env != nullptr && std::strcmp(env, "0") == 0);
   }();
-  return on && g.n > 0 && !g.is_pointwise() && !direct_conv_applies(g) &&
-         (dtype == kFloat32 || (dtype == kBFloat16 && cpu_bf16_matmul_on()));
+  return on && g.n > 0 && g.c > 0 && g.o > 0 && !g.is_pointwise() && !direct_conv_applies(g) &&
+         !omp_in_parallel() && (dtype == kFloat32 || (dtype == kBFloat16 && cpu_bf16_matmul_on()));
 #else
   (void)g;
   (void)dtype;

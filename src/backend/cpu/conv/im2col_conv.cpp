@@ -369,7 +369,8 @@ void im2col_conv_backward(const ConvGeometry& g, const T* x, const T* w, const T
 void im2col_conv_backward_bf16(const ConvGeometry& g, const BFloat16* x, const BFloat16* w,
                                const BFloat16* gy, BFloat16* dx, BFloat16* dw, BFloat16* db) {
   const i64 ck = g.ck(), p = g.positions(), plane = g.c * g.h * g.w, wsize = g.o * ck;
-  const bool products = ck > 0 && p > 0;
+  // No output channels: the gradients are zeros (oneDNN refuses products with a zero size).
+  const bool products = ck > 0 && p > 0 && g.o > 0;
   const bool parallel = splits_images(g);
   const int threads = parallel ? omp_get_max_threads() : 1;
   // Made before the parallel region (a failure there throws; inside one it would end the

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <new>
@@ -27,8 +28,8 @@
 // blocks of 16, nChw16c; weights OIhw16i16o), no columns. The convolutions of the im2col path
 // (cpu_conv.cpp says which) now run on them. tessera's tensors stay NCHW: each call reorders
 // its operands into the layouts the primitive chose (layouts `any`) and its outputs back
-// (a tenth of a float32 call's time, a fifth of a bfloat16 one's); an operand read twice in one call (the output gradient, by the
-// input- and weight-gradient primitives) is reordered once.
+// (a tenth of a float32 call's time, a fifth of a bfloat16 one's); an operand read twice in one
+// call (the output gradient, by the input- and weight-gradient primitives) is reordered once.
 // - Primitives and their reorders are made once per shape, type, bias and thread count
 //   (oneDNN splits the work for the threads at creation) and kept as the bfloat16 products'
 //   are (PrimitiveCache); every call runs them with a scratchpad of its own (Note [One
@@ -149,6 +150,7 @@ struct Backward {
   dnnl::convolution_backward_weights weights;
   Operand weights_x, weights_gy, weights_dw;
   md db;
+  std::size_t weights_scratch;  // the weight gradient's scratchpad: zeroed per call
   std::size_t scratch;
   std::size_t bytes;
 };
@@ -189,6 +191,7 @@ Backward make_backward(const ConvKey& k) {
              Operand(plain.y, weights_pd.diff_dst_desc(), true),
              Operand(plain.w, weights_pd.diff_weights_desc(), false),
              plain.b,
+             weights_pd.scratchpad_desc().get_size(),
              0,
              0};
   b.scratch =
@@ -298,7 +301,10 @@ class Call {
     return {desc, cpu_engine(), memory_.take(desc.get_size())};
   }
 
-  void run(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args) {
+  // `zeroed`: the first bytes of the scratchpad that `p` needs zeroed.
+  void run(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
+           std::size_t zeroed = 0) {
+    if (zeroed > 0) std::memset(scratch_, 0, zeroed);
     if (scratch_bytes_ > 0) {
       const md desc({static_cast<dnnl::memory::dim>(scratch_bytes_)}, dt::u8, tag::x);
       args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(desc, cpu_engine(), scratch_));
@@ -329,6 +335,15 @@ class Call {
   std::vector<Reordered> reordered_;
   std::vector<Output> outputs_;
 };
+
+// Note [Weight gradients from a clean scratchpad]
+// oneDNN 2.6's bfloat16 weight gradient (jit_bf16:avx512_core_bf16) never initialises the
+// float32 sums of kernel taps that see only padding (x [1, 123, 8, 1] by [2, 123, 2, 6],
+// stride (1, 4), padding (0, 3): only kernel column 3 ever reads the input) and writes
+// whatever its scratchpad held: from the thread's kept memory, the last convolution's sums
+// (1e29, NaN) where the gradient is 0. PyTorch 2.15's bfloat16 convolutions, on the same
+// oneDNN kernel, show the same stale values. The weight gradient's scratchpad is zeroed
+// before each run (its size: a few sums per thread, microseconds), in float32 too.
 
 // Runs `body`, turning oneDNN's failures into tessera's errors.
 template <typename F>
@@ -383,7 +398,8 @@ void onednn_conv_backward(const ConvGeometry& g, OnednnConvType type, const void
                 {DNNL_ARG_DIFF_DST, call.in(b->weights_gy, gy)},
                 {DNNL_ARG_DIFF_WEIGHTS,
                  dw != nullptr ? call.out(b->weights_dw, dw) : call.buffer(b->weights_dw.chosen)},
-                {DNNL_ARG_DIFF_BIAS, bias}});
+                {DNNL_ARG_DIFF_BIAS, bias}},
+               b->weights_scratch);  // Note [Weight gradients from a clean scratchpad]
     }
     call.finish();
   });
