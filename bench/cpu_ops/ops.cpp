@@ -361,7 +361,8 @@ int main(int argc, char** argv) {
       sum(y).backward();
     });
     // LeNet's second convolution (a batch of 256: the direct path, Note [Direct convolution]).
-    Tensor lx = randn({256, 6, 14, 14}).requires_grad_(), lw = randn({16, 6, 5, 5}).requires_grad_();
+    Tensor lx = randn({256, 6, 14, 14}).requires_grad_(),
+           lw = randn({16, 6, 5, 5}).requires_grad_();
     add("conv5x5_lenet2_fwdbwd_256x6x14", [=] { sum(conv2d(lx, lw, Tensor{})).backward(); });
     Tensor lxh = lx.detach().to(kBFloat16).requires_grad_();
     Tensor lwh = lw.detach().to(kBFloat16).requires_grad_();
