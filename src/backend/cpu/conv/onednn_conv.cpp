@@ -343,7 +343,9 @@ class Call {
 // whatever its scratchpad held: from the thread's kept memory, the last convolution's sums
 // (1e29, NaN) where the gradient is 0. PyTorch 2.15's bfloat16 convolutions, on the same
 // oneDNN kernel, show the same stale values. The weight gradient's scratchpad is zeroed
-// before each run (its size: a few sums per thread, microseconds), in float32 too.
+// before each run, in float32 too (where it has one: with several threads): it holds the
+// weights' float32 sums and buffers, 0.4 MB for 64 filters of 64x3x3 in bfloat16, a few
+// microseconds against the pass's 1.5 ms.
 
 // Runs `body`, turning oneDNN's failures into tessera's errors.
 template <typename F>
