@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -228,24 +229,29 @@ std::shared_ptr<const Backward> backward_of(const ConvKey& k) {
 constexpr std::size_t kScratchKept = std::size_t{64} << 20;
 
 // One call's memory: blocks carved in order from this thread's kept buffer (grown before the
-// call to what the call needs, so carving never moves it).
+// call to what the call needs, so carving never moves it), each kScratchAlign-aligned as
+// oneDNN's own allocations are (operator new aligns to 16 bytes only).
 class CallMemory {
  public:
-  explicit CallMemory(std::size_t bytes) : kept_(bytes <= kScratchKept), size_(bytes) {
-    if (kept_) {
+  explicit CallMemory(std::size_t bytes) : size_(bytes) {
+    const std::size_t allocated = bytes + kScratchAlign;
+    std::byte* start = nullptr;
+    if (bytes <= kScratchKept) {
       thread_local std::unique_ptr<std::byte[]> buffer;
       thread_local std::size_t size = 0;
-      if (size < bytes) {
+      if (size < allocated) {
         buffer.reset();  // before the new one: both at once may not fit
         size = 0;
-        buffer.reset(new std::byte[bytes]);
-        size = bytes;
+        buffer.reset(new std::byte[allocated]);
+        size = allocated;
       }
-      base_ = buffer.get();
+      start = buffer.get();
     } else {
-      own_.reset(new std::byte[std::max<std::size_t>(bytes, 1)]);
-      base_ = own_.get();
+      own_.reset(new std::byte[allocated]);
+      start = own_.get();
     }
+    const auto address = reinterpret_cast<std::uintptr_t>(start);
+    base_ = start + (aligned(address) - address);
   }
   // The next `bytes`, aligned (call_bytes counted them).
   std::byte* take(std::size_t bytes) {
@@ -257,7 +263,6 @@ class CallMemory {
   }
 
  private:
-  bool kept_;
   std::size_t size_;
   std::unique_ptr<std::byte[]> own_;
   std::byte* base_ = nullptr;
