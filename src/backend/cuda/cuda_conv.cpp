@@ -8,6 +8,7 @@
 #include "backend/conv_geometry.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_conv.h"
 #include "core/check.h"
 #include "core/dispatch.h"
 #include "core/tensor_impl.h"
@@ -19,9 +20,11 @@
 //   forward:  tmp [O, nb*P] = W [O, CK] @ col, then tmp -> out [n, O, P] with the bias added;
 //   backward: gt [O, nb*P] <- grad_out, dW (+)= gt @ col^T, db (+)= row sums of gt,
 //             dcol = W^T @ gt, then col2im writes dx for the chunk.
-// Chunks keep col within kColBudget elements. Temporaries are tessera tensors (an OOM is
-// OutOfMemoryError); freeing them when this function returns is safe because the caching
-// allocator hands blocks out again only to work queued later on the same stream.
+// float32 convolutions take cuDNN's kernels instead where cuDNN is loaded and takes the shape
+// (Note [cuDNN at run time] in cudnn_conv.cpp). Chunks keep col within kColBudget elements.
+// Temporaries are tessera tensors (an OOM is OutOfMemoryError); freeing them when this function
+// returns is safe because the caching allocator hands blocks out again only to work queued later on
+// the same stream.
 
 namespace tessera::detail {
 namespace {
@@ -76,6 +79,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (out.numel() == 0) return;
   const int index = out.device().index();
   const cudaStream_t stream = activate(index);
+  if (cuda::cudnn_conv2d(stream, x, weight, bias, out, w)) return;
   const Dtype dtype = out.dtype();
   const i64 ck = g.ck(), p = g.positions(), nb_max = chunk_images(g);
   const Tensor col = make_tensor({ck, nb_max * p}, dtype, out.device(), "conv2d");
@@ -94,11 +98,18 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& weight, const Tensor& bi
 }
 
 void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
-                                  const Tensor& grad_x, const Tensor& grad_weight,
-                                  const Tensor& grad_bias, const Window2d& w) {
+                                  const Tensor& wanted_grad_x, const Tensor& wanted_grad_weight,
+                                  const Tensor& wanted_grad_bias, const Window2d& w) {
   const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
   const int index = x.device().index();
   const cudaStream_t stream = activate(index);
+  // What cuDNN wrote is done; im2col below writes the rest (undefined: not wanted or done).
+  const cuda::CudnnGradients done = cuda::cudnn_conv2d_backward(
+      stream, x, weight, grad_out, wanted_grad_x, wanted_grad_weight, wanted_grad_bias, w);
+  const Tensor grad_x = done.x ? Tensor() : wanted_grad_x;
+  const Tensor grad_weight = done.weight ? Tensor() : wanted_grad_weight;
+  const Tensor grad_bias = done.bias ? Tensor() : wanted_grad_bias;
+  if (!grad_x.defined() && !grad_weight.defined() && !grad_bias.defined()) return;
   const Dtype dtype = x.dtype();
   const i64 ck = g.ck(), p = g.positions();
   if (g.n == 0 || p == 0 || ck == 0) {  // empty sums: every gradient is zero

@@ -1,0 +1,141 @@
+// Opening cuDNN at run time (backend/cuda/cudnn_library.h): the names tried, the library the
+// CUDA toolkit ships (which opens and reports its version without a GPU), the errors for a
+// missing library and one that is not cuDNN; and, on a GPU, that float32 convolutions run
+// on cuDNN where it is loaded (Note [cuDNN at run time] in backend/cuda/cudnn_conv.cpp).
+#if TESSERA_TEST_WITH_CUDA
+
+#include "backend/cuda/cudnn_library.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "support/device_test.h"
+#include "tessera/tessera.h"
+
+namespace tessera::detail::cuda {
+namespace {
+
+void expect_says(const std::string& message, const std::vector<std::string>& fragments) {
+  for (const std::string& f : fragments) {
+    EXPECT_NE(message.find(f), std::string::npos) << "'" << f << "' not in: " << message;
+  }
+}
+
+TEST(CudnnLibrary, TheVariableIsTheOnlyNameTriedWhenSet) {
+  EXPECT_EQ(cudnn_candidates("/opt/cudnn/libcudnn.so.9"),
+            std::vector<std::string>{"/opt/cudnn/libcudnn.so.9"});
+  const std::vector<std::string> search = {"libcudnn.so.9"};
+  EXPECT_EQ(cudnn_candidates(nullptr), search);
+  EXPECT_EQ(cudnn_candidates(""), search);
+}
+
+#if TESSERA_HAVE_CUDNN
+
+// TESSERA_CUDNN_LIBRARY where the caller set one (scripts/gpu-check points it at PyTorch's),
+// else the toolkit's; "" when neither exists on this machine.
+std::string some_real_cudnn() {
+  const char* env = std::getenv("TESSERA_CUDNN_LIBRARY");
+  for (const std::string& path :
+       {std::string(env != nullptr ? env : ""), std::string(TESSERA_TEST_TOOLKIT_CUDNN)}) {
+    if (!path.empty() && std::filesystem::exists(path)) return path;
+  }
+  return "";
+}
+
+TEST(CudnnLibrary, VersionCodesReadAsCudnnWritesThem) {
+  CudnnLibrary lib;
+  lib.version = 91900;  // from 9 on: X*10000 + Y*100 + Z
+  EXPECT_EQ(lib.version_string(), "9.19.0");
+  lib.version = 8907;  // before 9: X*1000 + Y*100 + Z
+  EXPECT_EQ(lib.version_string(), "8.9.7");
+}
+
+TEST(CudnnLibrary, ARealLibraryOpensAndMakesDescriptorsWithoutAGpu) {
+  const std::string path = some_real_cudnn();
+  if (path.empty()) GTEST_SKIP() << "no libcudnn.so.9 on this machine (set TESSERA_CUDNN_LIBRARY)";
+  const CudnnLoad load = open_cudnn({"/nonexistent/libcudnn.so.9", path});
+  ASSERT_EQ(load.error, "");
+  const CudnnLibrary& lib = load.library;
+  EXPECT_EQ(lib.path, path);  // the first name that opens
+  EXPECT_GE(lib.version, 8000u);
+  EXPECT_TRUE(std::regex_match(lib.version_string(), std::regex(R"([89]\.\d+\.\d+)")))
+      << lib.version_string();
+  EXPECT_EQ(lib.get_version(), lib.version);
+  EXPECT_NE(lib.get_error_string(CUDNN_STATUS_BAD_PARAM), nullptr);
+  // What a plan makes first (cudnn_conv.cpp): descriptors are host objects.
+  cudnnTensorDescriptor_t x = nullptr;
+  ASSERT_EQ(lib.create_tensor(&x), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(lib.set_tensor_4d(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 2, 3, 5, 7),
+            CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(lib.set_tensor_4d(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 0, -3, 5, 7),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(lib.destroy_tensor(x), CUDNN_STATUS_SUCCESS);
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  ASSERT_EQ(lib.create_convolution(&conv), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(
+      lib.set_convolution_2d(conv, 1, 1, 2, 2, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+      CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(lib.set_math_type(conv, CUDNN_FMA_MATH), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(lib.destroy_convolution(conv), CUDNN_STATUS_SUCCESS);
+}
+
+TEST(CudnnLibrary, AMissingLibraryNamesEveryNameTriedAndHowToGetOne) {
+  const CudnnLoad load =
+      open_cudnn({"/nonexistent/a/libcudnn.so.9", "/nonexistent/b/libcudnn.so.9"});
+  expect_says(load.error, {"[conv2d] cuDNN could not be loaded", "/nonexistent/a/libcudnn.so.9 (",
+                           "/nonexistent/b/libcudnn.so.9 (", "TESSERA_CUDNN_LIBRARY",
+                           "pip install nvidia-cudnn-cu13", "TESSERA_CUDNN=0"});
+}
+
+TEST(CudnnLibrary, ALibraryThatIsNotCudnnIsRefusedNamingWhatItLacks) {
+  const CudnnLoad load = open_cudnn({"libz.so.1"});  // linked into the tests, so it opens
+  expect_says(load.error, {"libz.so.1 lacks cudnnGetVersion, cudnnGetErrorString, cudnnCreate",
+                           "it is not cuDNN 8 or 9", "TESSERA_CUDNN_LIBRARY"});
+}
+
+// On a GPU: a float32 convolution and its gradients run on cuDNN where it loads (and match
+// the CPU's), float64 stays on im2col. Skipped without a GPU, and where cuDNN is off or
+// absent (the convolution tests then check im2col).
+TEST(CudnnLibrary, Float32ConvolutionsOnAGpuRunOnCudnn) {
+  if (num_gpus() == 0) GTEST_SKIP() << "no GPU";
+  const CudnnLibrary* lib = cudnn_library();
+  if (lib == nullptr) GTEST_SKIP() << "cuDNN is off (TESSERA_CUDNN=0) or not on the loader's path";
+  const Tensor x_cpu = randn({4, 5, 9, 11});
+  const Tensor w_cpu = randn({7, 5, 3, 3});
+  const Tensor b_cpu = randn({7});
+  const Conv2dOptions options{.stride = {2, 1}, .padding = {1, 0}};
+  Tensor x = x_cpu.to(gpu(0)).requires_grad_();
+  Tensor w = w_cpu.to(gpu(0)).requires_grad_();
+  Tensor b = b_cpu.to(gpu(0)).requires_grad_();
+  const std::uint64_t before = cudnn_convolutions();
+  const Tensor y = conv2d(x, w, b, options);
+  y.sum().backward();
+  EXPECT_EQ(cudnn_convolutions(), before + 2) << "forward and backward on " << lib->path;
+  Tensor xc = x_cpu.detach().requires_grad_();
+  Tensor wc = w_cpu.detach().requires_grad_();
+  Tensor bc = b_cpu.detach().requires_grad_();
+  const Tensor yc = conv2d(xc, wc, bc, options);
+  yc.sum().backward();
+  const auto same = [](const Tensor& gpu_value, const Tensor& cpu_value, const char* what) {
+    testing::expect_close(gpu_value.to(cpu()), cpu_value.to_vector<double>(), 1e-4, 1e-4, what);
+  };
+  same(y, yc, "y");
+  same(x.grad(), xc.grad(), "dx");
+  same(w.grad(), wc.grad(), "dw");
+  same(b.grad(), bc.grad(), "db");
+  const std::uint64_t after = cudnn_convolutions();
+  (void)conv2d(x.detach().to(kFloat64), w.detach().to(kFloat64), Tensor(), options);
+  EXPECT_EQ(cudnn_convolutions(), after) << "float64 takes im2col";
+}
+
+#endif  // TESSERA_HAVE_CUDNN
+
+}  // namespace
+}  // namespace tessera::detail::cuda
+
+#endif  // TESSERA_TEST_WITH_CUDA
