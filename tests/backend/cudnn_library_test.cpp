@@ -8,23 +8,18 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "support/device_test.h"
+#include "support/run_time_library.h"
 #include "tessera/tessera.h"
 
 namespace tessera::detail::cuda {
 namespace {
 
-void expect_says(const std::string& message, const std::vector<std::string>& fragments) {
-  for (const std::string& f : fragments) {
-    EXPECT_NE(message.find(f), std::string::npos) << "'" << f << "' not in: " << message;
-  }
-}
+using testing::expect_says;
 
 TEST(CudnnLibrary, TheVariableIsTheOnlyNameTriedWhenSet) {
   EXPECT_EQ(cudnn_candidates("/opt/cudnn/libcudnn.so.9"),
@@ -36,17 +31,6 @@ TEST(CudnnLibrary, TheVariableIsTheOnlyNameTriedWhenSet) {
 
 #if TESSERA_HAVE_CUDNN
 
-// TESSERA_CUDNN_LIBRARY where the caller set one (scripts/gpu-check points it at PyTorch's),
-// else the toolkit's; "" when neither exists on this machine.
-std::string some_real_cudnn() {
-  const char* env = std::getenv("TESSERA_CUDNN_LIBRARY");
-  for (const std::string& path :
-       {std::string(env != nullptr ? env : ""), std::string(TESSERA_TEST_TOOLKIT_CUDNN)}) {
-    if (!path.empty() && std::filesystem::exists(path)) return path;
-  }
-  return "";
-}
-
 TEST(CudnnLibrary, VersionCodesReadAsCudnnWritesThem) {
   CudnnLibrary lib;
   lib.version = 91900;  // from 9 on: X*10000 + Y*100 + Z
@@ -56,7 +40,8 @@ TEST(CudnnLibrary, VersionCodesReadAsCudnnWritesThem) {
 }
 
 TEST(CudnnLibrary, ARealLibraryOpensAndMakesDescriptorsWithoutAGpu) {
-  const std::string path = some_real_cudnn();
+  const std::string path =
+      testing::existing_library("TESSERA_CUDNN_LIBRARY", TESSERA_TEST_TOOLKIT_CUDNN);
   if (path.empty()) GTEST_SKIP() << "no libcudnn.so.9 on this machine (set TESSERA_CUDNN_LIBRARY)";
   const CudnnLoad load = open_cudnn({"/nonexistent/libcudnn.so.9", path});
   ASSERT_EQ(load.error, "");

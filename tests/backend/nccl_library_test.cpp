@@ -16,26 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "support/device_test.h"
+#include "support/run_time_library.h"
+
 namespace tessera::detail::cuda {
 namespace {
 
-// Every fragment is in the message.
-void expect_says(const std::string& message, const std::vector<std::string>& fragments) {
-  for (const std::string& f : fragments) {
-    EXPECT_NE(message.find(f), std::string::npos) << "'" << f << "' not in: " << message;
-  }
-}
-
-// TESSERA_NCCL_LIBRARY where the caller set one (scripts/gpu-check points it at PyTorch's),
-// else the toolkit's; "" when neither exists on this machine.
-std::string some_real_nccl() {
-  const char* env = std::getenv("TESSERA_NCCL_LIBRARY");
-  for (const std::string path :
-       {std::string(env != nullptr ? env : ""), std::string(TESSERA_TEST_TOOLKIT_NCCL)}) {
-    if (!path.empty() && std::filesystem::exists(path)) return path;
-  }
-  return "";
-}
+using testing::expect_says;
 
 // The fake library is built beside the tests; a copy of the test binary elsewhere (the
 // GPU bundle of scripts/gpu-bundle) runs without it.
@@ -83,7 +70,8 @@ TEST(NcclLibrary, HalfTypesMapToNcclsAndNeedVersion2Point10) {
 }
 
 TEST(NcclLibrary, ARealLibraryOpensAndMakesAnIdWithoutAGpu) {
-  const std::string path = some_real_nccl();
+  const std::string path =
+      testing::existing_library("TESSERA_NCCL_LIBRARY", TESSERA_TEST_TOOLKIT_NCCL);
   if (path.empty()) GTEST_SKIP() << "no libnccl.so.2 on this machine (set TESSERA_NCCL_LIBRARY)";
   const NcclLoad load = open_nccl({"/nonexistent/libnccl.so.2", path});
   ASSERT_EQ(load.error, "");

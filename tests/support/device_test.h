@@ -83,6 +83,14 @@ inline void expect_close(const Tensor& actual, const std::vector<double>& expect
   expect_close(actual.to_vector<double>(), expected, rtol, atol, what);
 }
 
+// Expects every fragment in the message.
+inline void expect_says(const std::string& message, const std::vector<std::string>& fragments) {
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "message lacks '" << fragment << "': " << message;
+  }
+}
+
 // Runs `f` and expects it to throw E whose message contains every fragment.
 template <typename E, typename F>
 void expect_throw_with(F&& f, const std::vector<std::string>& fragments) {
@@ -90,11 +98,7 @@ void expect_throw_with(F&& f, const std::vector<std::string>& fragments) {
     f();
     ADD_FAILURE() << "expected an exception";
   } catch (const E& e) {
-    const std::string message = e.what();
-    for (const std::string& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos)
-          << "message lacks '" << fragment << "': " << message;
-    }
+    expect_says(e.what(), fragments);
   }
 }
 

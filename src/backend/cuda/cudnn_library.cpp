@@ -2,8 +2,6 @@
 // (cudnn_library.h, Note [cuDNN at run time] in cudnn_conv.cpp).
 #include "backend/cuda/cudnn_library.h"
 
-#include <dlfcn.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backend/cuda/shared_library.h"
 #include "tessera/error.h"
 
 namespace tessera::detail::cuda {
@@ -39,18 +38,6 @@ constexpr const char* kHowToGetCudnn =
     "TESSERA_CUDNN_LIBRARY=<site-packages>/nvidia/cudnn/lib/libcudnn.so.9); or set "
     "TESSERA_CUDNN=0 to run GPU convolutions without cuDNN (im2col and cuBLAS)";
 
-std::string last_dl_error() {
-  const char* e = dlerror();
-  return e != nullptr ? e : "unknown dlopen error";
-}
-
-template <typename Fn>
-void resolve(void* handle, const char* name, Fn& fn, std::vector<std::string>& missing) {
-  // POSIX guarantees a dlsym result converts to a function pointer.
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
-  if (fn == nullptr) missing.emplace_back(name);
-}
-
 // Whether TESSERA_CUDNN=0 turned cuDNN off.
 bool turned_off() {
   const char* env = std::getenv("TESSERA_CUDNN");
@@ -70,25 +57,16 @@ std::string CudnnLibrary::version_string() const {
 CudnnLoad open_cudnn(const std::vector<std::string>& names) {
   CudnnLoad out;
   CudnnLibrary& lib = out.library;
-  std::vector<std::string> tried;
-  void* handle = nullptr;
-  for (const std::string& name : names) {
-    // RTLD_LOCAL: cuDNN's symbols stay out of the global namespace (PyTorch may bring its
-    // own). libcudnn.so.9 opens its sub-libraries (libcudnn_cnn.so.9, ...) from its own
-    // directory (its RUNPATH is $ORIGIN).
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      lib.path = name;
-      break;
-    }
-    tried.push_back(fmt::format("{} ({})", name, last_dl_error()));
-  }
+  // libcudnn.so.9 opens its sub-libraries (libcudnn_cnn.so.9, ...) from its own directory
+  // (its RUNPATH is $ORIGIN). Handles and descriptors made from it live on.
+  const OpenedLibrary opened = open_first_library(names);
+  void* const handle = opened.handle;
   if (handle == nullptr) {
     out.error = fmt::format("[conv2d] cuDNN could not be loaded: tried {}. To fix, {}",
-                            fmt::join(tried, "; "), kHowToGetCudnn);
+                            fmt::join(opened.tried, "; "), kHowToGetCudnn);
     return out;
   }
-  // Never dlclose'd: handles and descriptors made from it live until the process ends.
+  lib.path = opened.path;
   std::vector<std::string> missing;
   resolve(handle, "cudnnGetVersion", lib.get_version, missing);
   resolve(handle, "cudnnGetErrorString", lib.get_error_string, missing);

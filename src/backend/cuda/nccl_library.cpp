@@ -2,8 +2,6 @@
 // Note [NCCL at run time] in nccl_collectives.cpp).
 #include "backend/cuda/nccl_library.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -12,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "backend/cuda/shared_library.h"
 #include "core/code_names.h"
 #include "tessera/error.h"
 
@@ -40,18 +39,6 @@ constexpr const char* kHowToGetNccl =
     "one (e.g. after `pip install nvidia-nccl-cu13`: "
     "TESSERA_NCCL_LIBRARY=$(find <site-packages>/nvidia -name libnccl.so.2))";
 
-std::string last_dl_error() {
-  const char* e = dlerror();
-  return e != nullptr ? e : "unknown dlopen error";
-}
-
-template <typename Fn>
-void resolve(void* handle, const char* name, Fn& fn, std::vector<std::string>& missing) {
-  // POSIX guarantees a dlsym result converts to a function pointer.
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
-  if (fn == nullptr) missing.emplace_back(name);
-}
-
 }  // namespace
 
 std::vector<std::string> nccl_candidates(const char* env) {
@@ -64,25 +51,16 @@ std::vector<std::string> nccl_candidates(const char* env) {
 NcclLoad open_nccl(const std::vector<std::string>& names) {
   NcclLoad out;
   NcclLibrary& lib = out.library;
-  std::vector<std::string> tried;
-  void* handle = nullptr;
-  for (const std::string& name : names) {
-    // RTLD_LOCAL: NCCL's symbols stay out of the global namespace (PyTorch may bring its own).
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      lib.path = name;
-      break;
-    }
-    tried.push_back(fmt::format("{} ({})", name, last_dl_error()));
-  }
+  const OpenedLibrary opened = open_first_library(names);  // communicators live on
+  void* const handle = opened.handle;
   if (handle == nullptr) {
     out.error = fmt::format(
         "[collective] GPU collectives need NCCL, which could not be loaded: "
         "tried {}. To fix, {}",
-        fmt::join(tried, "; "), kHowToGetNccl);
+        fmt::join(opened.tried, "; "), kHowToGetNccl);
     return out;
   }
-  // Never dlclose'd: communicators made from it live until the process ends.
+  lib.path = opened.path;
   std::vector<std::string> missing;
   resolve(handle, "ncclGetVersion", lib.get_version, missing);
   resolve(handle, "ncclCommInitAll", lib.comm_init_all, missing);
