@@ -119,7 +119,10 @@ void CudaBackend::conv2d_backward(const Tensor& x, const Tensor& weight, const T
     return;
   }
   const i64 nb_max = chunk_images(g);  // after the empty case: it clamps to [1, n]
-  const Tensor col = make_tensor({ck, nb_max * p}, dtype, x.device(), "conv2d_backward");
+  // Columns only for what needs them (not when cuDNN left just the bias gradient).
+  const Tensor col = grad_weight.defined() || grad_x.defined()
+                         ? make_tensor({ck, nb_max * p}, dtype, x.device(), "conv2d_backward")
+                         : Tensor();
   const Tensor gt = make_tensor({g.o, nb_max * p}, dtype, x.device(), "conv2d_backward");
   for (i64 n0 = 0; n0 < g.n; n0 += nb_max) {
     const i64 nb = std::min(nb_max, g.n - n0);

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_conv.h"
 #include "core/device_rules.h"
 #include "tessera/graph.h"
 
@@ -61,10 +62,11 @@ bool CudaBackend::capturing(int index) const {
 void CudaBackend::begin_capture(const std::vector<int>& indices) {
   const int index = indices.front();
   const cudaStream_t stream = activate(index);  // the default stream, joins applied
-  // cuBLAS's handle and workspace, and cuBLASLt's handle, are made now, not inside the
-  // recording.
+  // cuBLAS's handle and workspace, cuBLASLt's handle and a cuDNN handle are made now, not
+  // inside the recording.
   cublas(index);
   gemm_plans(index).create_handle();
+  cuda::cudnn_prepare_capture(stream);  // and cuDNN's, where convolutions use it
   PerDevice& d = devices_[index];
   d.capture_pool = std::make_shared<GraphPool>();
   d.allocator->begin_capture(d.capture_pool);

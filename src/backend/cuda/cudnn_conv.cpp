@@ -1,10 +1,18 @@
 // GPU convolutions on cuDNN's convolution kernels. See Note [cuDNN at run time].
 #include "backend/cuda/cudnn_conv.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -29,12 +37,18 @@
 //   cuDNN's heuristic ranking (cudnnGet*Algorithm_v7, which runs nothing on the GPU and so
 //   may be asked inside a graph capture) that is deterministic (runs repeat bit for bit, as
 //   with im2col), needs at most kWorkspaceLimit of workspace, and keeps float32's precision:
-//   FMA math where TF32 is off (matmul_allow_tf32), never a conversion to float16. A
+//   FMA math and no FFT or Winograd transform where TF32 is off (matmul_allow_tf32), never a
+//   conversion to float16 (TESSERA_CUDNN_LOG=1 prints each plan's choices). A
 //   direction without such an algorithm, float64 and the half types (which the front end
 //   widens to float32) stay on im2col, as do shapes past 32-bit sizes and empty ones.
 // - A call borrows one of its stream's cuDNN handles (LeasedHandle: one handle is for one
-//   thread at a time); handles are made outside captures only (cudnnCreate allocates), so a
-//   convolution captured before its stream ever had a free handle takes im2col.
+//   thread at a time), and plans are per handle too. Handles are made outside captures only
+//   (cudnnCreate allocates): a capture begins by making one for its stream where cuDNN is in
+//   use, else a convolution captured before its stream ever had a free handle takes im2col.
+// - A failure that says cuDNN cannot run here (a status of the NOT_SUPPORTED category from
+//   a first handle, a ranking or a run; sub-libraries missing) leaves that work, or all of
+//   it, to im2col; where TESSERA_CUDNN_LIBRARY named the library it is an error instead.
+//   Other failures throw, naming the op, the call and the library.
 // - Workspaces are tessera tensors of the stream's caching allocator, freed on return as
 //   im2col's columns are (an OOM is OutOfMemoryError).
 // Never run on a GPU so far (no GPU was lent since it was written): scripts/gpu-check runs
@@ -51,6 +65,7 @@ constexpr std::size_t kWorkspaceLimit = std::size_t{256} << 20;  // as im2col's 
 constexpr std::size_t kMaxPlans = 256;
 
 struct PlanKey {
+  cudnnHandle_t handle;  // Plan: one handle's (so one thread's at a time)
   int device;
   i64 n, c, h, w, o, kh, kw;
   int sh, sw, ph, pw;
@@ -64,6 +79,7 @@ struct PlanKeyHash {
     const auto mix = [&seed](i64 v) {
       seed ^= std::hash<i64>{}(v) + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
     };
+    mix(static_cast<i64>(reinterpret_cast<std::uintptr_t>(k.handle)));
     for (i64 v : {i64{k.device}, k.n, k.c, k.h, k.w, k.o, k.kh, k.kw, i64{k.sh}, i64{k.sw},
                   i64{k.ph}, i64{k.pw}, i64{k.tf32}}) {
       mix(v);
@@ -74,128 +90,230 @@ struct PlanKeyHash {
 
 enum Direction { kForward = 0, kBackwardData = 1, kBackwardFilter = 2 };
 
-// One direction's choice: an algorithm (cuDNN's enum for that direction, as int) and its
-// workspace; the math type it was ranked with is set on that direction's descriptor.
+// One direction's choice: an algorithm (cuDNN's enum for that direction, as int), its
+// workspace, and the math type set on that direction's descriptor.
 struct Choice {
   bool usable = false;
   int algo = 0;
   std::size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_FMA_MATH;  // what it runs with (for TESSERA_CUDNN_LOG)
 };
 
-// The descriptors of one shape and each direction's algorithm. Read-only once made, so
-// several threads may use one plan at once (cuDNN reads descriptors, never writes them).
+// Algorithms whose sums are not float32's (FFT and Winograd transforms round more): taken only
+// where TF32 is allowed, which gives up float32's precision anyway.
+bool approximate(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool approximate(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool approximate(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor op with conversion";
+    case CUDNN_FMA_MATH:
+      return "FMA";
+  }
+  return "?";
+}
+
+// TESSERA_CUDNN_LOG=1: each plan's choices on stderr (for checking what a GPU runs).
+bool log_plans() {
+  static const bool on = [] {
+    const char* env = std::getenv("TESSERA_CUDNN_LOG");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+
+// The descriptors of one shape and each direction's algorithm, for one handle (so for one
+// thread at a time: cuDNN promises thread safety per handle, and says nothing of descriptors
+// shared across threads).
 class Plan {
  public:
   Plan(const CudnnLibrary& lib, cudnnHandle_t handle, const ConvGeometry& g, bool tf32)
       : lib_(lib) {
-    constexpr const char* op = "conv2d";
-    TESSERA_CUDNN_CHECK(lib.create_tensor(&x), op);
-    TESSERA_CUDNN_CHECK(lib.create_tensor(&y), op);
-    TESSERA_CUDNN_CHECK(lib.create_tensor(&bias), op);
-    TESSERA_CUDNN_CHECK(lib.create_filter(&w), op);
-    const auto i = [](i64 v) { return static_cast<int>(v); };
-    TESSERA_CUDNN_CHECK(
-        lib.set_tensor_4d(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n), i(g.c), i(g.h), i(g.w)),
-        op);
-    TESSERA_CUDNN_CHECK(
-        lib.set_tensor_4d(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n), i(g.o), i(g.oh), i(g.ow)),
-        op);
-    TESSERA_CUDNN_CHECK(
-        lib.set_tensor_4d(bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(g.o), 1, 1), op);
-    TESSERA_CUDNN_CHECK(
-        lib.set_filter_4d(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.o), i(g.c), i(g.kh), i(g.kw)),
-        op);
-    const cudnnMathType_t math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-    for (cudnnConvolutionDescriptor_t& d : conv) {
-      TESSERA_CUDNN_CHECK(lib.create_convolution(&d), op);
-      TESSERA_CUDNN_CHECK(
-          lib.set_convolution_2d(d, g.win.pad_h, g.win.pad_w, g.win.stride_h, g.win.stride_w, 1, 1,
-                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
-          op);
-      TESSERA_CUDNN_CHECK(lib.set_math_type(d, math), op);
+    try {
+      make_descriptors(g, tf32);
+    } catch (...) {
+      destroy();
+      throw;
     }
     choose_forward(handle, tf32);
     choose_backward_data(handle, tf32);
     choose_backward_filter(handle, tf32);
+    if (log_plans()) {
+      std::string said;
+      for (int dir : {kForward, kBackwardData, kBackwardFilter}) {
+        static constexpr const char* kNames[] = {"forward", "input gradient", "weight gradient"};
+        const Choice& c = choice[dir];
+        said += fmt::format("; {}: {}", kNames[dir],
+                            c.usable ? fmt::format("algorithm {} ({} math, {} bytes of workspace)",
+                                                   c.algo, math_name(c.math), c.workspace)
+                                     : std::string("none (im2col)"));
+      }
+      std::fprintf(stderr,
+                   "tessera cuDNN plan: x [%lld, %lld, %lld, %lld], weight [%lld, %lld, "
+                   "%lld, %lld], stride (%d, %d), padding (%d, %d), TF32 %s%s\n",
+                   static_cast<long long>(g.n), static_cast<long long>(g.c),
+                   static_cast<long long>(g.h), static_cast<long long>(g.w),
+                   static_cast<long long>(g.o), static_cast<long long>(g.c),
+                   static_cast<long long>(g.kh), static_cast<long long>(g.kw), g.win.stride_h,
+                   g.win.stride_w, g.win.pad_h, g.win.pad_w, tf32 ? "on" : "off", said.c_str());
+    }
   }
-  ~Plan() {
-    // Statuses ignored: a destructor must not throw, and destroying cannot fail on a valid
-    // descriptor.
-    lib_.destroy_tensor(x);
-    lib_.destroy_tensor(y);
-    lib_.destroy_tensor(bias);
-    lib_.destroy_filter(w);
-    for (cudnnConvolutionDescriptor_t d : conv) lib_.destroy_convolution(d);
-  }
+  ~Plan() { destroy(); }
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
+  // Whether a direction runs on cuDNN (chosen, and not refused at run time).
+  bool runs(int dir) const { return choice[dir].usable && !refused[dir].load(); }
+  // A run of `dir` came back not supported: im2col from now on (no workspace allocated, no
+  // call made in vain).
+  void refuse(int dir) const { refused[dir].store(true); }
+
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
-  // One per direction: each carries the math type its algorithm was ranked with.
+  // One per direction: each carries the math type its algorithm runs with.
   cudnnConvolutionDescriptor_t conv[3] = {nullptr, nullptr, nullptr};
   Choice choice[3];
 
  private:
-  // Whether a ranked algorithm qualifies (Note [cuDNN at run time]).
+  void make_descriptors(const ConvGeometry& g, bool tf32) {
+    constexpr const char* op = "conv2d";
+    TESSERA_CUDNN_CHECK(lib_.create_tensor(&x), op);
+    TESSERA_CUDNN_CHECK(lib_.create_tensor(&y), op);
+    TESSERA_CUDNN_CHECK(lib_.create_tensor(&bias), op);
+    TESSERA_CUDNN_CHECK(lib_.create_filter(&w), op);
+    const auto i = [](i64 v) { return static_cast<int>(v); };
+    TESSERA_CUDNN_CHECK(
+        lib_.set_tensor_4d(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n), i(g.c), i(g.h), i(g.w)),
+        op);
+    TESSERA_CUDNN_CHECK(lib_.set_tensor_4d(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, i(g.n), i(g.o),
+                                           i(g.oh), i(g.ow)),
+                        op);
+    TESSERA_CUDNN_CHECK(
+        lib_.set_tensor_4d(bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, i(g.o), 1, 1), op);
+    TESSERA_CUDNN_CHECK(lib_.set_filter_4d(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, i(g.o), i(g.c),
+                                           i(g.kh), i(g.kw)),
+                        op);
+    // Without TF32, FMA math throughout: DEFAULT_MATH may take TF32 tensor cores on Ampere
+    // and later.
+    const cudnnMathType_t math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    for (cudnnConvolutionDescriptor_t& d : conv) {
+      TESSERA_CUDNN_CHECK(lib_.create_convolution(&d), op);
+      TESSERA_CUDNN_CHECK(
+          lib_.set_convolution_2d(d, g.win.pad_h, g.win.pad_w, g.win.stride_h, g.win.stride_w, 1, 1,
+                                  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+          op);
+      TESSERA_CUDNN_CHECK(lib_.set_math_type(d, math), op);
+    }
+  }
+
+  void destroy() {
+    // Statuses ignored: a destructor must not throw, and destroying cannot fail on a valid
+    // descriptor; one never made is null.
+    if (x != nullptr) lib_.destroy_tensor(x);
+    if (y != nullptr) lib_.destroy_tensor(y);
+    if (bias != nullptr) lib_.destroy_tensor(bias);
+    if (w != nullptr) lib_.destroy_filter(w);
+    for (cudnnConvolutionDescriptor_t d : conv) {
+      if (d != nullptr) lib_.destroy_convolution(d);
+    }
+  }
+
+  // Whether a ranked algorithm qualifies (Note [cuDNN at run time]): ranked as runnable,
+  // deterministic, within the workspace limit, never through float16, and without TF32 none
+  // that rounds more than float32's sums (tensor-op math, FFT, Winograd).
   template <typename Perf>
   static bool acceptable(const Perf& p, bool tf32) {
     if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) return false;
     if (p.memory > kWorkspaceLimit) return false;
-    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;  // float16 inside
-    // Without TF32 only FMA math: DEFAULT_MATH may take TF32 tensor cores on Ampere and later.
-    return tf32 || p.mathType == CUDNN_FMA_MATH;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
+    if (tf32) return true;
+    return (p.mathType == CUDNN_FMA_MATH || p.mathType == CUDNN_DEFAULT_MATH) &&
+           !approximate(p.algo);
   }
 
   // Takes ranked[0..found) in order: the first acceptable one whose workspace, asked for by
-  // `workspace_of`, is within the limit.
+  // `workspace_of`, is within the limit. With TF32 each runs with the math type cuDNN ranked
+  // it with (cuDNN 7.4 on); without, the descriptor keeps FMA.
   template <typename Perf, typename WorkspaceOf>
-  void take_first(Direction dir, const Perf* ranked, int found, bool tf32,
+  void take_first(Direction dir, const std::vector<Perf>& ranked, int found, bool tf32,
                   WorkspaceOf workspace_of) {
     for (int k = 0; k < found; ++k) {
-      const Perf& p = ranked[k];
+      const Perf& p = ranked[static_cast<std::size_t>(k)];
       if (!acceptable(p, tf32)) continue;
-      // The math type cuDNN ranked it with is the one it runs with (cuDNN 7.4 on).
-      TESSERA_CUDNN_CHECK(lib_.set_math_type(conv[dir], p.mathType), "conv2d");
+      if (tf32 && lib_.set_math_type(conv[dir], p.mathType) != CUDNN_STATUS_SUCCESS) continue;
       std::size_t bytes = 0;
       if (workspace_of(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kWorkspaceLimit) {
         continue;
       }
-      choice[dir] = {true, static_cast<int>(p.algo), bytes};
+      choice[dir] = {true, static_cast<int>(p.algo), bytes, tf32 ? p.mathType : CUDNN_FMA_MATH};
       return;
     }
   }
 
+  // Each direction: the algorithms cuDNN ranks (as many as it may return), then the first
+  // that qualifies. A ranking that fails leaves the direction to im2col.
   void choose_forward(cudnnHandle_t handle, bool tf32) {
-    cudnnConvolutionFwdAlgoPerf_t ranked[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int count = 0;
+    if (lib_.forward_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS || count <= 0) return;
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    TESSERA_CUDNN_CHECK(lib_.forward_algorithms(handle, x, w, conv[kForward], y,
-                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, ranked),
-                        "conv2d");
-    take_first(kForward, ranked, found, tf32, [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
-      return lib_.forward_workspace(handle, x, w, conv[kForward], y, a, b);
-    });
+    if (lib_.forward_algorithms(handle, x, w, conv[kForward], y, count, &found, ranked.data()) !=
+        CUDNN_STATUS_SUCCESS) {
+      return;
+    }
+    take_first(kForward, ranked, std::min(found, count), tf32,
+               [&](cudnnConvolutionFwdAlgo_t a, std::size_t* b) {
+                 return lib_.forward_workspace(handle, x, w, conv[kForward], y, a, b);
+               });
   }
   void choose_backward_data(cudnnHandle_t handle, bool tf32) {
-    cudnnConvolutionBwdDataAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    if (lib_.backward_data_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS || count <= 0) {
+      return;
+    }
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    TESSERA_CUDNN_CHECK(
-        lib_.backward_data_algorithms(handle, w, y, conv[kBackwardData], x,
-                                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, ranked),
-        "conv2d_backward");
-    take_first(kBackwardData, ranked, found, tf32,
+    if (lib_.backward_data_algorithms(handle, w, y, conv[kBackwardData], x, count, &found,
+                                      ranked.data()) != CUDNN_STATUS_SUCCESS) {
+      return;
+    }
+    take_first(kBackwardData, ranked, std::min(found, count), tf32,
                [&](cudnnConvolutionBwdDataAlgo_t a, std::size_t* b) {
                  return lib_.backward_data_workspace(handle, w, y, conv[kBackwardData], x, a, b);
                });
   }
   void choose_backward_filter(cudnnHandle_t handle, bool tf32) {
-    cudnnConvolutionBwdFilterAlgoPerf_t ranked[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int count = 0;
+    if (lib_.backward_filter_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS ||
+        count <= 0) {
+      return;
+    }
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    TESSERA_CUDNN_CHECK(
-        lib_.backward_filter_algorithms(handle, x, y, conv[kBackwardFilter], w,
-                                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, ranked),
-        "conv2d_backward");
-    take_first(kBackwardFilter, ranked, found, tf32,
+    if (lib_.backward_filter_algorithms(handle, x, y, conv[kBackwardFilter], w, count, &found,
+                                        ranked.data()) != CUDNN_STATUS_SUCCESS) {
+      return;
+    }
+    take_first(kBackwardFilter, ranked, std::min(found, count), tf32,
                [&](cudnnConvolutionBwdFilterAlgo_t a, std::size_t* b) {
                  return lib_.backward_filter_workspace(handle, x, y, conv[kBackwardFilter], w, a,
                                                        b);
@@ -203,6 +321,7 @@ class Plan {
   }
 
   const CudnnLibrary& lib_;
+  mutable std::atomic<bool> refused[3] = {};
 };
 
 // The shapes cuDNN is asked to take: float32, nothing empty, every size a 32-bit int (the
@@ -224,23 +343,37 @@ bool takes(const ConvGeometry& g, Dtype dtype) {
 class LeasedHandle {
  public:
   // nullptr handle() while the stream is capturing and has no free handle (cudnnCreate
-  // allocates: Note [cuDNN at run time]).
+  // allocates: Note [cuDNN at run time]), and where cuDNN turned out not to run here.
   LeasedHandle(const CudnnLibrary& lib, cudaStream_t stream) : stream_(stream) {
-    {
-      std::lock_guard lock(mutex());
-      std::vector<cudnnHandle_t>& free = pool()[stream];
-      if (!free.empty()) {
-        handle_ = free.back();
-        free.pop_back();
-        return;
-      }
+    // Made under the lock too: NVIDIA asks that handles not be created on several threads
+    // at once before the first exists.
+    std::lock_guard lock(mutex());
+    std::vector<cudnnHandle_t>& free = pool()[stream];
+    if (!free.empty()) {
+      handle_ = free.back();
+      free.pop_back();
+      return;
     }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) return;
     cudnnHandle_t h = nullptr;
-    TESSERA_CUDNN_CHECK(lib.create(&h), "conv2d");
-    TESSERA_CUDNN_CHECK(lib.set_stream(h, stream), "conv2d");
+    const cudnnStatus_t made = lib.create(&h);
+    if (made != CUDNN_STATUS_SUCCESS && cannot_run_here(made)) {
+      // Throws where TESSERA_CUDNN_LIBRARY named the library; else im2col from now on.
+      cudnn_unusable(fmt::format(
+          "[conv2d] {} (cuDNN {}) loads but cannot run here: cudnnCreate says {} "
+          "(cudnnStatus_t {}). Set TESSERA_CUDNN=0 to convolve without cuDNN, or install a "
+          "cuDNN 9 for this GPU, driver and CUDA",
+          lib.path, lib.version_string(), lib.get_error_string(made), static_cast<int>(made)));
+      return;
+    }
+    TESSERA_CUDNN_CHECK(made, "conv2d");
+    const cudnnStatus_t set = lib.set_stream(h, stream);
+    if (set != CUDNN_STATUS_SUCCESS) {
+      lib.destroy(h);
+      TESSERA_CUDNN_CHECK(set, "conv2d");
+    }
     handle_ = h;
   }
   ~LeasedHandle() {
@@ -254,6 +387,14 @@ class LeasedHandle {
   cudnnHandle_t handle() const { return handle_; }
 
  private:
+  // Failures of a first handle that say cuDNN does not run on this machine at all (a
+  // sub-library missing or mismatched, no kernels for this GPU, an old driver) rather than
+  // that something went wrong.
+  static bool cannot_run_here(cudnnStatus_t s) {
+    return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED ||
+           s == CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED ||
+           s == CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH;
+  }
   static std::mutex& mutex() {
     static std::mutex m;
     return m;
@@ -272,8 +413,8 @@ std::shared_ptr<const Plan> plan_for(const CudnnLibrary& lib, cudnnHandle_t hand
                                      const ConvGeometry& g) {
   const bool tf32 = matmul_allow_tf32();
   const PlanKey key{
-      device,         g.n,         g.c,         g.h, g.w, g.o, g.kh, g.kw, g.win.stride_h,
-      g.win.stride_w, g.win.pad_h, g.win.pad_w, tf32};
+      handle,         device,         g.n,         g.c,         g.h, g.w, g.o, g.kh, g.kw,
+      g.win.stride_h, g.win.stride_w, g.win.pad_h, g.win.pad_w, tf32};
   static std::mutex mutex;
   // Never destroyed: descriptors are not destroyed while the process exits (cuDNN may be
   // gone by then).
@@ -299,11 +440,11 @@ Tensor workspace(std::size_t bytes, Device device, const char* op) {
 
 void* ptr_or_null(const Tensor& t) { return t.defined() ? ptr(t) : nullptr; }
 
-// Whether a call went through: CUDNN_STATUS_NOT_SUPPORTED (an engine that cannot run here, as
-// one needing NVRTC where it is missing) launches nothing and leaves the work to im2col;
-// any other failure throws.
+// Whether a call went through: a status of the NOT_SUPPORTED category (an engine that cannot
+// run here, as one needing NVRTC where it is missing, or a shape it refuses) launches nothing
+// and leaves the work to im2col; any other failure throws.
 bool ran(cudnnStatus_t status, const char* call, const char* op) {
-  if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED) return false;
   if (status != CUDNN_STATUS_SUCCESS) throw_cudnn_error(status, call, op, __FILE__, __LINE__);
   return true;
 }
@@ -331,7 +472,7 @@ bool cudnn_conv2d(cudaStream_t stream, const Tensor& x, const Tensor& weight, co
                   const Tensor& out, const Window2d& w) {
   const ConvGeometry g = ConvGeometry::of(x.shape(), weight.shape(), w);
   const Ready r(stream, g, out.dtype(), out.device().index());
-  if (r.plan == nullptr || !r.plan->choice[kForward].usable) return false;
+  if (r.plan == nullptr || !r.plan->runs(kForward)) return false;
   const Plan& p = *r.plan;
   const Choice& c = p.choice[kForward];
   const Tensor ws = workspace(c.workspace, out.device(), "conv2d");
@@ -340,6 +481,7 @@ bool cudnn_conv2d(cudaStream_t stream, const Tensor& x, const Tensor& weight, co
                           static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_or_null(ws),
                           c.workspace, &zero, p.y, ptr(out)),
            "cudnnConvolutionForward", "conv2d")) {
+    p.refuse(kForward);
     return false;
   }
   if (bias.defined()) {
@@ -361,8 +503,8 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
   const Plan& p = *r.plan;
   const Choice& data = p.choice[kBackwardData];
   const Choice& filter = p.choice[kBackwardFilter];
-  const bool do_x = grad_x.defined() && data.usable;
-  const bool do_weight = grad_weight.defined() && filter.usable;
+  const bool do_x = grad_x.defined() && p.runs(kBackwardData);
+  const bool do_weight = grad_weight.defined() && p.runs(kBackwardFilter);
   // One workspace for both directions (they run one after the other on the stream).
   const std::size_t bytes = std::max(do_x ? data.workspace : 0, do_weight ? filter.workspace : 0);
   const Tensor ws = workspace(bytes, x.device(), "conv2d_backward");
@@ -373,6 +515,7 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(data.algo),
                                       ptr_or_null(ws), data.workspace, &zero, p.x, ptr(grad_x)),
                  "cudnnConvolutionBackwardData", "conv2d_backward");
+    if (!done.x) p.refuse(kBackwardData);
   }
   if (do_weight) {
     done.weight =
@@ -381,6 +524,7 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(filter.algo),
                                    ptr_or_null(ws), filter.workspace, &zero, p.w, ptr(grad_weight)),
             "cudnnConvolutionBackwardFilter", "conv2d_backward");
+    if (!done.weight) p.refuse(kBackwardFilter);
   }
   if (grad_bias.defined()) {
     done.bias = ran(
@@ -389,6 +533,13 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
   }
   if (done.x || done.weight || done.bias) count_cudnn_convolution();
   return done;
+}
+
+void cudnn_prepare_capture(cudaStream_t stream) {
+  const CudnnLibrary* lib = cudnn_library_if_loaded();
+  if (lib == nullptr) return;
+  // A handle made now, outside the capture, and given back to the stream's pool at once.
+  const LeasedHandle lease(*lib, stream);
 }
 
 #else  // no <cudnn.h> at build time: every convolution takes im2col
@@ -402,6 +553,8 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t, const Tensor&, const Tensor&,
                                      const Tensor&, const Tensor&, const Tensor&, const Window2d&) {
   return {};
 }
+
+void cudnn_prepare_capture(cudaStream_t) {}
 
 #endif
 

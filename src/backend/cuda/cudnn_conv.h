@@ -25,4 +25,9 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
                                      const Tensor& grad_weight, const Tensor& grad_bias,
                                      const Window2d& w);
 
+// Before a graph capture on `stream`: where cuDNN is loaded, makes sure the stream has a
+// handle (made now: cudnnCreate cannot run inside the capture), so the captured convolutions
+// take cuDNN as eager ones do. Loads nothing.
+void cudnn_prepare_capture(cudaStream_t stream);
+
 }  // namespace tessera::detail::cuda

@@ -17,13 +17,18 @@
 namespace tessera::detail::cuda {
 
 #if TESSERA_HAVE_CUDNN
-// The entry points of the loaded libcudnn (cuDNN 8 or 9: the "legacy" convolution API, which
-// cuDNN 9 keeps in libcudnn_cnn and its libcudnn.so.9 exports), resolved with dlsym. The
-// pointer types are cudnn.h's own declarations.
+// The entry points of the loaded libcudnn (the "legacy" convolution API, which cuDNN 9 keeps in
+// libcudnn_cnn and its libcudnn.so.9 exports), resolved with dlsym. The pointer types are
+// cudnn.h's own declarations, and the library must have cudnn.h's major version: the status
+// codes and structs differ between majors.
 struct CudnnLibrary {
   decltype(&::cudnnGetVersion) get_version = nullptr;
   decltype(&::cudnnGetErrorString) get_error_string = nullptr;
+  decltype(&::cudnnGraphVersionCheck) graph_version_check = nullptr;
+  decltype(&::cudnnOpsVersionCheck) ops_version_check = nullptr;
+  decltype(&::cudnnCnnVersionCheck) cnn_version_check = nullptr;
   decltype(&::cudnnCreate) create = nullptr;
+  decltype(&::cudnnDestroy) destroy = nullptr;
   decltype(&::cudnnSetStream) set_stream = nullptr;
   decltype(&::cudnnCreateTensorDescriptor) create_tensor = nullptr;
   decltype(&::cudnnSetTensor4dDescriptor) set_tensor_4d = nullptr;
@@ -35,12 +40,17 @@ struct CudnnLibrary {
   decltype(&::cudnnSetConvolution2dDescriptor) set_convolution_2d = nullptr;
   decltype(&::cudnnSetConvolutionMathType) set_math_type = nullptr;
   decltype(&::cudnnDestroyConvolutionDescriptor) destroy_convolution = nullptr;
+  decltype(&::cudnnGetConvolutionForwardAlgorithmMaxCount) forward_algorithm_count = nullptr;
   decltype(&::cudnnGetConvolutionForwardAlgorithm_v7) forward_algorithms = nullptr;
   decltype(&::cudnnGetConvolutionForwardWorkspaceSize) forward_workspace = nullptr;
   decltype(&::cudnnConvolutionForward) forward = nullptr;
+  decltype(&::cudnnGetConvolutionBackwardDataAlgorithmMaxCount) backward_data_algorithm_count =
+      nullptr;
   decltype(&::cudnnGetConvolutionBackwardDataAlgorithm_v7) backward_data_algorithms = nullptr;
   decltype(&::cudnnGetConvolutionBackwardDataWorkspaceSize) backward_data_workspace = nullptr;
   decltype(&::cudnnConvolutionBackwardData) backward_data = nullptr;
+  decltype(&::cudnnGetConvolutionBackwardFilterAlgorithmMaxCount) backward_filter_algorithm_count =
+      nullptr;
   decltype(&::cudnnGetConvolutionBackwardFilterAlgorithm_v7) backward_filter_algorithms = nullptr;
   decltype(&::cudnnGetConvolutionBackwardFilterWorkspaceSize) backward_filter_workspace = nullptr;
   decltype(&::cudnnConvolutionBackwardFilter) backward_filter = nullptr;
@@ -61,16 +71,28 @@ struct CudnnLoad {
 };
 
 // Tries each name with dlopen in turn, resolves the entry points from the first that opens
-// and checks its version (8 or later). Never throws; cudnn_library() calls it once with
-// cudnn_candidates(), tests with names of their own.
+// and checks its version (cudnn.h's major) and its sub-libraries' (cuDNN's own checks, which
+// load them); a name with a directory has its sub-libraries loaded from that directory
+// first. Never throws; cudnn_library() calls it once with cudnn_candidates(), tests with
+// names of their own.
 CudnnLoad open_cudnn(const std::vector<std::string>& names);
 
 // The library for convolutions, loaded on the first call (thread-safe; the outcome is kept
 // for the process), or nullptr where GPU convolutions go without it: TESSERA_CUDNN=0, or no
 // libcudnn on the loader's path. Throws DeviceError, naming the file and how to fix it, when
-// TESSERA_CUDNN_LIBRARY names a library that does not load or is not cuDNN 8 or later: a
-// path the user gave fails loudly rather than quietly running another algorithm.
+// TESSERA_CUDNN_LIBRARY names a library that does not load or is not cuDNN of cudnn.h's
+// major version: a path the user gave fails loudly rather than quietly running another
+// algorithm. After cudnn_unusable(), nullptr (or that DeviceError) too.
 const CudnnLibrary* cudnn_library();
+
+// cudnn_library() where a call to it has loaded the library already, else nullptr (loads
+// nothing: for making handles ahead of a graph capture only where cuDNN is in use).
+const CudnnLibrary* cudnn_library_if_loaded();
+
+// The library loaded but cannot run here (its first handle could not be made: `why`): from
+// now on GPU convolutions go without it, or, where TESSERA_CUDNN_LIBRARY named it, fail with
+// a DeviceError saying why (thrown here too).
+void cudnn_unusable(const std::string& why);
 
 [[noreturn]] void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* op,
                                     const char* file, int line);

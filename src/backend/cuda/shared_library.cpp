@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 namespace tessera::detail::cuda {
@@ -19,6 +21,18 @@ OpenedLibrary open_first_library(const std::vector<std::string>& names) {
     out.tried.push_back(fmt::format("{} ({})", name, e != nullptr ? e : "unknown dlopen error"));
   }
   return out;
+}
+
+std::string open_beside(const std::string& directory, const std::vector<std::string>& files) {
+  for (const std::string& file : files) {
+    const std::string path = directory + file;
+    if (!std::filesystem::exists(path)) continue;
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {  // kept open, as above
+      const char* e = dlerror();
+      return fmt::format("{} ({})", path, e != nullptr ? e : "unknown dlopen error");
+    }
+  }
+  return "";
 }
 
 void* find_symbol(void* handle, const char* name) { return dlsym(handle, name); }

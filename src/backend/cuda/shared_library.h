@@ -17,6 +17,11 @@ struct OpenedLibrary {
 // The handle is never closed: what is made from the library lives until the process ends.
 OpenedLibrary open_first_library(const std::vector<std::string>& names);
 
+// Opens each of `files` that exists in `directory` (which ends in '/'), as open_first_library
+// opens, so that a library loading them later by name finds these: "" when every one that
+// exists opened, else the first failure's "file (dlerror's words)".
+std::string open_beside(const std::string& directory, const std::vector<std::string>& files);
+
 // dlsym(handle, name), or nullptr; POSIX guarantees the result converts to a function pointer.
 void* find_symbol(void* handle, const char* name);
 
