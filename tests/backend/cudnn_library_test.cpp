@@ -8,12 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "support/device_test.h"
 #include "support/run_time_library.h"
+#include "support/temp_dir.h"
 #include "tessera/tessera.h"
 
 namespace tessera::detail::cuda {
@@ -73,6 +75,20 @@ TEST(CudnnLibrary, ARealLibraryOpensAndMakesDescriptorsWithoutAGpu) {
   EXPECT_EQ(lib.destroy_convolution(conv), CUDNN_STATUS_SUCCESS);
 }
 
+// A library named through a symbolic link (as a user's lib/ may hold one) opens, its
+// sub-libraries taken from the directory the link leads to.
+TEST(CudnnLibrary, ALibraryNamedThroughASymbolicLinkOpens) {
+  const std::string path =
+      testing::existing_library("TESSERA_CUDNN_LIBRARY", TESSERA_TEST_TOOLKIT_CUDNN);
+  if (path.empty()) GTEST_SKIP() << "no libcudnn.so.9 on this machine (set TESSERA_CUDNN_LIBRARY)";
+  const testing::TempDir dir("cudnn-link");
+  const std::filesystem::path link = dir.path() / "libcudnn.so.9";
+  std::filesystem::create_symlink(path, link);
+  const CudnnLoad load = open_cudnn({link.string()});
+  EXPECT_EQ(load.error, "");
+  EXPECT_EQ(load.library.path, link.string());
+}
+
 TEST(CudnnLibrary, AMissingLibraryNamesEveryNameTriedAndHowToGetOne) {
   const CudnnLoad load =
       open_cudnn({"/nonexistent/a/libcudnn.so.9", "/nonexistent/b/libcudnn.so.9"});
@@ -102,10 +118,15 @@ TEST(CudnnLibrary, Float32ConvolutionsOnAGpuRunOnCudnn) {
   Tensor x = x_cpu.to(gpu(0)).requires_grad_();
   Tensor w = w_cpu.to(gpu(0)).requires_grad_();
   Tensor b = b_cpu.to(gpu(0)).requires_grad_();
-  const std::uint64_t before = cudnn_convolutions();
+  const CudnnRuns before = cudnn_runs();
   const Tensor y = conv2d(x, w, b, options);
   y.sum().backward();
-  EXPECT_EQ(cudnn_convolutions(), before + 2) << "forward and backward on " << lib->path;
+  const CudnnRuns ran = cudnn_runs();
+  // Each part on cuDNN (TESSERA_CUDNN_LOG=1 prints what the plan chose where one is not).
+  EXPECT_EQ(ran.forward, before.forward + 1) << lib->path;
+  EXPECT_EQ(ran.input_gradient, before.input_gradient + 1) << lib->path;
+  EXPECT_EQ(ran.weight_gradient, before.weight_gradient + 1) << lib->path;
+  EXPECT_EQ(ran.bias_gradient, before.bias_gradient + 1) << lib->path;
   Tensor xc = x_cpu.detach().requires_grad_();
   Tensor wc = w_cpu.detach().requires_grad_();
   Tensor bc = b_cpu.detach().requires_grad_();
@@ -118,28 +139,36 @@ TEST(CudnnLibrary, Float32ConvolutionsOnAGpuRunOnCudnn) {
   same(x.grad(), xc.grad(), "dx");
   same(w.grad(), wc.grad(), "dw");
   same(b.grad(), bc.grad(), "db");
-  const std::uint64_t after = cudnn_convolutions();
   (void)conv2d(x.detach().to(kFloat64), w.detach().to(kFloat64), Tensor(), options);
-  EXPECT_EQ(cudnn_convolutions(), after) << "float64 takes im2col";
+  EXPECT_EQ(cudnn_runs().forward, ran.forward) << "float64 takes im2col";
 }
 
-// On a GPU: a convolution captured into a graph runs on cuDNN too and replays to the eager
-// result, bit for bit (the same deterministic algorithm).
-TEST(CudnnLibrary, ACapturedConvolutionRunsOnCudnnAndReplaysTheEagerResult) {
+// On a GPU: convolutions captured into a graph run on cuDNN too, one of a shape that ran
+// before and one whose plan is made inside the capture (descriptors and rankings are host
+// work), and replay to the eager results bit for bit (the same plans, so the same
+// deterministic algorithms).
+TEST(CudnnLibrary, CapturedConvolutionsRunOnCudnnAndReplayTheEagerResults) {
   if (num_gpus() == 0) GTEST_SKIP() << "no GPU";
   if (cudnn_library() == nullptr) GTEST_SKIP() << "cuDNN is off or not on the loader's path";
   const Tensor x = randn({3, 4, 10, 10}).to(gpu(0));
   const Tensor w = randn({6, 4, 3, 3}).to(gpu(0));
   const Tensor b = randn({6}).to(gpu(0));
-  const Tensor eager = conv2d(x, w, b, {.padding = {1, 1}});
-  Tensor out = zeros({3, 6, 10, 10}, {kFloat32, gpu(0)});
-  const std::uint64_t before = cudnn_convolutions();
+  const Tensor seen_eager = conv2d(x, w, b, {.padding = {1, 1}});
+  // A shape no other test convolves: its plan is made while capturing.
+  const Tensor x2 = randn({2, 3, 7, 9}).to(gpu(0));
+  const Tensor w2 = randn({5, 3, 2, 2}).to(gpu(0));
+  const Conv2dOptions new_shape{.stride = {1, 2}, .padding = {0, 1}};
+  Tensor seen = zeros({3, 6, 10, 10}, {kFloat32, gpu(0)});
+  Tensor fresh = zeros({2, 5, 6, 5}, {kFloat32, gpu(0)});
+  const CudnnRuns before = cudnn_runs();
   const Graph graph = Graph::capture(gpu(0), [&] {
-    out.copy_(conv2d(x, w, b, {.padding = {1, 1}}));
+    seen.copy_(conv2d(x, w, b, {.padding = {1, 1}}));
+    fresh.copy_(conv2d(x2, w2, Tensor(), new_shape));
   });
-  EXPECT_EQ(cudnn_convolutions(), before + 1) << "captured on cuDNN";
+  EXPECT_EQ(cudnn_runs().forward, before.forward + 2) << "both captured on cuDNN";
   graph.replay();
-  EXPECT_EQ(out.to_vector<float>(), eager.to_vector<float>());
+  EXPECT_EQ(seen.to_vector<float>(), seen_eager.to_vector<float>());
+  EXPECT_EQ(fresh.to_vector<float>(), conv2d(x2, w2, Tensor(), new_shape).to_vector<float>());
 }
 
 #endif  // TESSERA_HAVE_CUDNN

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cudnn_library.h"
 #include "core/tensor_impl.h"
+#include "tessera/error.h"
 #include "tessera/settings.h"
 
 // Note [cuDNN at run time]
@@ -62,7 +63,7 @@ namespace {
 using i64 = std::int64_t;
 
 constexpr std::size_t kWorkspaceLimit = std::size_t{256} << 20;  // as im2col's columns
-constexpr std::size_t kMaxPlans = 256;
+constexpr std::size_t kMaxPlans = 1024;                          // shapes times handles
 
 struct PlanKey {
   cudnnHandle_t handle;  // Plan: one handle's (so one thread's at a time)
@@ -148,38 +149,39 @@ class Plan {
  public:
   Plan(const CudnnLibrary& lib, cudnnHandle_t handle, const ConvGeometry& g, bool tf32)
       : lib_(lib) {
-    try {
+    try {  // a constructor that throws runs no destructor
       make_descriptors(g, tf32);
+      choose_forward(handle, tf32);
+      choose_backward_data(handle, tf32);
+      choose_backward_filter(handle, tf32);
+      if (log_plans()) log(g, tf32);
     } catch (...) {
       destroy();
       throw;
-    }
-    choose_forward(handle, tf32);
-    choose_backward_data(handle, tf32);
-    choose_backward_filter(handle, tf32);
-    if (log_plans()) {
-      std::string said;
-      for (int dir : {kForward, kBackwardData, kBackwardFilter}) {
-        static constexpr const char* kNames[] = {"forward", "input gradient", "weight gradient"};
-        const Choice& c = choice[dir];
-        said += fmt::format("; {}: {}", kNames[dir],
-                            c.usable ? fmt::format("algorithm {} ({} math, {} bytes of workspace)",
-                                                   c.algo, math_name(c.math), c.workspace)
-                                     : std::string("none (im2col)"));
-      }
-      std::fprintf(stderr,
-                   "tessera cuDNN plan: x [%lld, %lld, %lld, %lld], weight [%lld, %lld, "
-                   "%lld, %lld], stride (%d, %d), padding (%d, %d), TF32 %s%s\n",
-                   static_cast<long long>(g.n), static_cast<long long>(g.c),
-                   static_cast<long long>(g.h), static_cast<long long>(g.w),
-                   static_cast<long long>(g.o), static_cast<long long>(g.c),
-                   static_cast<long long>(g.kh), static_cast<long long>(g.kw), g.win.stride_h,
-                   g.win.stride_w, g.win.pad_h, g.win.pad_w, tf32 ? "on" : "off", said.c_str());
     }
   }
   ~Plan() { destroy(); }
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
+
+  // TESSERA_CUDNN_LOG's line.
+  void log(const ConvGeometry& g, bool tf32) const {
+    std::string said;
+    for (int dir : {kForward, kBackwardData, kBackwardFilter}) {
+      static constexpr const char* kNames[] = {"forward", "input gradient", "weight gradient"};
+      const Choice& c = choice[dir];
+      said += fmt::format("; {}: {}", kNames[dir],
+                          c.usable ? fmt::format("algorithm {} ({} math, {} bytes of workspace)",
+                                                 c.algo, math_name(c.math), c.workspace)
+                                   : std::string("none (im2col)"));
+    }
+    const std::string line = fmt::format(
+        "tessera cuDNN plan: x [{}, {}, {}, {}], weight [{}, {}, {}, {}], stride ({}, {}), "
+        "padding ({}, {}), TF32 {}{}\n",
+        g.n, g.c, g.h, g.w, g.o, g.c, g.kh, g.kw, g.win.stride_h, g.win.stride_w, g.win.pad_h,
+        g.win.pad_w, tf32 ? "on" : "off", said);
+    std::fputs(line.c_str(), stderr);
+  }
 
   // Whether a direction runs on cuDNN (chosen, and not refused at run time).
   bool runs(int dir) const { return choice[dir].usable && !refused[dir].load(); }
@@ -269,15 +271,30 @@ class Plan {
     }
   }
 
+  // Whether a ranking call went through: one of the NOT_SUPPORTED category leaves the
+  // direction to im2col; any other failure (a sub-library broken, a bad parameter) throws.
+  static bool ranked_ok(cudnnStatus_t status, const char* call) {
+    if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED) return false;
+    if (status != CUDNN_STATUS_SUCCESS) {
+      throw_cudnn_error(status, call, "conv2d", __FILE__, __LINE__);
+    }
+    return true;
+  }
+
   // Each direction: the algorithms cuDNN ranks (as many as it may return), then the first
-  // that qualifies. A ranking that fails leaves the direction to im2col.
+  // that qualifies.
   void choose_forward(cudnnHandle_t handle, bool tf32) {
     int count = 0;
-    if (lib_.forward_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS || count <= 0) return;
+    if (!ranked_ok(lib_.forward_algorithm_count(handle, &count),
+                   "cudnnGetConvolutionForwardAlgorithmMaxCount") ||
+        count <= 0) {
+      return;
+    }
     std::vector<cudnnConvolutionFwdAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    if (lib_.forward_algorithms(handle, x, w, conv[kForward], y, count, &found, ranked.data()) !=
-        CUDNN_STATUS_SUCCESS) {
+    if (!ranked_ok(
+            lib_.forward_algorithms(handle, x, w, conv[kForward], y, count, &found, ranked.data()),
+            "cudnnGetConvolutionForwardAlgorithm_v7")) {
       return;
     }
     take_first(kForward, ranked, std::min(found, count), tf32,
@@ -287,13 +304,16 @@ class Plan {
   }
   void choose_backward_data(cudnnHandle_t handle, bool tf32) {
     int count = 0;
-    if (lib_.backward_data_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS || count <= 0) {
+    if (!ranked_ok(lib_.backward_data_algorithm_count(handle, &count),
+                   "cudnnGetConvolutionBackwardDataAlgorithmMaxCount") ||
+        count <= 0) {
       return;
     }
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    if (lib_.backward_data_algorithms(handle, w, y, conv[kBackwardData], x, count, &found,
-                                      ranked.data()) != CUDNN_STATUS_SUCCESS) {
+    if (!ranked_ok(lib_.backward_data_algorithms(handle, w, y, conv[kBackwardData], x, count,
+                                                 &found, ranked.data()),
+                   "cudnnGetConvolutionBackwardDataAlgorithm_v7")) {
       return;
     }
     take_first(kBackwardData, ranked, std::min(found, count), tf32,
@@ -303,14 +323,16 @@ class Plan {
   }
   void choose_backward_filter(cudnnHandle_t handle, bool tf32) {
     int count = 0;
-    if (lib_.backward_filter_algorithm_count(handle, &count) != CUDNN_STATUS_SUCCESS ||
+    if (!ranked_ok(lib_.backward_filter_algorithm_count(handle, &count),
+                   "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount") ||
         count <= 0) {
       return;
     }
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> ranked(static_cast<std::size_t>(count));
     int found = 0;
-    if (lib_.backward_filter_algorithms(handle, x, y, conv[kBackwardFilter], w, count, &found,
-                                        ranked.data()) != CUDNN_STATUS_SUCCESS) {
+    if (!ranked_ok(lib_.backward_filter_algorithms(handle, x, y, conv[kBackwardFilter], w, count,
+                                                   &found, ranked.data()),
+                   "cudnnGetConvolutionBackwardFilterAlgorithm_v7")) {
       return;
     }
     take_first(kBackwardFilter, ranked, std::min(found, count), tf32,
@@ -366,6 +388,11 @@ class LeasedHandle {
           "(cudnnStatus_t {}). Set TESSERA_CUDNN=0 to convolve without cuDNN, or install a "
           "cuDNN 9 for this GPU, driver and CUDA",
           lib.path, lib.version_string(), lib.get_error_string(made), static_cast<int>(made)));
+      return;
+    }
+    if (made == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED) {
+      // The GPU's memory is held, much of it perhaps by the caching allocator, which im2col's
+      // own allocations can release and retry: this call goes without cuDNN.
       return;
     }
     TESSERA_CUDNN_CHECK(made, "conv2d");
@@ -488,7 +515,7 @@ bool cudnn_conv2d(cudaStream_t stream, const Tensor& x, const Tensor& weight, co
     TESSERA_CUDNN_CHECK(r.lib->add_tensor(r.handle(), &one, p.bias, ptr(bias), &one, p.y, ptr(out)),
                         "conv2d");
   }
-  count_cudnn_convolution();
+  count_cudnn_run(CudnnPart::kForward);
   return true;
 }
 
@@ -531,7 +558,9 @@ CudnnGradients cudnn_conv2d_backward(cudaStream_t stream, const Tensor& x, const
         r.lib->backward_bias(r.handle(), &one, p.y, ptr(grad_out), &zero, p.bias, ptr(grad_bias)),
         "cudnnConvolutionBackwardBias", "conv2d_backward");
   }
-  if (done.x || done.weight || done.bias) count_cudnn_convolution();
+  if (done.x) count_cudnn_run(CudnnPart::kInputGradient);
+  if (done.weight) count_cudnn_run(CudnnPart::kWeightGradient);
+  if (done.bias) count_cudnn_run(CudnnPart::kBiasGradient);
   return done;
 }
 
@@ -539,7 +568,14 @@ void cudnn_prepare_capture(cudaStream_t stream) {
   const CudnnLibrary* lib = cudnn_library_if_loaded();
   if (lib == nullptr) return;
   // A handle made now, outside the capture, and given back to the stream's pool at once.
-  const LeasedHandle lease(*lib, stream);
+  // Best effort: a graph may hold no convolution, so only the error of a library the user
+  // named stops the capture; otherwise the captured convolutions find out for themselves.
+  try {
+    const LeasedHandle lease(*lib, stream);
+  } catch (const DeviceError&) {
+    throw;
+  } catch (const Error&) {
+  }
 }
 
 #else  // no <cudnn.h> at build time: every convolution takes im2col

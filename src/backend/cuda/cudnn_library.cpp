@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <utility>
 
@@ -17,7 +18,7 @@
 namespace tessera::detail::cuda {
 namespace {
 
-std::atomic<std::uint64_t> convolutions{0};
+std::atomic<std::uint64_t> runs[4] = {};  // per CudnnPart
 
 }  // namespace
 
@@ -28,8 +29,16 @@ std::vector<std::string> cudnn_candidates(const char* env) {
   return {"libcudnn.so.9"};
 }
 
-std::uint64_t cudnn_convolutions() { return convolutions.load(std::memory_order_relaxed); }
-void count_cudnn_convolution() { convolutions.fetch_add(1, std::memory_order_relaxed); }
+CudnnRuns cudnn_runs() {
+  const auto of = [](CudnnPart p) {
+    return runs[static_cast<int>(p)].load(std::memory_order_relaxed);
+  };
+  return {of(CudnnPart::kForward), of(CudnnPart::kInputGradient), of(CudnnPart::kWeightGradient),
+          of(CudnnPart::kBiasGradient)};
+}
+void count_cudnn_run(CudnnPart part) {
+  runs[static_cast<int>(part)].fetch_add(1, std::memory_order_relaxed);
+}
 
 #if TESSERA_HAVE_CUDNN
 namespace {
@@ -59,7 +68,30 @@ std::string CudnnLibrary::version_string() const {
 CudnnLoad open_cudnn(const std::vector<std::string>& names) {
   CudnnLoad out;
   CudnnLibrary& lib = out.library;
-  // Handles and descriptors made from it live on: never closed.
+  // libcudnn.so.9 opens its sub-libraries (libcudnn_cnn.so.9, ...) by name, so the loader's
+  // path (LD_LIBRARY_PATH first) decides which copies run, not the directory of the file
+  // named: a toolkit's cuDNN on LD_LIBRARY_PATH would run under a pip library's name. Where
+  // a name has a directory, the sub-libraries in the directory of the file it leads to
+  // (through symbolic links) are opened first, before the library itself; its names then
+  // find them loaded. Handles and descriptors made from them live on: never closed.
+  for (const std::string& name : names) {
+    if (name.find('/') == std::string::npos) continue;
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(name, ec);
+    if (ec) continue;  // not there: open_first_library says so below
+    const std::string failed =
+        open_beside(real.parent_path().string() + "/",
+                    {"libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn_cnn.so.9",
+                     "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
+                     "libcudnn_heuristic.so.9"});
+    if (!failed.empty()) {
+      out.error =
+          fmt::format("[conv2d] {} is there but its sub-libraries are not usable: {}. To fix, {}",
+                      name, failed, kHowToGetCudnn);
+      return out;
+    }
+    break;  // the first such name that exists is the one open_first_library opens
+  }
   const OpenedLibrary opened = open_first_library(names);
   void* const handle = opened.handle;
   if (handle == nullptr) {
@@ -68,26 +100,6 @@ CudnnLoad open_cudnn(const std::vector<std::string>& names) {
     return out;
   }
   lib.path = opened.path;
-  // libcudnn.so.9 opens its sub-libraries (libcudnn_cnn.so.9, ...) by name at their first
-  // use, so the loader's path (LD_LIBRARY_PATH first) decides which copies run, not the
-  // directory of the file named: a toolkit's cuDNN on LD_LIBRARY_PATH would run under a
-  // pip library's name. A library opened from a directory has its sub-libraries opened from
-  // there now; the names then find them loaded.
-  const std::size_t slash = lib.path.rfind('/');
-  if (slash != std::string::npos) {
-    const std::string failed =
-        open_beside(lib.path.substr(0, slash + 1),
-                    {"libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn_cnn.so.9",
-                     "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
-                     "libcudnn_heuristic.so.9"});
-    if (!failed.empty()) {
-      out.error = fmt::format(
-          "[conv2d] {} is there but its sub-libraries are not usable: {}. "
-          "To fix, {}",
-          lib.path, failed, kHowToGetCudnn);
-      return out;
-    }
-  }
   std::vector<std::string> missing;
   resolve(handle, "cudnnGetVersion", lib.get_version, missing);
   resolve(handle, "cudnnGetErrorString", lib.get_error_string, missing);

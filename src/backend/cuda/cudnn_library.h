@@ -103,10 +103,15 @@ void cudnn_unusable(const std::string& why);
 // built for CUDA 13).
 std::vector<std::string> cudnn_candidates(const char* tessera_cudnn_library);
 
-// How many convolutions (forward or backward calls) cuDNN has run in this process: lets the
-// GPU tests check that the path they meant to test is the one that ran.
-std::uint64_t cudnn_convolutions();
-void count_cudnn_convolution();
+// How many times cuDNN has run each part of a convolution in this process (queued it, or
+// recorded it into a graph): lets the GPU tests check that the path they meant to test is
+// the one that ran.
+struct CudnnRuns {
+  std::uint64_t forward = 0, input_gradient = 0, weight_gradient = 0, bias_gradient = 0;
+};
+CudnnRuns cudnn_runs();
+enum class CudnnPart { kForward, kInputGradient, kWeightGradient, kBiasGradient };
+void count_cudnn_run(CudnnPart part);
 
 }  // namespace tessera::detail::cuda
 

@@ -26,7 +26,8 @@ OpenedLibrary open_first_library(const std::vector<std::string>& names) {
 std::string open_beside(const std::string& directory, const std::vector<std::string>& files) {
   for (const std::string& file : files) {
     const std::string path = directory + file;
-    if (!std::filesystem::exists(path)) continue;
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;              // never throws
     if (dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {  // kept open, as above
       const char* e = dlerror();
       return fmt::format("{} ({})", path, e != nullptr ? e : "unknown dlopen error");
