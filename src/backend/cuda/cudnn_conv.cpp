@@ -33,8 +33,8 @@
 //   (PyTorch's nvidia-cudnn-cu13 wheel on the GPU machines), and never linked, so a build
 //   runs where it is absent: every convolution then takes im2col, as with TESSERA_CUDNN=0.
 // - The "legacy" API (descriptors and cudnnConvolutionForward / BackwardData /
-//   BackwardFilter / BackwardBias), which cuDNN 9 still exports. Per shape, device and TF32
-//   switch, a plan keeps the descriptors and each direction's algorithm: the first of
+//   BackwardFilter / BackwardBias), which cuDNN 9 still exports. Per handle, shape, device and
+//   TF32 switch, a plan keeps the descriptors and each direction's algorithm: the first of
 //   cuDNN's heuristic ranking (cudnnGet*Algorithm_v7, which runs nothing on the GPU and so
 //   may be asked inside a graph capture) that is deterministic (runs repeat bit for bit, as
 //   with im2col), needs at most kWorkspaceLimit of workspace, and keeps float32's precision:
@@ -46,10 +46,13 @@
 //   thread at a time), and plans are per handle too. Handles are made outside captures only
 //   (cudnnCreate allocates): a capture begins by making one for its stream where cuDNN is in
 //   use, else a convolution captured before its stream ever had a free handle takes im2col.
-// - A failure that says cuDNN cannot run here (a status of the NOT_SUPPORTED category from
-//   a first handle, a ranking or a run; sub-libraries missing) leaves that work, or all of
-//   it, to im2col; where TESSERA_CUDNN_LIBRARY named the library it is an error instead.
-//   Other failures throw, naming the op, the call and the library.
+// - A failure that says cuDNN cannot run here leaves that work to im2col: a status of the
+//   NOT_SUPPORTED category from a ranking (that direction of that plan) or a run (from then
+//   on); from a first handle, or sub-libraries that do not load, all of it for the process,
+//   except that where TESSERA_CUDNN_LIBRARY named the library it is a DeviceError. A first
+//   handle short of GPU memory leaves that call to im2col (whose allocations can release the
+//   caching allocator's blocks). Other failures throw, naming the op, the call and the
+//   library.
 // - Workspaces are tessera tensors of the stream's caching allocator, freed on return as
 //   im2col's columns are (an OOM is OutOfMemoryError).
 // Never run on a GPU so far (no GPU was lent since it was written): scripts/gpu-check runs
