@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -102,6 +103,43 @@ TEST(CudnnLibrary, ALibraryThatIsNotCudnnIsRefusedNamingWhatItLacks) {
   expect_says(load.error,
               {"libz.so.1 lacks cudnnGetVersion, cudnnGetErrorString, cudnnGraphVersionCheck",
                "it is not cuDNN 9", "TESSERA_CUDNN_LIBRARY"});
+}
+
+// The fake library is built beside the tests; a copy of the test binary elsewhere (the
+// GPU bundle of scripts/gpu-bundle) runs without it.
+#define SKIP_WITHOUT_THE_FAKE()                          \
+  if (!std::filesystem::exists(TESSERA_TEST_FAKE_CUDNN)) \
+  GTEST_SKIP() << TESSERA_TEST_FAKE_CUDNN << " is not here (tests copied from their build)"
+
+// The fake cuDNN, opened with this version code and sub-library check status.
+CudnnLoad open_fake(const char* version, const char* check) {
+  ::setenv("TESSERA_FAKE_CUDNN_VERSION", version, 1);
+  ::setenv("TESSERA_FAKE_CUDNN_CHECK", check, 1);
+  CudnnLoad load = open_cudnn({TESSERA_TEST_FAKE_CUDNN});
+  ::unsetenv("TESSERA_FAKE_CUDNN_VERSION");
+  ::unsetenv("TESSERA_FAKE_CUDNN_CHECK");
+  return load;
+}
+
+TEST(CudnnLibrary, AnotherMajorVersionIsRefusedNamingBoth) {
+  SKIP_WITHOUT_THE_FAKE();
+  expect_says(
+      open_fake("8907", "0").error,
+      {TESSERA_TEST_FAKE_CUDNN, "is cuDNN 8.9.7 (version code 8907)",
+       "built against cuDNN 9's headers and needs that major version", "TESSERA_CUDNN_LIBRARY"});
+  expect_says(open_fake("100100", "0").error, {"is cuDNN 10.1.0 (version code 100100)"});
+}
+
+TEST(CudnnLibrary, ASubLibraryThatFailsItsCheckIsNamed) {
+  SKIP_WITHOUT_THE_FAKE();
+  expect_says(open_fake("91900", "1008").error,
+              {TESSERA_TEST_FAKE_CUDNN,
+               "sub-library libcudnn_graph does not load or does not "
+               "match it: fake cuDNN (cudnnStatus_t 1008)",
+               "TESSERA_CUDNN=0"});
+  const CudnnLoad good = open_fake("91900", "0");
+  EXPECT_EQ(good.error, "");
+  EXPECT_EQ(good.library.version_string(), "9.19.0");
 }
 
 // On a GPU: a float32 convolution and its gradients run on cuDNN where it loads (and match
