@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,7 +89,6 @@ struct SgdParams {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
-  bool first_step = false;  // the momentum buffer is uninitialized: it becomes the gradient
 };
 
 // Scalars of one fused Adam/AdamW step. Bias corrections are computed on the host from the
@@ -113,6 +113,19 @@ struct DeviceStepState {
   Tensor found_inf;   // float32; nonzero: skip the step, writing nothing at all
   Tensor step;        // Adam: the float64 step count t, already counting this step
   Tensor first_step;  // SGD: float32; nonzero: the momentum buffer is unwritten (as first_step)
+};
+
+// One parameter's part of an optimizer step (Backend::sgd_steps, adam_steps).
+struct SgdStep {
+  Tensor param, grad;
+  Tensor momentum_buf;      // undefined when SgdParams::momentum == 0
+  DeviceStepState device;   // the step's device-side values
+  bool first_step = false;  // the momentum buffer is uninitialized: it becomes the gradient
+};
+struct AdamStep {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+  DeviceStepState device;
+  AdamParams p;  // the bias corrections follow this parameter's own step count
 };
 
 enum class CollectiveKind : std::uint8_t { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
@@ -312,9 +325,13 @@ class Backend {
   // outside [0, C) gives a NaN loss (found without a host wait; the front end documents it).
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                              const Tensor& probs) = 0;
-  // grad_logits[i, c] = (probs[i, c] - (c == targets[i])) * grad_losses[i]; all contiguous.
+  // grad_logits[i, c] = (probs[i, c] - (c == targets[i])) * (grad_losses[i] / divisor), the
+  // quotient in the probs' dtype: divisor N for a mean over the batch, else 1. grad_losses
+  // [N], of probs' dtype, may have any stride, 0 included (a mean's or a sum's gradient is
+  // one value for every sample); the others are contiguous.
   virtual void cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                                      const Tensor& grad_losses, const Tensor& grad_logits) = 0;
+                                      const Tensor& grad_losses, double divisor,
+                                      const Tensor& grad_logits) = 0;
 
   // Batch normalization of contiguous x seen as [N, C, S] (S: the product of the dims after
   // dim 1) into y (contiguous, like x), float32 or float64; every other tensor is [C],
@@ -392,13 +409,14 @@ class Backend {
   virtual void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
                                const Tensor& grad_x, const Window2d& w) = 0;
 
-  // Optimizer steps, one fused kernel per parameter, updating in place. All tensors are
-  // contiguous, of one floating dtype and shape, on one device of this backend.
-  // momentum_buf is undefined when p.momentum == 0; `device` as DeviceStepState says.
-  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                        const DeviceStepState& device, const SgdParams& p) = 0;
-  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                         const DeviceStepState& device, const AdamParams& p) = 0;
+  // Optimizer steps of several parameters, updating each in place as one fused kernel per
+  // parameter would, in order; queued as one task (CPU) or a few kernels (GPU) for all of
+  // them, as PyTorch's multi-tensor ("foreach") steps are, so that a recorded training step
+  // holds one optimizer node, not one per parameter. Every tensor is contiguous, on one
+  // device of this backend, and of one floating dtype, the same for all the steps; each
+  // step's state has its parameter's shape.
+  virtual void sgd_steps(std::span<const SgdStep> steps, const SgdParams& p) = 0;
+  virtual void adam_steps(std::span<const AdamStep> steps) = 0;
   // grad *= inv_scale (a float32 0-dim tensor) in place, and found_inf (float32 0-dim) = 1
   // when any element of grad was infinite or NaN (else found_inf is left as it is): one
   // pass, no host wait. grad is contiguous float32 or float64; all on one device.

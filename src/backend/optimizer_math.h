@@ -35,6 +35,7 @@ struct SgdUpdate {
   T lr, momentum, damp, weight_decay;  // damp = 1 - dampening
   bool decays, nesterov;               // decays: weight_decay != 0
 
+  SgdUpdate() = default;  // unset: a slot of a kernel's parameters, filled before use
   explicit SgdUpdate(const SgdParams& p)
       : lr(static_cast<T>(p.lr)),
         momentum(static_cast<T>(p.momentum)),
@@ -68,6 +69,7 @@ struct AdamUpdate {
   T one_minus_beta1, one_minus_beta2;
   bool decay_weight, decay_grad;  // AdamW's decay of the weight, or Adam's of the gradient
 
+  AdamUpdate() = default;  // as SgdUpdate's
   explicit AdamUpdate(const AdamParams& p)
       : beta1(static_cast<T>(p.beta1)),
         beta2(static_cast<T>(p.beta2)),

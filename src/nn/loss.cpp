@@ -26,7 +26,11 @@ Tensor reduce(const Tensor& losses, Reduction reduction) {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, Reduction reduction) {
-  return reduce(detail::cross_entropy_losses(logits, targets), reduction);
+  using detail::LossReduction;
+  const LossReduction r = reduction == Reduction::kMean  ? LossReduction::kMean
+                          : reduction == Reduction::kSum ? LossReduction::kSum
+                                                         : LossReduction::kNone;
+  return detail::cross_entropy_loss(logits, targets, r);
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -3,6 +3,9 @@
 // goes through the device rule (core/device_rules.h), checks shapes and dtypes, marks what
 // it writes in place, and only then queues one kernel. No host wait in any of them.
 #include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "tessera/tensor.h"
@@ -14,9 +17,14 @@ namespace tessera::detail {
 // otherwise), in saved's dtype.
 Tensor activation_backward(UnaryOp op, const Tensor& grad, const Tensor& saved);
 
-// Per-sample cross-entropy of logits [N, C] against integer class indices [N], recorded for
-// backward when logits need grad. A target outside [0, C) gives a NaN loss.
-Tensor cross_entropy_losses(const Tensor& logits, const Tensor& targets);
+// How a loss reduces its per-sample values (nn::Reduction, for the layers below nn).
+enum class LossReduction : std::uint8_t { kNone, kMean, kSum };
+
+// Cross-entropy of logits [N, C] against integer class indices [N]: the per-sample losses,
+// or their mean or sum, recorded for backward as one node when logits need grad (its
+// backward is one kernel, which divides the mean's gradient itself). A target outside
+// [0, C) gives a NaN loss.
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, LossReduction reduction);
 
 // Batch normalization of x [N, C, ...] in one kernel each way (Backend::batch_norm, Note
 // [Fused batch normalization] in batch_norm.cpp): x float32 or float64, every defined
@@ -40,21 +48,21 @@ struct ParamSite {
   std::size_t index;
 };
 
-// One fused SGD step of `param` in place from `grad` (converted to param's dtype when it
-// differs). momentum_buf is undefined when p.momentum == 0; `device` holds the step's
-// device-side values (backend.h). Every tensor must be on param's device
-// (DeviceMismatchError) and the state of param's dtype and shape.
-void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const DeviceStepState& device, const SgdParams& p);
-// One fused Adam/AdamW step of `param`, exp_avg and exp_avg_sq in place; checks as sgd_step.
-void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
-               const AdamParams& p);
+// The SGD steps of several parameters of an optimizer (`indices` names them in errors,
+// "[SGD.step] ... parameter 3 ..."), each in place from its grad (converted to its
+// parameter's dtype when it differs); half parameters step in float32 and are rounded back
+// once. Every tensor of a step must be on its parameter's device (DeviceMismatchError) and
+// the state of its parameter's dtype and shape; all are checked before any step is queued.
+// The steps are queued together, one Backend::sgd_steps per device and dtype.
+void sgd_steps(const char* op, std::span<const std::size_t> indices, std::vector<SgdStep> steps,
+               const SgdParams& p);
+// The same for Adam/AdamW (exp_avg and exp_avg_sq updated in place).
+void adam_steps(const char* op, std::span<const std::size_t> indices, std::vector<AdamStep> steps);
 
-// The checks of sgd_step / adam_step alone, launching nothing (undefined state: the state a
-// first step will make, on param's device). Optimizers run them over every parameter before
-// stepping any, so a refused step leaves every parameter and its state as they were (Note
-// [A step refused before any update], optimizer.h).
+// The checks of one parameter's sgd_steps / adam_steps alone, launching nothing (undefined state:
+// the state a first step will make, on param's device). Optimizers run them over every parameter
+// before stepping any, so a refused step leaves every parameter and its state as they were (Note [A
+// step refused before any update], optimizer.h).
 void check_sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
                     const Tensor& momentum_buf, const DeviceStepState& device);
 void check_adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,

@@ -1,8 +1,11 @@
 // Front end of the fused optimizer steps and of gradient unscaling: the device rule, the
-// shapes and dtypes of the gradient and the state, then one backend kernel per parameter.
+// shapes and dtypes of the gradient and the state, then one backend call for the parameters of
+// each device and dtype.
 #include <fmt/format.h>
 
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/device_rules.h"
@@ -100,6 +103,45 @@ void check_device_state(const ParamSite& site, const Tensor& param, const Device
   }
 }
 
+// A half tensor stepped as a float32 copy (Note [Half precision]), rounded back once after.
+struct Widened {
+  Tensor wide, half;
+};
+
+// x in float32; when `stored` is given, x is noted there to receive the result.
+Tensor widen(const Tensor& x, std::vector<Widened>* stored) {
+  NoGradGuard no_grad;
+  Tensor wide = to_float32(x);
+  if (stored != nullptr) stored->push_back({wide, x});
+  return wide;
+}
+
+void store_widened(const std::vector<Widened>& widened) {
+  NoGradGuard no_grad;
+  for (const auto& [wide, half] : widened) store_converted(wide, half);
+}
+
+// Calls queue(group) for each group of steps that share a device and dtype, in the order of
+// each group's first parameter, a group's steps in parameter order (one backend call each).
+template <typename Step, typename Queue>
+void for_each_group(const std::vector<Step>& steps, Queue queue) {
+  std::vector<bool> queued(steps.size(), false);
+  std::vector<Step> group;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (queued[i]) continue;
+    const Device device = steps[i].param.device();
+    const Dtype dtype = steps[i].param.dtype();
+    group.clear();
+    for (std::size_t j = i; j < steps.size(); ++j) {
+      if (!queued[j] && steps[j].param.device() == device && steps[j].param.dtype() == dtype) {
+        group.push_back(steps[j]);
+        queued[j] = true;
+      }
+    }
+    queue(std::span<const Step>(group));
+  }
+}
+
 }  // namespace
 
 void check_sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
@@ -123,41 +165,47 @@ void check_adam_step(const ParamSite& site, const Tensor& param, const Tensor& g
   check_device_state(site, param, device);
 }
 
-void sgd_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-              const Tensor& momentum_buf, const DeviceStepState& device, const SgdParams& p) {
-  const Tensor g = momentum_buf.defined()
-                       ? checked_grad(site, param, grad, {{"momentum buffer", &momentum_buf}})
-                       : checked_grad(site, param, grad, {});
-  check_device_state(site, param, device);
-  if (is_half(param.dtype())) [[unlikely]] {
-    // The step in float32 on widened copies, rounded back once (Note [Half precision]).
-    NoGradGuard no_grad;
-    const Tensor p32 = to_float32(param);
-    const Tensor m32 = momentum_buf.defined() ? to_float32(momentum_buf) : momentum_buf;
-    backend_of(param.device()).sgd_step(p32, to_float32(g), m32, device, p);
-    store_converted(p32, param);
-    if (m32.defined()) store_converted(m32, momentum_buf);
-    return;
+void sgd_steps(const char* op, std::span<const std::size_t> indices, std::vector<SgdStep> steps,
+               const SgdParams& p) {
+  std::vector<Widened> widened;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    SgdStep& s = steps[k];
+    const ParamSite site{op, indices[k]};
+    s.grad = s.momentum_buf.defined()
+                 ? checked_grad(site, s.param, s.grad, {{"momentum buffer", &s.momentum_buf}})
+                 : checked_grad(site, s.param, s.grad, {});
+    check_device_state(site, s.param, s.device);
+    if (is_half(s.param.dtype())) [[unlikely]] {
+      s.grad = widen(s.grad, nullptr);
+      s.param = widen(s.param, &widened);
+      if (s.momentum_buf.defined()) s.momentum_buf = widen(s.momentum_buf, &widened);
+    }
   }
-  backend_of(param.device()).sgd_step(param, g, momentum_buf, device, p);
+  for_each_group(steps, [&](std::span<const SgdStep> group) {
+    backend_of(group.front().param.device()).sgd_steps(group, p);
+  });
+  store_widened(widened);
 }
 
-void adam_step(const ParamSite& site, const Tensor& param, const Tensor& grad,
-               const Tensor& exp_avg, const Tensor& exp_avg_sq, const DeviceStepState& device,
-               const AdamParams& p) {
-  const Tensor g =
-      checked_grad(site, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
-  check_device_state(site, param, device);
-  if (is_half(param.dtype())) [[unlikely]] {  // as sgd_step
-    NoGradGuard no_grad;
-    const Tensor p32 = to_float32(param), m32 = to_float32(exp_avg), v32 = to_float32(exp_avg_sq);
-    backend_of(param.device()).adam_step(p32, to_float32(g), m32, v32, device, p);
-    store_converted(p32, param);
-    store_converted(m32, exp_avg);
-    store_converted(v32, exp_avg_sq);
-    return;
+void adam_steps(const char* op, std::span<const std::size_t> indices, std::vector<AdamStep> steps) {
+  std::vector<Widened> widened;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    AdamStep& s = steps[k];
+    const ParamSite site{op, indices[k]};
+    s.grad = checked_grad(site, s.param, s.grad,
+                          {{"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}});
+    check_device_state(site, s.param, s.device);
+    if (is_half(s.param.dtype())) [[unlikely]] {  // as sgd_steps
+      s.grad = widen(s.grad, nullptr);
+      s.param = widen(s.param, &widened);
+      s.exp_avg = widen(s.exp_avg, &widened);
+      s.exp_avg_sq = widen(s.exp_avg_sq, &widened);
+    }
   }
-  backend_of(param.device()).adam_step(param, g, exp_avg, exp_avg_sq, device, p);
+  for_each_group(steps, [](std::span<const AdamStep> group) {
+    backend_of(group.front().param.device()).adam_steps(group);
+  });
+  store_widened(widened);
 }
 
 void unscale_grad(const ParamSite& site, const Tensor& grad, const Tensor& inv_scale,

@@ -1,5 +1,5 @@
-// Adam and AdamW: option checks, host-side bias corrections, then one fused adam_step
-// (ops/fused_ops.h) per parameter with a grad.
+// Adam and AdamW: option checks, host-side bias corrections, then the fused steps
+// (ops/fused_ops.h) of every parameter with a grad.
 #include "tessera/optim/adam.h"
 
 #include <algorithm>
@@ -175,6 +175,9 @@ void Adam::step_unless(const Tensor& found_inf) {
   }
   // What each step count grows by: 1, or 0 when found_inf skips this step.
   const Tensor applied = skippable ? sub(1.0, found_inf) : Tensor();
+  // Every parameter's step, queued together (one kernel for the lot where the backend can).
+  std::vector<std::size_t> indices;
+  std::vector<detail::AdamStep> steps;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
@@ -186,38 +189,50 @@ void Adam::step_unless(const Tensor& found_inf) {
       exp_avg_[i] = std::move(m);
       exp_avg_sq_[i] = std::move(v);
     }
-    Tensor device_step;
-    if (capturable_) {
-      // A model moved after set_capturable takes its counts along (a one-time copy).
-      if (device_steps_[i].device() != param.device()) {
-        device_steps_[i] = device_steps_[i].to(param.device());
-      }
-      if (skippable) {
-        device_steps_[i].add_(applied);
-      } else {
-        device_steps_[i].add_(1.0);
-      }
-      device_step = device_steps_[i];
+    // A model moved after set_capturable takes its counts along (a one-time copy).
+    if (capturable_ && device_steps_[i].device() != param.device()) {
+      device_steps_[i] = device_steps_[i].to(param.device());
     }
     detail::AdamParams p{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_};
     // A capturable step's kernel corrects with the count it reads on the device.
     detail::set_adam_step(p, static_cast<double>(capturable_ ? 1 : steps_[i] + 1));
-    try {
-      detail::adam_step({op, i}, param, g, exp_avg_[i], exp_avg_sq_[i],
-                        {found_inf, device_step, Tensor()}, p);
-    } catch (...) {
-      // A refused step is not counted (its bias correction would be off by one afterwards).
-      if (capturable_) {
-        NoGradGuard undo;
+    indices.push_back(i);
+    steps.push_back({param,
+                     g,
+                     exp_avg_[i],
+                     exp_avg_sq_[i],
+                     {found_inf, capturable_ ? device_steps_[i] : Tensor(), Tensor()},
+                     p});
+  }
+  // The device counts grow before the kernels read them; a refused step is not counted (its
+  // bias correction would be off by one afterwards).
+  std::size_t counted = 0;
+  try {
+    if (capturable_) {
+      for (; counted < steps.size(); ++counted) {
+        Tensor& count = device_steps_[indices[counted]];
         if (skippable) {
-          device_steps_[i].sub_(applied);
+          count.add_(applied);
         } else {
-          device_steps_[i].sub_(1.0);
+          count.add_(1.0);
         }
       }
-      throw;
     }
-    if (!capturable_) ++steps_[i];
+    detail::adam_steps(op, indices, steps);
+  } catch (...) {
+    NoGradGuard undo;
+    for (std::size_t k = 0; k < counted; ++k) {
+      Tensor& count = device_steps_[indices[k]];
+      if (skippable) {
+        count.sub_(applied);
+      } else {
+        count.sub_(1.0);
+      }
+    }
+    throw;
+  }
+  if (!capturable_) {
+    for (const std::size_t i : indices) ++steps_[i];
   }
 }
 

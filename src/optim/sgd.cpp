@@ -1,4 +1,4 @@
-// SGD: option checks, then one fused sgd_step (ops/fused_ops.h) per parameter with a grad.
+// SGD: option checks, then the fused steps (ops/fused_ops.h) of every parameter with a grad.
 #include "tessera/optim/sgd.h"
 
 #include <cmath>
@@ -97,8 +97,8 @@ void SGD::load_state_dict(const OptimizerState& state) {
 
 void SGD::step_unless(const Tensor& found_inf) {
   NoGradGuard no_grad;
-  detail::SgdParams p{options_.lr,           options_.momentum, options_.dampening,
-                      options_.weight_decay, options_.nesterov, false};
+  const detail::SgdParams p{options_.lr, options_.momentum, options_.dampening,
+                            options_.weight_decay, options_.nesterov};
   const bool skippable = found_inf.defined();
   const char* op = skippable ? "SGD.step_unless" : "SGD.step";
   if (skippable) check_found_inf(op, found_inf);
@@ -110,35 +110,43 @@ void SGD::step_unless(const Tensor& found_inf) {
     detail::check_sgd_step({op, i}, params_[i], g, momentum_[i],
                            {found_inf, Tensor(), unwritten_[i]});
   }
+  // Every parameter's step, queued together (one kernel for the lot where the backend can).
+  std::vector<std::size_t> indices;
+  std::vector<detail::SgdStep> steps;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     const Tensor& param = params_[i];
-    p.first_step = false;
+    detail::SgdStep step{param, g, momentum_[i], {found_inf, Tensor(), unwritten_[i]}, false};
     // A new buffer is kept only once the step that fills it was accepted: an uninitialized
     // one kept after a refused first step (out of memory) was read as a momentum next step.
-    Tensor buffer = momentum_[i], unwritten = unwritten_[i];
-    if (options_.momentum != 0 && !buffer.defined()) {
+    if (options_.momentum != 0 && !step.momentum_buf.defined()) {
       if (skippable) {
         // Whether this step is the first to write the buffer is known on the device only.
-        buffer = zeros_like(param);
-        unwritten = ones({}, {kFloat32, param.device()});
+        step.momentum_buf = zeros_like(param);
+        step.device.first_step = ones({}, {kFloat32, param.device()});
       } else {
         // Uninitialized: the kernel writes the first buffer (= the gradient) itself.
-        buffer = empty_like(param);
-        p.first_step = true;
+        step.momentum_buf = empty_like(param);
+        step.first_step = true;
       }
     }
-    detail::sgd_step({op, i}, param, g, buffer, {found_inf, Tensor(), unwritten}, p);
-    momentum_[i] = buffer;
-    unwritten_[i] = unwritten;
-    if (unwritten_[i].defined()) {
+    indices.push_back(i);
+    steps.push_back(std::move(step));
+  }
+  detail::sgd_steps(op, indices, steps, p);
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const std::size_t i = indices[k];
+    momentum_[i] = steps[k].momentum_buf;
+    Tensor unwritten = steps[k].device.first_step;
+    if (unwritten.defined()) {
       if (skippable) {
-        unwritten_[i].mul_(found_inf);  // still unwritten only if this step was skipped
+        unwritten.mul_(found_inf);  // still unwritten only if this step was skipped
       } else {
-        unwritten_[i] = Tensor();  // this step wrote it
+        unwritten = Tensor();  // this step wrote it
       }
     }
+    unwritten_[i] = unwritten;
   }
 }
 

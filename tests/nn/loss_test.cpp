@@ -77,6 +77,54 @@ TEST_P(Losses, CrossEntropyGradientIsSoftmaxMinusOneHot) {
   EXPECT_EQ(wide.grad().shape(), Shape({c, n}));
 }
 
+// The one backward kernel of each reduction: the mean's gradient divided by n, the sum's as
+// it comes, and per-sample gradients read through their strides (a column of a matrix here)
+// or broadcast from one value (stride 0), never copied.
+TEST_P(Losses, CrossEntropyGradientOfEachReductionAndOfAStridedGrad) {
+  const Device d = device();
+  const int n = 7, c = 5;
+  const std::vector<double> x = random_values(n * c, 21, -3, 3);
+  std::vector<std::int64_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 3) % c;
+  // (softmax - one-hot) of each row, in float64.
+  std::vector<double> base(n * c);
+  for (int i = 0; i < n; ++i) {
+    double mx = -INFINITY, s = 0;
+    for (int k = 0; k < c; ++k) mx = std::max(mx, x[i * c + k]);
+    for (int k = 0; k < c; ++k) s += std::exp(x[i * c + k] - mx);
+    for (int k = 0; k < c; ++k) {
+      base[i * c + k] = std::exp(x[i * c + k] - mx) / s - (t[i] == k ? 1 : 0);
+    }
+  }
+  const std::vector<double> per_sample = random_values(2 * n, 22, -2, 2);
+  const Tensor targets = from_vector(t, {n}, d);
+  for (Dtype dtype : {kFloat32, kFloat64}) {
+    const double tol = dtype == kFloat32 ? 1e-6 : 1e-13;
+    const auto scaled = [&](auto weight) {
+      std::vector<double> out(n * c);
+      for (int i = 0; i < n * c; ++i) out[i] = base[i] * weight(i / c);
+      return out;
+    };
+    Tensor logits = from_vector(x, {n, c}, {dtype, d}).requires_grad_();
+    nn::cross_entropy(logits, targets).backward(full({}, 3.0, {dtype, d}));
+    expect_close(logits.grad(), scaled([&](int) { return 3.0 / n; }), tol, tol, "mean");
+    logits = from_vector(x, {n, c}, {dtype, d}).requires_grad_();
+    nn::cross_entropy(logits, targets, nn::Reduction::kSum).backward();
+    expect_close(logits.grad(), scaled([](int) { return 1.0; }), tol, tol, "sum");
+    logits = from_vector(x, {n, c}, {dtype, d}).requires_grad_();
+    const Tensor column = from_vector(per_sample, {n, 2}, {dtype, d}).select(1, 1);
+    ASSERT_EQ(column.stride(0), 2);
+    nn::cross_entropy(logits, targets, nn::Reduction::kNone).backward(column);
+    expect_close(logits.grad(), scaled([&](int i) { return per_sample[2 * i + 1]; }), tol, tol,
+                 "a column's per-sample gradients");
+    logits = from_vector(x, {n, c}, {dtype, d}).requires_grad_();
+    nn::cross_entropy(logits, targets, nn::Reduction::kNone)
+        .backward(full({1}, -0.5, {dtype, d}).expand({n}));
+    expect_close(logits.grad(), scaled([](int) { return -0.5; }), tol, tol,
+                 "one value for every sample");
+  }
+}
+
 // ImageNet-sized rows in float32, through the vectorized kernel (16 lanes and a tail): the
 // loss and the gradient (softmax - one-hot) against float64, with an -inf logit (its
 // probability exactly 0, so its gradient too), logits far below the max, and a max in the

@@ -158,6 +158,122 @@ TEST_P(Optim, ParametersWithoutGradAreSkipped) {
   expect_close(a, {0.4, 0.4, 0.4}, 1e-6, 1e-6);
 }
 
+// Parameters of one optimizer are stepped together (Backend::sgd_steps, adam_steps): more of
+// them than one GPU launch takes (16), of two dtypes, one empty and one large, each must
+// still get its own update.
+TEST_P(Optim, ManyParametersOfTwoDtypesStepTogether) {
+  constexpr int kParams = 21;
+  const auto sizes = [](int k) -> std::int64_t {
+    if (k == 3) return 0;
+    if (k == 17) return 70000;  // several blocks on a GPU, several threads on the CPU
+    return 7 * k + 1;
+  };
+  const auto dtype_of = [](int k) { return k % 3 == 1 ? kFloat64 : kFloat32; };
+  const optim::SgdOptions so{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01};
+  const optim::AdamWOptions ao{.lr = 0.02, .weight_decay = 0.1};
+  for (const bool adam : {false, true}) {
+    std::vector<Tensor> params;
+    std::vector<std::vector<double>> w;
+    for (int k = 0; k < kParams; ++k) {
+      const auto n = static_cast<std::size_t>(sizes(k));
+      params.push_back(
+          testing::make_input(random_values(n, k + 1), {sizes(k)}, dtype_of(k), device())
+              .requires_grad_());
+      w.push_back(params.back().to_vector<double>());
+    }
+    std::unique_ptr<optim::Optimizer> opt;
+    if (adam) {
+      opt = std::make_unique<optim::AdamW>(params, ao);
+    } else {
+      opt = std::make_unique<optim::SGD>(params, so);
+    }
+    std::vector<RefSgd> sgd_refs(kParams, RefSgd{so, {}});
+    std::vector<RefAdam> adam_refs(
+        kParams, RefAdam{{ao.lr, ao.beta1, ao.beta2, ao.eps, ao.weight_decay}, true});
+    for (int step = 0; step < 3; ++step) {
+      for (int k = 0; k < kParams; ++k) {
+        if (k == 5 && step == 1) {
+          params[k].set_grad(Tensor());  // skipped this step, stepped the others
+          continue;
+        }
+        const Tensor g = testing::make_input(random_values(w[k].size(), 100 * step + k, -2, 2),
+                                             params[k].shape(), dtype_of(k), device());
+        params[k].set_grad(g);
+        if (adam) {
+          adam_refs[k].step(w[k], g.to_vector<double>());
+        } else {
+          sgd_refs[k].step(w[k], g.to_vector<double>());
+        }
+      }
+      opt->step();
+      for (int k = 0; k < kParams; ++k) {
+        const double tol = dtype_of(k) == kFloat64 ? 1e-12 : 2e-5;
+        expect_close(params[k], w[k], tol, tol,
+                     std::string(adam ? "AdamW" : "SGD") + " step " + std::to_string(step) +
+                         " param " + std::to_string(k));
+      }
+    }
+  }
+}
+
+// An optimizer over a model split across two devices steps each device's parameters on that
+// device (one backend call per device: Backend::sgd_steps takes one device's tensors).
+TEST_P(Optim, ParametersOnTwoDevicesStepOnEach) {
+  if (device() == cpu(0)) GTEST_SKIP() << "needs a second device: TESSERA_CPU_DEVICES=2 or a GPU";
+  const optim::SgdOptions o{.lr = 0.1, .momentum = 0.9};
+  const Device devices[] = {device(), cpu(0), device(), cpu(0)};
+  std::vector<Tensor> params;
+  std::vector<std::vector<double>> w;
+  std::vector<RefSgd> refs(4, RefSgd{o, {}});
+  for (int k = 0; k < 4; ++k) {
+    params.push_back(testing::make_input(random_values(k + 3, k), {k + 3}, kFloat32, devices[k])
+                         .requires_grad_());
+    w.push_back(params.back().to_vector<double>());
+  }
+  optim::SGD sgd(params, o);
+  for (int step = 0; step < 2; ++step) {
+    for (int k = 0; k < 4; ++k) {
+      const std::vector<double> g = random_values(k + 3, 10 * step + k, -1, 1);
+      params[k].set_grad(testing::make_input(g, {k + 3}, kFloat32, devices[k]));
+      refs[k].step(w[k], g);
+    }
+    sgd.step();
+  }
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(params[k].device(), devices[k]);
+    expect_close(params[k], w[k], 2e-5, 2e-5, "param " + std::to_string(k));
+  }
+}
+
+// A recorded step holds one node for the optimizer: one task on a CPU device, one kernel per
+// 16 parameters on a GPU. Its replays are the next steps.
+TEST_P(Optim, ARecordedStepHoldsOneNodeForTheParameters) {
+  constexpr int kParams = 20;
+  const optim::SgdOptions o{.lr = 0.1, .momentum = 0.9};
+  std::vector<Tensor> params;
+  std::vector<std::vector<double>> w, g;
+  std::vector<RefSgd> refs(kParams, RefSgd{o, {}});
+  for (int k = 0; k < kParams; ++k) {
+    params.push_back(
+        testing::make_input(random_values(k + 2, k), {k + 2}, kFloat32, device()).requires_grad_());
+    w.push_back(params.back().to_vector<double>());
+    g.push_back(random_values(k + 2, 50 + k, -1, 1));
+    params.back().set_grad(testing::make_input(g.back(), {k + 2}, kFloat32, device()));
+  }
+  optim::SGD sgd(params, o);
+  sgd.step();  // the first step makes the momentum buffers, outside the recording
+  for (int k = 0; k < kParams; ++k) refs[k].step(w[k], g[k]);
+  const Graph graph = Graph::capture(device(), [&] { sgd.step(); });
+  EXPECT_EQ(graph.node_count(), device().is_cuda() ? 2u : 1u);
+  for (int replay = 0; replay < 2; ++replay) {
+    graph.replay();
+    for (int k = 0; k < kParams; ++k) refs[k].step(w[k], g[k]);
+  }
+  for (int k = 0; k < kParams; ++k) {
+    expect_close(params[k], w[k], 2e-5, 2e-5, "after 2 replays, param " + std::to_string(k));
+  }
+}
+
 TEST_P(Optim, MinimizesAQuadratic) {
   const Tensor target = tensor({1.5, -2.0, 0.25}, device());
   using Make = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;

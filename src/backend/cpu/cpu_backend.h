@@ -127,6 +127,27 @@ class CpuBackendBase : public Backend {
       kernel(tensors...);
     }
   }
+  // launch_with for a number of tensors known at run time: kernel(tensors).
+  template <typename F>
+  void launch_with_all(int index, F kernel, std::vector<Tensor> tensors) {
+    const bool recording = capturing_[index].load(std::memory_order_relaxed) && records_here(index);
+    if (recording) [[unlikely]] {
+      for (const Tensor& t : tensors) keep_for_graph(index, t);
+    }
+    WorkQueue* q = recording ? nullptr : stream_queue(index);
+    if (!recording && q == nullptr) {
+      const InlineThreads threads(kernel_threads());
+      kernel(tensors);
+      return;
+    }
+    for (Tensor& t : tensors) t = borrow(t);
+    auto task = [kernel, held = std::move(tensors)] { kernel(held); };
+    if (recording) {
+      record(index, std::move(task));
+    } else {
+      q->submit(std::move(task), run_ahead(index));
+    }
+  }
   // Runs `work` on the calling thread with the kernel threads of a logical device.
   template <typename F>
   void run_here(F&& work) {
@@ -304,7 +325,7 @@ class CpuBackend final : public CpuBackendBase {
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cpu_loss.cpp
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
-                              const Tensor& grad_logits) override;
+                              double divisor, const Tensor& grad_logits) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const Window2d& w) override;  // conv/cpu_conv.cpp
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
@@ -327,10 +348,8 @@ class CpuBackend final : public CpuBackendBase {
               const Window2d& w) override;  // cpu_pool.cpp
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
                        const Tensor& grad_x, const Window2d& w) override;
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                const DeviceStepState& device, const SgdParams& p) override;  // cpu_optim.cpp
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const DeviceStepState& device, const AdamParams& p) override;
+  void sgd_steps(std::span<const SgdStep> steps, const SgdParams& p) override;  // cpu_optim.cpp
+  void adam_steps(std::span<const AdamStep> steps) override;
   void unscale_grad(const Tensor& grad, const Tensor& inv_scale, const Tensor& found_inf) override;
   void collective(const CollectiveCall& call) override;  // cpu_collectives.cpp
 };

@@ -55,11 +55,12 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tenso
 
 template <typename T>
 void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
-                             const Tensor& grad_logits) {
+                             T divisor, const Tensor& grad_logits) {
   const i64 rows = probs.size(0), classes = probs.size(1);
   const T* p = data_of<T>(probs);
   const i64* t = data_of<i64>(targets);
   const T* g = data_of<T>(grad_losses);
+  const i64 g_stride = grad_losses.stride(0);
   T* out = data_of<T>(grad_logits);
   const bool serial = rows * classes < kParallelGrain || omp_in_parallel();
 #pragma omp parallel for schedule(static) if (!serial)
@@ -67,8 +68,9 @@ void cross_entropy_grad_rows(const Tensor& probs, const Tensor& targets, const T
     // A target outside [0, classes) made the row's loss NaN; its gradient is NaN too, not
     // the finite softmax * g an optimizer would step on.
     const bool valid = t[r] >= 0 && t[r] < classes;
+    const T gr = g[r * g_stride] / divisor;
     for (i64 c = 0; c < classes; ++c) {
-      out[r * classes + c] = valid ? (p[r * classes + c] - (t[r] == c ? T(1) : T(0))) * g[r]
+      out[r * classes + c] = valid ? (p[r * classes + c] - (t[r] == c ? T(1) : T(0))) * gr
                                    : std::numeric_limits<T>::quiet_NaN();
     }
   }
@@ -89,14 +91,16 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, cons
 }
 
 void CpuBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                                        const Tensor& grad_losses, const Tensor& grad_logits) {
+                                        const Tensor& grad_losses, double divisor,
+                                        const Tensor& grad_logits) {
   launch_with(
       probs.device().index(),
-      [](const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
-         const Tensor& grad_logits) {
+      [divisor](const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
+                const Tensor& grad_logits) {
         dispatch_floating(probs.dtype(), [&](auto tag) {
-          cross_entropy_grad_rows<typename decltype(tag)::type>(probs, targets, grad_losses,
-                                                                grad_logits);
+          using T = typename decltype(tag)::type;
+          cross_entropy_grad_rows<T>(probs, targets, grad_losses, static_cast<T>(divisor),
+                                     grad_logits);
         });
       },
       probs, targets, grad_losses, grad_logits);

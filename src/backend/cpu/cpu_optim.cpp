@@ -1,6 +1,7 @@
-// CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), and the gradient
-// scaler's unscale-and-check pass, queued on the parameter's device like every other
-// kernel. The math is optimizer_math.h's, which the GPU runs too.
+// CPU optimizer steps: one fused pass per parameter (SGD, Adam/AdamW), the parameters of a
+// step queued as one task, and the gradient scaler's unscale-and-check pass, queued on the
+// parameter's device like every other kernel. The math is optimizer_math.h's, which the GPU runs
+// too.
 #include <atomic>
 
 #include "backend/cpu/cpu_backend.h"
@@ -46,53 +47,81 @@ bool unscale_span(T* g, std::int64_t n, T inv) {
 
 }  // namespace
 
-void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                          const DeviceStepState& device, const SgdParams& p) {
-  launch_with(
-      param.device().index(),
-      [p](const Tensor& param, const Tensor& grad, const Tensor& buf, const Tensor& found_inf,
-          const Tensor& first_flag) {
-        if (flag_set(found_inf)) return;
-        const bool first_step = p.first_step || flag_set(first_flag);
-        dispatch_floating(param.dtype(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          T* w = data_of<T>(param);
-          const T* g = data_of<T>(grad);
-          T* b = buf.defined() ? data_of<T>(buf) : nullptr;
-          const SgdUpdate<T> update(p);
-          parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
-            if (b == nullptr) {
-              for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i]);
-            } else {
-              for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], b[i], first_step);
-            }
+// Each step's tensors in the list a queued task holds: param, grad, state, then the
+// DeviceStepState flags.
+constexpr std::size_t kSgdTensors = 5, kAdamTensors = 6;
+
+void CpuBackend::sgd_steps(std::span<const SgdStep> steps, const SgdParams& p) {
+  if (steps.empty()) return;
+  std::vector<Tensor> tensors;
+  tensors.reserve(kSgdTensors * steps.size());
+  std::vector<char> first(steps.size());
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const SgdStep& s = steps[k];
+    tensors.insert(tensors.end(),
+                   {s.param, s.grad, s.momentum_buf, s.device.found_inf, s.device.first_step});
+    first[k] = s.first_step ? 1 : 0;
+  }
+  launch_with_all(
+      steps.front().param.device().index(),
+      [p, first = std::move(first)](const std::vector<Tensor>& t) {
+        for (std::size_t k = 0; k < first.size(); ++k) {
+          const Tensor* s = &t[kSgdTensors * k];
+          const Tensor &param = s[0], &grad = s[1], &buf = s[2];
+          if (flag_set(s[3])) continue;
+          const bool first_step = first[k] != 0 || flag_set(s[4]);
+          dispatch_floating(param.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            T* w = data_of<T>(param);
+            const T* g = data_of<T>(grad);
+            T* b = buf.defined() ? data_of<T>(buf) : nullptr;
+            const SgdUpdate<T> update(p);
+            parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
+              if (b == nullptr) {
+                for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i]);
+              } else {
+                for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], b[i], first_step);
+              }
+            });
           });
-        });
+        }
       },
-      param, grad, momentum_buf, device.found_inf, device.first_step);
+      std::move(tensors));
 }
 
-void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                           const Tensor& v, const DeviceStepState& device, const AdamParams& p) {
-  launch_with(
-      param.device().index(),
-      [p](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-          const Tensor& step, const Tensor& found_inf) {
-        if (flag_set(found_inf)) return;
-        dispatch_floating(param.dtype(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          T* w = data_of<T>(param);
-          const T* g = data_of<T>(grad);
-          T* mp = data_of<T>(m);
-          T* vp = data_of<T>(v);
-          AdamUpdate<T> update(p);
-          if (step.defined()) update.at_step(p, *data_of<double>(step));
-          parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
-            for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], mp[i], vp[i]);
+void CpuBackend::adam_steps(std::span<const AdamStep> steps) {
+  if (steps.empty()) return;
+  std::vector<Tensor> tensors;
+  tensors.reserve(kAdamTensors * steps.size());
+  std::vector<AdamParams> params(steps.size());
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const AdamStep& s = steps[k];
+    tensors.insert(tensors.end(),
+                   {s.param, s.grad, s.exp_avg, s.exp_avg_sq, s.device.step, s.device.found_inf});
+    params[k] = s.p;
+  }
+  launch_with_all(
+      steps.front().param.device().index(),
+      [params = std::move(params)](const std::vector<Tensor>& t) {
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          const Tensor* s = &t[kAdamTensors * k];
+          const Tensor &param = s[0], &step = s[4];
+          if (flag_set(s[5])) continue;
+          dispatch_floating(param.dtype(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            T* w = data_of<T>(param);
+            const T* g = data_of<T>(s[1]);
+            T* mp = data_of<T>(s[2]);
+            T* vp = data_of<T>(s[3]);
+            AdamUpdate<T> update(params[k]);
+            if (step.defined()) update.at_step(params[k], *data_of<double>(step));
+            parallel_ranges(param.numel(), [=](std::int64_t begin, std::int64_t end) {
+              for (std::int64_t i = begin; i < end; ++i) update(w[i], g[i], mp[i], vp[i]);
+            });
           });
-        });
+        }
       },
-      param, grad, m, v, device.step, device.found_inf);
+      std::move(tensors));
 }
 
 void CpuBackend::unscale_grad(const Tensor& grad, const Tensor& inv_scale,

@@ -83,7 +83,7 @@ class CudaBackend final : public Backend {
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& losses,
                      const Tensor& probs) override;  // cuda_ops.cpp
   void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& grad_losses,
-                              const Tensor& grad_logits) override;
+                              double divisor, const Tensor& grad_logits) override;
   void conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out,
               const Window2d& w) override;  // cuda_conv.cpp
   void conv2d_backward(const Tensor& x, const Tensor& weight, const Tensor& grad_out,
@@ -106,10 +106,8 @@ class CudaBackend final : public Backend {
               const Window2d& w) override;
   void pool2d_backward(PoolKind kind, const Tensor& grad_out, const Tensor& indices,
                        const Tensor& grad_x, const Window2d& w) override;
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                const DeviceStepState& device, const SgdParams& p) override;  // cuda_optim.cpp
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const DeviceStepState& device, const AdamParams& p) override;
+  void sgd_steps(std::span<const SgdStep> steps, const SgdParams& p) override;  // cuda_optim.cpp
+  void adam_steps(std::span<const AdamStep> steps) override;
   void unscale_grad(const Tensor& grad, const Tensor& inv_scale, const Tensor& found_inf) override;
   void collective(const CollectiveCall& call) override;  // nccl_collectives.cpp
   // nccl_process_collectives.cpp

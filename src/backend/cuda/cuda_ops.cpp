@@ -143,9 +143,10 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, con
 }
 
 void CudaBackend::cross_entropy_backward(const Tensor& probs, const Tensor& targets,
-                                         const Tensor& grad_losses, const Tensor& grad_logits) {
+                                         const Tensor& grad_losses, double divisor,
+                                         const Tensor& grad_logits) {
   cuda::launch_cross_entropy_backward(activate(probs.device().index()), kernel_arg(probs),
-                                      kernel_arg(targets), kernel_arg(grad_losses),
+                                      kernel_arg(targets), kernel_arg(grad_losses), divisor,
                                       kernel_arg(grad_logits));
 }
 

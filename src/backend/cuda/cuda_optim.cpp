@@ -1,5 +1,7 @@
 // The CUDA backend's optimizer steps and gradient unscaling: each passes its tensors to a
-// launcher on the parameter's device stream (kernels_optim.cu). Nothing here waits.
+// launcher on the parameters' device stream (kernels_optim.cu). Nothing here waits.
+#include <vector>
+
 #include "backend/cuda/cuda_backend.h"
 
 namespace tessera::detail {
@@ -17,17 +19,27 @@ cuda::StepFlags flags_of(const DeviceStepState& device) {
 
 }  // namespace
 
-void CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                           const DeviceStepState& device, const SgdParams& p) {
-  const cuda::KernelArg buf = momentum_buf.defined() ? kernel_arg(momentum_buf) : cuda::KernelArg{};
-  cuda::launch_sgd_step(activate(param.device().index()), kernel_arg(param), kernel_arg(grad), buf,
-                        flags_of(device), p);
+void CudaBackend::sgd_steps(std::span<const SgdStep> steps, const SgdParams& p) {
+  if (steps.empty()) return;
+  std::vector<cuda::SgdStepArg> args;
+  args.reserve(steps.size());
+  for (const SgdStep& s : steps) {
+    args.push_back({kernel_arg(s.param), kernel_arg(s.grad),
+                    s.momentum_buf.defined() ? kernel_arg(s.momentum_buf) : cuda::KernelArg{},
+                    flags_of(s.device), s.first_step});
+  }
+  cuda::launch_sgd_steps(activate(steps.front().param.device().index()), args, p);
 }
 
-void CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& m,
-                            const Tensor& v, const DeviceStepState& device, const AdamParams& p) {
-  cuda::launch_adam_step(activate(param.device().index()), kernel_arg(param), kernel_arg(grad),
-                         kernel_arg(m), kernel_arg(v), flags_of(device), p);
+void CudaBackend::adam_steps(std::span<const AdamStep> steps) {
+  if (steps.empty()) return;
+  std::vector<cuda::AdamStepArg> args;
+  args.reserve(steps.size());
+  for (const AdamStep& s : steps) {
+    args.push_back({kernel_arg(s.param), kernel_arg(s.grad), kernel_arg(s.exp_avg),
+                    kernel_arg(s.exp_avg_sq), flags_of(s.device), s.p});
+  }
+  cuda::launch_adam_steps(activate(steps.front().param.device().index()), args);
 }
 
 void CudaBackend::unscale_grad(const Tensor& grad, const Tensor& inv_scale,

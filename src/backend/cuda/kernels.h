@@ -4,6 +4,7 @@
 // each launcher queues its kernels on `stream` and returns at once (it never synchronizes).
 // Launchers check their launches (TESSERA_CUDA_CHECK_LAUNCH in cuda_check.h).
 #include <cstdint>
+#include <span>
 
 #include "backend/backend.h"
 #include "backend/conv_geometry.h"
@@ -65,7 +66,8 @@ void launch_softmax(StreamHandle s, const KernelArg& in, int dim, bool log, cons
 void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelArg& targets,
                           const KernelArg& losses, const KernelArg& probs);
 void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const KernelArg& targets,
-                                   const KernelArg& grad_losses, const KernelArg& grad_logits);
+                                   const KernelArg& grad_losses, double divisor,
+                                   const KernelArg& grad_logits);
 // Backend::batch_norm, layer_norm and their backwards (kernels_norm.cu); a null pointer is an
 // undefined tensor. `sums` is scratch of 2 C doubles on the stream's device.
 void launch_batch_norm(StreamHandle s, const KernelArg& x, void* weight, void* bias,
@@ -90,19 +92,28 @@ void launch_batch_norm_backward(StreamHandle s, const KernelArg& x, void* weight
 namespace tessera::detail::cuda {
 
 // ---- optimizer steps (kernels_optim.cu) ----
-// Same contract as Backend::sgd_step, adam_step and unscale_grad: contiguous float32/float64
-// tensors of one dtype and size; momentum_buf.data is nullptr when there is no momentum.
-// The pointers are DeviceStepState's tensors on the device, nullptr when undefined.
+// Same contract as Backend::sgd_steps, adam_steps and unscale_grad: contiguous float32/float64
+// tensors of one dtype; momentum_buf.data is nullptr when there is no momentum. The pointers
+// are DeviceStepState's tensors on the device, nullptr when undefined.
 struct StepFlags {
   const float* found_inf = nullptr;
   const double* step = nullptr;
   const float* first_step = nullptr;
 };
-void launch_sgd_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                     const KernelArg& momentum_buf, const StepFlags& flags, const SgdParams& p);
-void launch_adam_step(StreamHandle s, const KernelArg& param, const KernelArg& grad,
-                      const KernelArg& m, const KernelArg& v, const StepFlags& flags,
-                      const AdamParams& p);
+struct SgdStepArg {
+  KernelArg param, grad, momentum_buf;
+  StepFlags flags;
+  bool first_step = false;
+};
+struct AdamStepArg {
+  KernelArg param, grad, m, v;
+  StepFlags flags;
+  AdamParams p;
+};
+// Every step of the list in one kernel per kMaxStepsPerLaunch of them (Note [One kernel for
+// the parameters] in kernels_optim.cu).
+void launch_sgd_steps(StreamHandle s, std::span<const SgdStepArg> steps, const SgdParams& p);
+void launch_adam_steps(StreamHandle s, std::span<const AdamStepArg> steps);
 void launch_unscale_grad(StreamHandle s, const KernelArg& grad, const float* inv_scale,
                          float* found_inf);
 

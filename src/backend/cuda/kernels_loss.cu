@@ -54,15 +54,17 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* __restrict__ probs,
                                               const i64* __restrict__ targets,
-                                              const T* __restrict__ grad_losses,
-                                              T* __restrict__ grad_logits, i64 n, i64 classes) {
+                                              const T* __restrict__ grad_losses, i64 grad_stride,
+                                              T divisor, T* __restrict__ grad_logits, i64 n,
+                                              i64 classes) {
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
   for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += stride) {
     const i64 row = i / classes, c = i % classes;
     const i64 target = targets[row];
     const T hot = target == c ? T(1) : T(0);
     // As on the CPU: a target outside [0, classes) gives NaN, as its loss does.
-    grad_logits[i] = target >= 0 && target < classes ? (probs[i] - hot) * grad_losses[row]
+    const T g = grad_losses[row * grad_stride] / divisor;
+    grad_logits[i] = target >= 0 && target < classes ? (probs[i] - hot) * g
                                                      : ::cuda::std::numeric_limits<T>::quiet_NaN();
   }
 }
@@ -87,7 +89,9 @@ void launch_cross_entropy(StreamHandle s, const KernelArg& logits, const KernelA
 }
 
 void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const KernelArg& targets,
-                                   const KernelArg& grad_losses, const KernelArg& grad_logits) {
+                                   const KernelArg& grad_losses, double divisor,
+                                   const KernelArg& grad_logits) {
+  TESSERA_CUDA_EXPECT(grad_losses.ndim == 1, "cross_entropy_backward's grad is not [N]");
   if (probs.numel == 0) return;
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(probs.dtype, [&](auto tag) {
@@ -95,8 +99,8 @@ void launch_cross_entropy_backward(StreamHandle s, const KernelArg& probs, const
     constexpr auto kernel = cross_entropy_backward_kernel<T>;
     kernel<<<grid_for<kernel>(probs.numel), kThreads, 0, stream>>>(
         static_cast<const T*>(probs.data), static_cast<const i64*>(targets.data),
-        static_cast<const T*>(grad_losses.data), static_cast<T*>(grad_logits.data), probs.numel,
-        probs.sizes[1]);
+        static_cast<const T*>(grad_losses.data), grad_losses.strides[0], static_cast<T>(divisor),
+        static_cast<T*>(grad_logits.data), probs.numel, probs.sizes[1]);
   });
   TESSERA_CUDA_CHECK_LAUNCH(stream, "cross_entropy_backward");
 }
