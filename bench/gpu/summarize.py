@@ -26,6 +26,8 @@ def fmt(v, unit=""):
         return "n/a"
     if unit == "us":
         return f"{v:.2f}"
+    if unit == "nodes":
+        return f"{v:.0f}"
     if v >= 100:
         return f"{v:,.0f}"
     if v >= 10:
@@ -113,6 +115,8 @@ def main(argv):
         if model == "mlp":
             row("MLP epoch, steps replayed from a graph (s), absolute", "train.mlp.graph", "s",
                 target=("abs<=", 0.010))
+        row(f"{name}: operations in the recorded step (graph nodes)", f"train.{model}.graph.nodes",
+            "nodes")
         row(f"{name} epoch under bfloat16 autocast (s)", f"train.{model}.bf16", "s",
             ref_key=f"train.{model}", ref_name="its float32 epoch")
     row("MLP epoch fed by the DataLoader from host memory (s)", "train.mlp.loader", "s",
