@@ -53,11 +53,14 @@ struct ParamSite {
 // parameter's dtype when it differs); half parameters step in float32 and are rounded back
 // once. Every tensor of a step must be on its parameter's device (DeviceMismatchError) and
 // the state of its parameter's dtype and shape; all are checked before any step is queued.
-// The steps are queued together, one Backend::sgd_steps per device and dtype.
-void sgd_steps(const char* op, std::span<const std::size_t> indices, std::vector<SgdStep> steps,
-               const SgdParams& p);
+// The steps of each device and dtype are queued together (one Backend::sgd_steps); each
+// step's `queued` entry is set once it is queued, so that a caller catching a failure part
+// of the way keeps the state of the steps that were.
+void sgd_steps(const char* op, std::span<const std::size_t> indices, std::span<const SgdStep> steps,
+               const SgdParams& p, std::span<char> queued);
 // The same for Adam/AdamW (exp_avg and exp_avg_sq updated in place).
-void adam_steps(const char* op, std::span<const std::size_t> indices, std::vector<AdamStep> steps);
+void adam_steps(const char* op, std::span<const std::size_t> indices,
+                std::span<const AdamStep> steps, std::span<char> queued);
 
 // The checks of one parameter's sgd_steps / adam_steps alone, launching nothing (undefined state:
 // the state a first step will make, on param's device). Optimizers run them over every parameter

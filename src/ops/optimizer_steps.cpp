@@ -103,42 +103,28 @@ void check_device_state(const ParamSite& site, const Tensor& param, const Device
   }
 }
 
-// A half tensor stepped as a float32 copy (Note [Half precision]), rounded back once after.
-struct Widened {
-  Tensor wide, half;
-};
-
-// x in float32; when `stored` is given, x is noted there to receive the result.
-Tensor widen(const Tensor& x, std::vector<Widened>* stored) {
-  NoGradGuard no_grad;
-  Tensor wide = to_float32(x);
-  if (stored != nullptr) stored->push_back({wide, x});
-  return wide;
-}
-
-void store_widened(const std::vector<Widened>& widened) {
-  NoGradGuard no_grad;
-  for (const auto& [wide, half] : widened) store_converted(wide, half);
-}
-
-// Calls queue(group) for each group of steps that share a device and dtype, in the order of
-// each group's first parameter, a group's steps in parameter order (one backend call each).
+// Queues each group of the steps not queued yet that share a device and dtype, with one call
+// queue(group) each: groups in the order of their first parameter, a group's steps in
+// parameter order. A group's steps are marked in `queued` once its call has returned, so a
+// caller that catches a failure knows which steps were queued.
 template <typename Step, typename Queue>
-void for_each_group(const std::vector<Step>& steps, Queue queue) {
-  std::vector<bool> queued(steps.size(), false);
+void queue_groups(const std::vector<Step>& steps, std::span<char> queued, Queue queue) {
   std::vector<Step> group;
+  std::vector<std::size_t> members;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (queued[i]) continue;
+    if (queued[i] != 0) continue;
     const Device device = steps[i].param.device();
     const Dtype dtype = steps[i].param.dtype();
     group.clear();
+    members.clear();
     for (std::size_t j = i; j < steps.size(); ++j) {
-      if (!queued[j] && steps[j].param.device() == device && steps[j].param.dtype() == dtype) {
+      if (queued[j] == 0 && steps[j].param.device() == device && steps[j].param.dtype() == dtype) {
         group.push_back(steps[j]);
-        queued[j] = true;
+        members.push_back(j);
       }
     }
     queue(std::span<const Step>(group));
+    for (const std::size_t j : members) queued[j] = 1;
   }
 }
 
@@ -165,47 +151,70 @@ void check_adam_step(const ParamSite& site, const Tensor& param, const Tensor& g
   check_device_state(site, param, device);
 }
 
-void sgd_steps(const char* op, std::span<const std::size_t> indices, std::vector<SgdStep> steps,
-               const SgdParams& p) {
-  std::vector<Widened> widened;
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    SgdStep& s = steps[k];
+// Half parameters step one at a time, each through float32 copies of itself and its state
+// that are rounded back once (Note [Half precision]): only one parameter's copies are alive
+// at a time, as before the steps were queued together.
+void sgd_steps(const char* op, std::span<const std::size_t> indices, std::span<const SgdStep> steps,
+               const SgdParams& p, std::span<char> queued) {
+  std::vector<SgdStep> ready(steps.begin(), steps.end());
+  for (std::size_t k = 0; k < ready.size(); ++k) {
+    SgdStep& s = ready[k];
     const ParamSite site{op, indices[k]};
     s.grad = s.momentum_buf.defined()
                  ? checked_grad(site, s.param, s.grad, {{"momentum buffer", &s.momentum_buf}})
                  : checked_grad(site, s.param, s.grad, {});
     check_device_state(site, s.param, s.device);
-    if (is_half(s.param.dtype())) [[unlikely]] {
-      s.grad = widen(s.grad, nullptr);
-      s.param = widen(s.param, &widened);
-      if (s.momentum_buf.defined()) s.momentum_buf = widen(s.momentum_buf, &widened);
-    }
   }
-  for_each_group(steps, [&](std::span<const SgdStep> group) {
+  for (std::size_t k = 0; k < ready.size(); ++k) {
+    const SgdStep& s = ready[k];
+    if (!is_half(s.param.dtype())) [[likely]] {
+      continue;
+    }
+    NoGradGuard no_grad;
+    SgdStep wide = s;
+    wide.param = to_float32(s.param);
+    wide.grad = to_float32(s.grad);
+    if (s.momentum_buf.defined()) wide.momentum_buf = to_float32(s.momentum_buf);
+    backend_of(s.param.device()).sgd_steps(std::span(&wide, 1), p);
+    store_converted(wide.param, s.param);
+    if (s.momentum_buf.defined()) store_converted(wide.momentum_buf, s.momentum_buf);
+    queued[k] = 1;
+  }
+  queue_groups(ready, queued, [&](std::span<const SgdStep> group) {
     backend_of(group.front().param.device()).sgd_steps(group, p);
   });
-  store_widened(widened);
 }
 
-void adam_steps(const char* op, std::span<const std::size_t> indices, std::vector<AdamStep> steps) {
-  std::vector<Widened> widened;
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    AdamStep& s = steps[k];
+void adam_steps(const char* op, std::span<const std::size_t> indices,
+                std::span<const AdamStep> steps, std::span<char> queued) {
+  std::vector<AdamStep> ready(steps.begin(), steps.end());
+  for (std::size_t k = 0; k < ready.size(); ++k) {
+    AdamStep& s = ready[k];
     const ParamSite site{op, indices[k]};
     s.grad = checked_grad(site, s.param, s.grad,
                           {{"exp_avg", &s.exp_avg}, {"exp_avg_sq", &s.exp_avg_sq}});
     check_device_state(site, s.param, s.device);
-    if (is_half(s.param.dtype())) [[unlikely]] {  // as sgd_steps
-      s.grad = widen(s.grad, nullptr);
-      s.param = widen(s.param, &widened);
-      s.exp_avg = widen(s.exp_avg, &widened);
-      s.exp_avg_sq = widen(s.exp_avg_sq, &widened);
-    }
   }
-  for_each_group(steps, [](std::span<const AdamStep> group) {
+  for (std::size_t k = 0; k < ready.size(); ++k) {  // half ones as in sgd_steps
+    const AdamStep& s = ready[k];
+    if (!is_half(s.param.dtype())) [[likely]] {
+      continue;
+    }
+    NoGradGuard no_grad;
+    AdamStep wide = s;
+    wide.param = to_float32(s.param);
+    wide.grad = to_float32(s.grad);
+    wide.exp_avg = to_float32(s.exp_avg);
+    wide.exp_avg_sq = to_float32(s.exp_avg_sq);
+    backend_of(s.param.device()).adam_steps(std::span(&wide, 1));
+    store_converted(wide.param, s.param);
+    store_converted(wide.exp_avg, s.exp_avg);
+    store_converted(wide.exp_avg_sq, s.exp_avg_sq);
+    queued[k] = 1;
+  }
+  queue_groups(ready, queued, [](std::span<const AdamStep> group) {
     backend_of(group.front().param.device()).adam_steps(group);
   });
-  store_widened(widened);
 }
 
 void unscale_grad(const ParamSite& site, const Tensor& grad, const Tensor& inv_scale,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/optimizer_math.h"
 #include "core/check.h"
@@ -204,8 +205,10 @@ void Adam::step_unless(const Tensor& found_inf) {
                      {found_inf, capturable_ ? device_steps_[i] : Tensor(), Tensor()},
                      p});
   }
-  // The device counts grow before the kernels read them; a refused step is not counted (its
-  // bias correction would be off by one afterwards).
+  // The device counts grow before the kernels read them. A step that was not queued is not
+  // counted (its bias correction would be off by one afterwards); one that was, is, also when
+  // a later one fails.
+  std::vector<char> queued(steps.size(), 0);
   std::size_t counted = 0;
   try {
     if (capturable_) {
@@ -218,15 +221,21 @@ void Adam::step_unless(const Tensor& found_inf) {
         }
       }
     }
-    detail::adam_steps(op, indices, steps);
+    detail::adam_steps(op, indices, steps, queued);
   } catch (...) {
     NoGradGuard undo;
     for (std::size_t k = 0; k < counted; ++k) {
+      if (queued[k] != 0) continue;
       Tensor& count = device_steps_[indices[k]];
       if (skippable) {
         count.sub_(applied);
       } else {
         count.sub_(1.0);
+      }
+    }
+    if (!capturable_) {
+      for (std::size_t k = 0; k < steps.size(); ++k) {
+        if (queued[k] != 0) ++steps_[indices[k]];
       }
     }
     throw;

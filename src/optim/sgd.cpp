@@ -2,6 +2,7 @@
 #include "tessera/optim/sgd.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
 #include "ops/fused_ops.h"
@@ -134,20 +135,31 @@ void SGD::step_unless(const Tensor& found_inf) {
     indices.push_back(i);
     steps.push_back(std::move(step));
   }
-  detail::sgd_steps(op, indices, steps, p);
-  for (std::size_t k = 0; k < steps.size(); ++k) {
-    const std::size_t i = indices[k];
-    momentum_[i] = steps[k].momentum_buf;
-    Tensor unwritten = steps[k].device.first_step;
-    if (unwritten.defined()) {
-      if (skippable) {
-        unwritten.mul_(found_inf);  // still unwritten only if this step was skipped
-      } else {
-        unwritten = Tensor();  // this step wrote it
+  // The state of each queued step is kept, also when a later one fails.
+  std::vector<char> queued(steps.size(), 0);
+  const auto keep_state = [&] {
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      if (queued[k] == 0) continue;
+      const std::size_t i = indices[k];
+      momentum_[i] = steps[k].momentum_buf;
+      Tensor unwritten = steps[k].device.first_step;
+      if (unwritten.defined()) {
+        if (skippable) {
+          unwritten.mul_(found_inf);  // still unwritten only if this step was skipped
+        } else {
+          unwritten = Tensor();  // this step wrote it
+        }
       }
+      unwritten_[i] = unwritten;
     }
-    unwritten_[i] = unwritten;
+  };
+  try {
+    detail::sgd_steps(op, indices, steps, p, queued);
+  } catch (...) {
+    keep_state();
+    throw;
   }
+  keep_state();
 }
 
 }  // namespace tessera::optim

@@ -144,6 +144,44 @@ TEST_P(OptimErrors, AFirstStepOutOfMemoryLeavesNoState) {
   EXPECT_NEAR(a.to_vector<double>()[0], 1.0 - 1e-3, 1e-6);
 }
 
+// Half parameters step one at a time through float32 copies. When the second one's copies
+// do not fit, the first was stepped and its state is kept: SGD keeps its momentum buffer
+// (the retry is its second step), Adam counts its step. Queued together, the first's new
+// buffer was dropped and its count taken back, so the retry stepped it as a first step again.
+TEST_P(OptimErrors, AStepOutOfMemoryAtALaterHalfParameterKeepsTheEarlierOnesState) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  const auto with_grad = [&](std::int64_t n) {
+    Tensor w = ones({n}, {kFloat16, device()}).requires_grad_();
+    sum(w).backward();
+    return w;
+  };
+  const auto step_short_of_memory = [&](optim::Optimizer& opt, std::size_t room) {
+    synchronize(device());
+    set_memory_limit(device(), memory_stats(device()).in_use + room);
+    EXPECT_THROW(opt.step(), OutOfMemoryError);
+    set_memory_limit(device(), SIZE_MAX);
+  };
+  // a's float32 copies (param, grad, buffer: 12 KB) fit beside the two half buffers (6 KB);
+  // b's (24 KB) do not.
+  Tensor a = with_grad(1000), b = with_grad(2000);
+  optim::SGD sgd({a, b}, {.lr = 0.1, .momentum = 0.9});
+  step_short_of_memory(sgd, 19000);
+  const optim::OptimizerState state = sgd.state_dict();
+  EXPECT_TRUE(state.count("0.momentum_buffer")) << "a was stepped: its buffer is kept";
+  EXPECT_FALSE(state.count("1.momentum_buffer"));
+  EXPECT_NEAR(a.to_vector<double>()[0], 0.9, 1e-3);
+  EXPECT_NEAR(b.to_vector<double>()[0], 1.0, 0);
+  sgd.step();  // a's second step (buffer 1.9), b's first
+  EXPECT_NEAR(a.to_vector<double>()[0], 0.9 - 0.19, 1e-3);
+  EXPECT_NEAR(b.to_vector<double>()[0], 0.9, 1e-3);
+  Tensor c = with_grad(1000), d = with_grad(2000);
+  optim::Adam adam({c, d}, {.lr = 0.1});
+  adam.step();  // makes the moments, so the next step allocates only the float32 copies
+  step_short_of_memory(adam, 17000);  // c's copies (16 KB) fit, d's (32 KB) do not
+  EXPECT_EQ(adam.step_count(0), 2);
+  EXPECT_EQ(adam.step_count(1), 1);
+}
+
 // A step refused at parameter 2 updates no parameter: each parameter's checks ran right before
 // its own kernel, so parameters 0 and 1 had moved (and their momentum advanced), and the
 // retry the message invites updated them twice.

@@ -20,6 +20,8 @@ namespace {
 // see the math of a one-tensor kernel. Everything is in the kernel's parameter space (at
 // most 4 KB on every architecture: static_assert below), nothing is copied to the device
 // first, so a launch is legal inside a graph capture and replays with the same pointers.
+// Two parameters over the same memory (two leaves made from one tensor) would race within a
+// launch, as they do in PyTorch's multi-tensor steps; the CPU steps them one after the other.
 constexpr int kMaxStepsPerLaunch = 16;
 
 // Blocks of each tensor: [first_block[k], first_block[k + 1]).
@@ -126,8 +128,25 @@ __global__ void unscale_kernel(T* g, std::int64_t n, const float* inv_scale, flo
 
 }  // namespace
 
+namespace {
+
+// Every operand checked before the first launch: a list refused half-way would leave some
+// parameters stepped and the optimizer's state not knowing which.
+template <typename StepArg>
+void expect_one_dtype(std::span<const StepArg> steps, const char* what) {
+  for (const StepArg& step : steps) {
+    TESSERA_CUDA_EXPECT(step.param.dtype == steps.front().param.dtype &&
+                            step.grad.dtype == step.param.dtype &&
+                            step.grad.numel == step.param.numel,
+                        what);
+  }
+}
+
+}  // namespace
+
 void launch_sgd_steps(StreamHandle s, std::span<const SgdStepArg> steps, const SgdParams& p) {
   if (steps.empty()) return;
+  expect_one_dtype(steps, "sgd_step operands differ in dtype or size");
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(steps.front().param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -140,10 +159,6 @@ void launch_sgd_steps(StreamHandle s, std::span<const SgdStepArg> steps, const S
       a.blocks.count = 0;
     };
     for (const SgdStepArg& step : steps) {
-      TESSERA_CUDA_EXPECT(step.param.dtype == steps.front().param.dtype &&
-                              step.grad.dtype == step.param.dtype &&
-                              step.grad.numel == step.param.numel,
-                          "sgd_step operands differ in dtype or size");
       if (step.param.numel == 0) continue;
       const int k = a.blocks.count;
       a.w[k] = static_cast<T*>(step.param.data);
@@ -161,6 +176,7 @@ void launch_sgd_steps(StreamHandle s, std::span<const SgdStepArg> steps, const S
 
 void launch_adam_steps(StreamHandle s, std::span<const AdamStepArg> steps) {
   if (steps.empty()) return;
+  expect_one_dtype(steps, "adam_step operands differ in dtype or size");
   const auto stream = static_cast<cudaStream_t>(s);
   dispatch_floating(steps.front().param.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -172,10 +188,6 @@ void launch_adam_steps(StreamHandle s, std::span<const AdamStepArg> steps) {
       a.blocks.count = 0;
     };
     for (const AdamStepArg& step : steps) {
-      TESSERA_CUDA_EXPECT(step.param.dtype == steps.front().param.dtype &&
-                              step.grad.dtype == step.param.dtype &&
-                              step.grad.numel == step.param.numel,
-                          "adam_step operands differ in dtype or size");
       if (step.param.numel == 0) continue;
       // A recorded step's corrections come from the launch's one lr and betas.
       if (a.blocks.count > 0 && (step.p.lr != a.params.lr || step.p.beta1 != a.params.beta1 ||
