@@ -1,11 +1,14 @@
 // gpu_bench: tessera on one GPU, next to raw CUDA runtime references, for scripts/gpu-check.
 //
 //   gpu_bench [--out FILE.json] [--quick] [--device DEV] [--only SECTION,...]
+//             [--profile-step mlp|lenet]
 //
 // --device picks another device than cuda:0 (e.g. cpu, to try the program without a GPU: the
 // raw CUDA references and pinned copies then fail and are reported as errors). --only runs
 // some sections: small_add, issue, matmul, copies, raw_copies, raw_d2d, bandwidth, train,
-// autocast, optim.
+// autocast, optim. --profile-step runs only that model's recorded step (train.*.graph, one
+// epoch) and replays it once more between cudaProfilerStart and cudaProfilerStop, for
+// `ncu --profile-from-start off` (scripts/gpu-check --profile).
 // Plain C++, no Google Benchmark, timed as every benchmark is (Note [Timing] in bench/timing.h:
 // time_calls): warm-up ops first, then `reps` timed repetitions of `inner` ops back to back,
 // each repetition ending with a wait for the device (tessera::synchronize, or
@@ -33,6 +36,7 @@
 //   train.{mlp,lenet}.bf16        the same under bfloat16 autocast
 //   train.{mlp,lenet}.graph       the same with each full batch's step replayed from a graph
 //   train.{mlp,lenet}.graph.nodes the operations (kernels, copies) in that graph
+//   train.{mlp,lenet}.graph.replay one replay of that graph alone (no input copies), us
 //   train.mlp.loader              the MLP fed by the DataLoader from host memory
 //   step.mlp4096.{fp32,bf16}      one training step of an MLP 4096-4096-4096-10, batch 512,
 //                                 float32 and under bfloat16 autocast, ms
@@ -42,6 +46,7 @@
 //                                 cudaMallocHost / malloc / cudaMalloc buffers (the peaks)
 // Exit status: 0 when every section ran and every check passed, 1 otherwise (the JSON is
 // written either way), 2 when tessera sees no GPU.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -473,6 +478,9 @@ struct EpochPlan {
   bool lenet = false;
   bool autocast = false;
   bool graph = false;
+  // With graph: one replay between cudaProfilerStart and cudaProfilerStop, for a profiler
+  // started with profiling off (`ncu --profile-from-start off`, scripts/gpu-check --profile).
+  bool profile = false;
 };
 
 std::string epoch_key(const EpochPlan& p) {
@@ -543,6 +551,22 @@ double bench_epoch(Report& report, Device dev, bool quick, const EpochPlan& plan
   r.ok = std::isfinite(mean_loss) && mean_loss > 1.0 && mean_loss < 3.0;
   if (!r.ok) report.errors.push_back(key + ": mean loss " + num(mean_loss) + " per step");
   record(report, key, r);
+  if (graph) {
+    // A replay alone, without the copies into the fixed inputs: one step's device time when
+    // the host keeps ahead, beside the kernels' own durations under a profiler. After the
+    // epochs, whose loss the caller compares with the eager ones: these replays train on.
+    const auto replay = [&] { graph->replay(); };
+    const auto wait = [&] { tessera::synchronize(dev); };
+    const Timing rt = time_calls(3, quick ? 3 : 11, 50, replay, wait);
+    record(report, key + ".replay", make_result(rt, rt.median * 1e6, "us"));
+    if (plan.profile && dev.is_cuda()) {
+      wait();
+      CHECK_CUDA(cudaProfilerStart());
+      graph->replay();
+      wait();
+      CHECK_CUDA(cudaProfilerStop());
+    }
+  }
   return mean_loss;
 }
 
@@ -666,7 +690,8 @@ void bench_autocast_step(Report& report, Device dev, bool quick) {
 int main(int argc, char** argv) {
   std::string out_path;
   std::string device_text = "cuda:0";
-  std::string only;  // ",matmul,train," when --only matmul,train
+  std::string only;          // ",matmul,train," when --only matmul,train
+  std::string profile_step;  // "mlp" or "lenet": that recorded step alone, profiled
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -678,10 +703,13 @@ int main(int argc, char** argv) {
       only = "," + std::string(argv[++i]) + ",";
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--profile-step" && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "mlp") == 0 || std::strcmp(argv[i + 1], "lenet") == 0)) {
+      profile_step = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: gpu_bench [--out FILE.json] [--quick] [--device DEV] "
-                   "[--only SECTION,...]\n");
+                   "[--only SECTION,...] [--profile-step mlp|lenet]\n");
       return 2;
     }
   }
@@ -706,11 +734,18 @@ int main(int argc, char** argv) {
 
   // Sections by short name, all of them unless --only names some.
   const auto run = [&](const char* id, const char* name, const std::function<void()>& f) {
+    if (!profile_step.empty()) return;  // the profiled step alone
     if (only.empty() || only.find("," + std::string(id) + ",") != std::string::npos) {
       section(report, name, f);
     }
   };
   const auto t0 = Clock::now();
+  if (!profile_step.empty()) {  // nothing else: the profiler sees this one replay
+    section(report, "one recorded training step, profiled", [&] {
+      bench_epoch(report, dev, /*quick=*/true,
+                  {.lenet = profile_step == "lenet", .graph = true, .profile = true});
+    });
+  }
   run("small_add", "per-op overhead (a + b on 2x3)", [&] { bench_small_add(report, dev, quick); });
   run("issue", "issue cost of exercise 3's ops", [&] { bench_issue_costs(report, dev, quick); });
   run("matmul", "matmul float32 / TF32 / bfloat16", [&] { bench_matmul(report, dev, quick); });

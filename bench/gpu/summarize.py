@@ -117,6 +117,8 @@ def main(argv):
                 target=("abs<=", 0.010))
         row(f"{name}: operations in the recorded step (graph nodes)", f"train.{model}.graph.nodes",
             "nodes")
+        row(f"{name}: one replay of the recorded step alone (µs)", f"train.{model}.graph.replay",
+            "us")
         row(f"{name} epoch under bfloat16 autocast (s)", f"train.{model}.bf16", "s",
             ref_key=f"train.{model}", ref_name="its float32 epoch")
     row("MLP epoch fed by the DataLoader from host memory (s)", "train.mlp.loader", "s",

@@ -2,6 +2,7 @@
 """PyTorch on one GPU, measured the way bench/gpu/gpu_bench.cpp measures tessera.
 
     python3 bench/peers/pytorch_gpu.py [--out FILE.json] [--quick] [--device DEV] [--only ...]
+                                       [--profile-step mlp|lenet]
 
 Same sizes, repetitions, warm-up and input distributions as gpu_bench, and the same timing:
 each timed repetition runs `inner` ops back to back and ends with torch.cuda.synchronize();
@@ -242,10 +243,12 @@ def book_model(name):
         torch.nn.Linear(120, 84), torch.nn.Sigmoid(), torch.nn.Linear(84, 10))
 
 
-def bench_epoch(rep, dev, quick, name, autocast=False, graph=False):
+def bench_epoch(rep, dev, quick, name, autocast=False, graph=False, profile=False):
     """One epoch of the book's MLP or LeNet-5, as gpu_bench's train.* rows: eager, under
     bfloat16 autocast, or with each full batch's step replayed from a CUDA graph (PyTorch's
-    whole-network capture: static inputs, warm-up on a side stream, torch.cuda.graph)."""
+    whole-network capture: static inputs, warm-up on a side stream, torch.cuda.graph). With
+    a graph, also one replay alone (`.replay`, us), and with `profile` one more replay
+    between torch.cuda.profiler.start() and stop() (gpu_bench's --profile-step)."""
     n, batch = 60000, 256
     key = f"train.{name}" + (".bf16" if autocast else "") + (".graph" if graph else "")
     torch.manual_seed(0)
@@ -299,6 +302,15 @@ def bench_epoch(rep, dev, quick, name, autocast=False, graph=False):
     if not ok:
         rep.errors.append(f"{key}: mean loss {last[0]:.4g} per step")
     rep.record(key, t, t["seconds"], "s/epoch", rel_err=0.0, ok=ok)
+    if g is not None:  # after the epochs, as gpu_bench: these replays train on
+        rt = time_op(3, 3 if quick else 11, 50, g.replay)
+        rep.record(key + ".replay", rt, rt["seconds"] * 1e6, "us")
+        if profile:
+            sync()
+            torch.cuda.profiler.start()
+            g.replay()
+            sync()
+            torch.cuda.profiler.stop()
 
 
 def bench_train(rep, dev, quick):
@@ -370,6 +382,9 @@ def main():
                         help="cpu tries the script without a GPU (copies and graphs skipped)")
     parser.add_argument("--only", default="",
                         help="comma-separated sections, as gpu_bench's --only")
+    parser.add_argument("--profile-step", choices=("mlp", "lenet"),
+                        help="only that model's recorded step, one replay of it profiled, as "
+                             "gpu_bench's --profile-step")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     global DEVICE
@@ -396,8 +411,13 @@ def main():
               f"{info['device']}{', quick' if args.quick else ''}", flush=True)
 
         def run(section_id, name, fn):
-            if not only or section_id in only:
+            if not args.profile_step and (not only or section_id in only):
                 rep.section(name, fn)
+
+        if args.profile_step and dev.type == "cuda":
+            rep.section("one recorded training step, profiled",
+                        lambda: bench_epoch(rep, dev, True, args.profile_step, graph=True,
+                                            profile=True))
 
         t0 = time.perf_counter()
         run("small_add", "per-op overhead (a + b on 2x3)",
