@@ -241,10 +241,37 @@ Tensor BatchNorm::forward(const Tensor& x) {
   TESSERA_CHECK(x.size(1) == num_features, ShapeError,
                 "[{}] {} has num_features={} but the input has {} channels (dim 1 of shape {})",
                 type_name(), path(), num_features, x.size(1), x.shape().str());
-  if (weight.defined()) check_input_dtype(*this, x, weight.dtype());
-  if (running_mean.defined()) check_input_dtype(*this, x, running_mean.dtype());
+  constexpr UnderAutocast kRule = UnderAutocast::kWidensHalfInput;
+  if (weight.defined()) check_input_dtype(*this, x, weight.dtype(), kRule);
+  if (running_mean.defined()) check_input_dtype(*this, x, running_mean.dtype(), kRule);
+  // norm is public: checked again here, where the message can name the layer.
+  TESSERA_CHECK(norm.momentum >= 0 && norm.momentum <= 1, Error,
+                "[{}] {} has norm.momentum={}; it is the batch's weight in the running "
+                "statistics, in [0, 1]",
+                type_name(), path(), norm.momentum);
   // Without running statistics the batch's are used in evaluation too (PyTorch's rule).
   const bool batch_stats = is_training() || !running_mean.defined();
+  // A batch's variance may be 0: then eps is all that keeps the division finite.
+  TESSERA_CHECK(std::isfinite(norm.eps) && (norm.eps > 0 || (norm.eps == 0 && !batch_stats)),
+                Error,
+                "[{}] {} has norm.eps={}; it is added to the variance and must be finite and "
+                "{} (the default is 1e-5)",
+                type_name(), path(), norm.eps,
+                batch_stats ? "> 0 when the batch's statistics are used" : ">= 0");
+  const std::int64_t per_channel = num_features == 0 ? 0 : x.numel() / num_features;
+  TESSERA_CHECK(!batch_stats || per_channel != 1, ShapeError,
+                "[{}] {} normalizes each channel by its batch's mean and variance{}, which needs "
+                "more than 1 value per channel; input {} has 1. {}",
+                type_name(), path(),
+                is_training() ? "" : " in eval() too (it keeps no running statistics)",
+                x.shape().str(),
+                is_training()
+                    ? "Train with batches of 2 or more on each device (in data-parallel training "
+                      "each device gets its share of a batch: drop a short last batch with "
+                      "LoaderOptions::drop_last, tessera train --drop-last), or call eval() on "
+                      "the model to use the running statistics"
+                    : "Evaluate batches of 2 or more, or make the layer with "
+                      "track_running_stats = true to keep running statistics for eval()");
   Tensor y =
       batch_norm(x, running_mean, running_var, weight, bias, batch_stats, norm.momentum, norm.eps);
   if (is_training() && num_batches_tracked.defined()) {
@@ -275,7 +302,17 @@ LayerNorm::LayerNorm(Shape shape, double eps_value, bool elementwise_affine, Ten
 
 Tensor LayerNorm::forward(const Tensor& x) {
   detail::check_defined(x, "LayerNorm", "input");
-  if (weight.defined()) check_input_dtype(*this, x, weight.dtype());
+  // layer_norm checks this too, but cannot name the layer.
+  const int k = normalized_shape.size();
+  bool fits = x.dim() >= k;
+  for (int i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == normalized_shape[i];
+  TESSERA_CHECK(fits, ShapeError,
+                "[LayerNorm] {} normalizes over the last dims {}, but the input has shape {}; "
+                "give it inputs that end in {}, or make the layer for the input's last dims",
+                path(), normalized_shape.str(), x.shape().str(), normalized_shape.str());
+  if (weight.defined()) {
+    check_input_dtype(*this, x, weight.dtype(), UnderAutocast::kWidensHalfInput);
+  }
   return layer_norm(x, normalized_shape, weight, bias, eps);
 }
 

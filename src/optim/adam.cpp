@@ -174,8 +174,10 @@ void Adam::step_unless(const Tensor& found_inf) {
                    [](const Tensor& p) { return detail::is_capturing(p.device()); })) {
     set_capturable(true);  // a skip must not count
   }
-  // What each step count grows by: 1, or 0 when found_inf skips this step.
-  const Tensor applied = skippable ? sub(1.0, found_inf) : Tensor();
+  // What each step count grows by: 1, or 0 when found_inf skips this step. Any nonzero
+  // found_inf skips: 1 - found_inf counted a flag of 0.5 as half a step, and one of 2 as -1
+  // (the next step then corrected for t = 0, 1 - beta1^0 = 0, and wrote NaN).
+  const Tensor applied = skippable ? eq(found_inf, 0.0).to(kFloat64) : Tensor();
   // Every parameter's step, queued together (one kernel for the lot where the backend can).
   std::vector<std::size_t> indices;
   std::vector<detail::AdamStep> steps;

@@ -27,7 +27,9 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
     if (grads.empty()) first = i;
     TESSERA_CHECK(grads.empty() || g.device() == grads[0].device(), DeviceMismatchError,
                   "[clip_grad_norm_] gradients are on different devices: parameter {}'s on {}, "
-                  "parameter {}'s on {}. Clip each device's parameters separately",
+                  "parameter {}'s on {}; the norm of them all would need them on one device. "
+                  "Move the parameters to one device, or clip each device's parameters "
+                  "separately (each then by its own norm, not the norm of them all)",
                   first, grads[0].device().str(), i, g.device().str());
     grads.push_back(std::move(g));
     owner.push_back(i);
@@ -36,13 +38,12 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
     return zeros(Shape{}, {kFloat32, params.empty() ? default_device() : params[0].device()});
   }
   // As PyTorch: the norm of the per-parameter norms, but in float32 for half grads: a
-  // float16 norm of 256 squared is inf, which would zero every gradient.
-  Tensor total_sq;
-  for (const Tensor& g : grads) {
-    const Tensor n = norm(is_half(g.dtype()) ? g.to(kFloat32) : g);
-    total_sq = total_sq.defined() ? add(total_sq, mul(n, n)) : mul(n, n);
-  }
-  const Tensor total = sqrt(total_sq);
+  // float16 norm of 256 squared is inf, which would zero every gradient. norm() of the
+  // stacked norms, not the square root of their squares: a float32 norm above 1.8e19 squared
+  // is inf too (the grads were zeroed, not clipped), and one below 1e-23 is 0.
+  std::vector<Tensor> norms;
+  for (const Tensor& g : grads) norms.push_back(norm(is_half(g.dtype()) ? g.to(kFloat32) : g));
+  const Tensor total = norms.size() == 1 ? norms[0] : norm(stack(norms));
   const Tensor scale = minimum(div(max_norm, add(total, 1e-6)), 1.0);
   for (std::size_t k = 0; k < grads.size(); ++k) {
     if (detail::writable(grads[k])) {

@@ -56,7 +56,14 @@ double LrSchedule::lr(double base_lr, int epoch) const {
                 epoch);
   TESSERA_CHECK(std::isfinite(base_lr) && base_lr >= 0, Error,
                 "[LrSchedule::lr] base_lr is {}; it must be a finite lr >= 0", base_lr);
-  return lr_at(base_lr, epoch);
+  const double lr = lr_at(base_lr, epoch);
+  // Refused here, naming the schedule, not at the optimizer's set_lr in the middle of a fit.
+  TESSERA_CHECK(std::isfinite(lr), Error,
+                "[{}] the lr of epoch {} (epochs counted from 0) for base_lr {} is {}: the "
+                "schedule grows past the largest double by then. Use a factor <= 1, or fewer "
+                "epochs",
+                str(), epoch, base_lr, lr);
+  return lr;
 }
 
 StepLR::StepLR(int step_size, double gamma) : step_size_(step_size), gamma_(gamma) {
@@ -173,7 +180,7 @@ std::shared_ptr<const LrSchedule> with_linear_warmup(int warmup_epochs,
                 "[with_linear_warmup] warmup_epochs is {}; it must be >= 1 (no warm-up: use "
                 "the schedule itself)",
                 warmup_epochs);
-  auto warmup = std::make_shared<LinearLR>(1.0 / (warmup_epochs + 1), 1.0, warmup_epochs);
+  auto warmup = std::make_shared<LinearLR>(1.0 / (warmup_epochs + 1.0), 1.0, warmup_epochs);
   if (then == nullptr) return warmup;
   return std::make_shared<SequentialLR>(
       std::vector<std::shared_ptr<const LrSchedule>>{std::move(warmup), std::move(then)},

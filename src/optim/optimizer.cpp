@@ -13,7 +13,8 @@
 #include "tessera/graph.h"
 
 // Note [A step refused before any update]
-// A step is one kernel per parameter. When each parameter's checks ran right before its own
+// A step once was one kernel per parameter (now one task or kernel for many: Note [One kernel
+// for the parameters]). When each parameter's checks ran right before its own
 // kernel, a refusal at parameter 2 (a grad on another device, a transposed parameter) came
 // after parameters 0 and 1 had moved and their momentum had advanced; the message invites a
 // fix and a second step(), which then updated 0 and 1 twice. So step_unless runs every

@@ -379,7 +379,52 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
       [&] {
         (void)net(zeros({1, 3, 1, 1}, f32));
       },
-      {"more than 1 value per channel", "[1, 3, 1, 1]", "eval()", "on each device", "--drop-last"});
+      {"[BatchNorm2d] Sequential[0] normalizes each channel", "more than 1 value per channel",
+       "[1, 3, 1, 1]", "eval()", "on each device", "--drop-last"});
+  // Without running statistics eval() uses the batch's too: the advice is another one.
+  nn::Sequential untracked(nn::BatchNorm1d(3, {.track_running_stats = false}));
+  untracked.to(d);
+  untracked.eval();
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)untracked(zeros({1, 3}, f32));
+      },
+      {"[BatchNorm1d] Sequential[0] normalizes each channel by its batch's mean and variance "
+       "in eval() too (it keeps no running statistics)",
+       "Evaluate batches of 2 or more", "track_running_stats = true"});
+  // The public options are checked where the layer can be named.
+  auto& norm2d = net.at<nn::BatchNorm2d>(0);
+  norm2d.norm.momentum = 2;
+  expect_throw_with<Error>([&] { (void)net(zeros({2, 3, 2, 2}, f32)); },
+                           {"[BatchNorm2d] Sequential[0] has norm.momentum=2", "[0, 1]"});
+  norm2d.norm.momentum = 0.1;
+  norm2d.norm.eps = 0;
+  expect_throw_with<Error>(
+      [&] { (void)net(zeros({2, 3, 2, 2}, f32)); },
+      {"[BatchNorm2d] Sequential[0] has norm.eps=0", "> 0 when the batch's statistics are used"});
+  net.eval();
+  EXPECT_NO_THROW((void)net(zeros({2, 3, 2, 2}, f32))) << "eval() with running statistics";
+  net.train();
+  norm2d.norm.eps = 1e-5;
+  // Under autocast a normalization layer's input is not converted: a float32 input to a
+  // bfloat16 layer is refused by the layer, saying so.
+  nn::Sequential half_norm(nn::BatchNorm1d(2, {}, {kBFloat16, d}));
+  {
+    const AutocastGuard autocast(d.kind(), kBFloat16);
+    expect_throw_with<DtypeError>(
+        [&] {
+          (void)half_norm(zeros({4, 2}, f32));
+        },
+        {"[BatchNorm1d] Sequential[0] has bfloat16 parameters but the input is float32",
+         "Autocast does not convert a normalization layer's input"});
+  }
+  nn::Sequential norms(nn::LayerNorm({6}), nn::LayerNorm({3, 2}));
+  norms.to(d);
+  expect_throw_with<ShapeError>(
+      [&] {
+        (void)norms(zeros({2, 6}, f32));
+      },
+      {"[LayerNorm] Sequential[1] normalizes over the last dims [3, 2]", "shape [2, 6]"});
   expect_throw_with<DtypeError>(
       [&] {
         (void)net(zeros({2, 3, 2, 2}, {kFloat64, d}));

@@ -50,6 +50,29 @@ TEST_P(ClipGradNorm, HalfGradientsWhoseNormPassesTheHalfRangeAreScaledNotZeroed)
   }
 }
 
+// The global norm is the norm of the per-parameter norms, not the root of their summed
+// squares: a float32 norm of 2e19 squared is inf (the grads were zeroed, not clipped), and
+// one of 1e-24 squared is 0.
+TEST_P(ClipGradNorm, NormsWhoseSquaresLeaveFloat32ScaleTheGrads) {
+  Tensor a = zeros({1}, device()).requires_grad_();
+  a.set_grad(tensor({2e19}, device()));
+  const Tensor one = optim::clip_grad_norm_({a}, 1.0);
+  EXPECT_NEAR(one.item<double>() / 2e19, 1.0, 1e-6);
+  expect_close(a.grad(), {1.0}, 1e-6, 0);
+  Tensor b = zeros({1}, device()).requires_grad_(), c = zeros({2}, device()).requires_grad_();
+  b.set_grad(tensor({3e19}, device()));
+  c.set_grad(tensor({0.0, 4e19}, device()));
+  const Tensor big = optim::clip_grad_norm_({b, c}, 10.0);  // global norm 5e19
+  EXPECT_NEAR(big.item<double>() / 5e19, 1.0, 1e-6);
+  expect_close(b.grad(), {6.0}, 1e-5, 0);
+  expect_close(c.grad(), {0.0, 8.0}, 1e-5, 0);
+  b.set_grad(tensor({3e-24}, device()));
+  c.set_grad(tensor({0.0, 4e-24}, device()));
+  const Tensor tiny = optim::clip_grad_norm_({b, c}, 1.0);
+  EXPECT_NEAR(tiny.item<double>() / 5e-24, 1.0, 1e-6);
+  expect_close(b.grad(), {3e-24}, 1e-6, 0);  // below the limit: unchanged
+}
+
 TEST_P(ClipGradNorm, TrainingStepsCopyNothingAndNeverWait) {
   manual_seed(5);
   const Tensor X = randn({64, 4}, device());

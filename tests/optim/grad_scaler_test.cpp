@@ -362,6 +362,26 @@ TEST_P(Scaler, StepUnlessChecksItsFlag) {
        "found_inf is on " + devices[1].str(), "one GradScaler per device"});
 }
 
+// Any nonzero flag skips the step and leaves the step count alone: 1 - found_inf once counted
+// a flag of 0.5 as half a step (bias corrections for t = 1.5 next) and one of 2 as -1 (the
+// next step corrected for t = 0 and wrote NaN). GradScaler writes only 0 or 1.
+TEST_P(Scaler, AnyNonzeroFlagSkipsAnAdamStepWithoutCountingIt) {
+  for (const double flag : {0.5, 2.0, -1.0}) {
+    Tensor p = full({1}, 1.0, device()).requires_grad_();
+    optim::Adam adam({p}, {.lr = 0.1});
+    p.set_grad(ones({1}, device()));
+    adam.step_unless(full({}, flag, device()));
+    EXPECT_EQ(p.item<float>(), 1.0f) << flag;
+    EXPECT_EQ(adam.step_count(0), 0) << flag;
+    adam.step_unless(zeros({}, device()));  // the first real step: moves by lr exactly
+    EXPECT_NEAR(p.item<double>(), 0.9, 1e-6) << flag;
+    EXPECT_EQ(adam.step_count(0), 1) << flag;
+    optim::Adam reloaded({p}, {.lr = 0.1});
+    reloaded.load_state_dict(adam.state_dict());  // a whole count, which loads
+    EXPECT_EQ(reloaded.step_count(0), 1) << flag;
+  }
+}
+
 TEST_P(Scaler, StateStaysOnItsDevice) {
   const std::vector<Device> devices = same_kind_devices();
   if (devices.size() < 2)

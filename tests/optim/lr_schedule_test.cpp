@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,27 @@ TEST(LrSchedule, AWarmUpAloneHoldsTheBaseLrAfterIt) {
   const auto warmup = optim::with_linear_warmup(3);
   const std::vector<double> expected{0.25, 0.5, 0.75, 1, 1, 1};
   for (int e = 0; e < 6; ++e) EXPECT_NEAR(warmup->lr(1.0, e), expected[e], 1e-15) << e;
+}
+
+// The longest warm-up an int can count: its first factor, 1 / (warmup + 1), once overflowed
+// the int and was refused as a negative start_factor the user never passed.
+TEST(LrSchedule, AWarmUpOfIntMaxEpochsStartsNearZero) {
+  const int longest = std::numeric_limits<int>::max();
+  const auto warmup = optim::with_linear_warmup(longest);
+  EXPECT_NEAR(warmup->lr(1.0, 0), 1.0 / (longest + 1.0), 1e-24);
+  EXPECT_EQ(warmup->lr(1.0, longest), 1.0);
+}
+
+// An lr that grows past the largest double is refused where it is made, naming the
+// schedule and the epoch, not by the optimizer's set_lr in the middle of a fit.
+TEST(LrSchedule, AnLrPastTheLargestDoubleIsRefusedNamingTheSchedule) {
+  const optim::ExponentialLR grows(2);
+  EXPECT_EQ(grows.lr(0.1, 1000), 0.1 * std::pow(2.0, 1000));
+  expect_throw_with<Error>([&] { (void)grows.lr(0.1, 1100); },
+                           {"[ExponentialLR(gamma=2)] the lr of epoch 1100", "is inf",
+                            "grows past the largest double", "a factor <= 1"});
+  expect_throw_with<Error>([] { (void)optim::StepLR(1, 1e308).lr(1, 2); },
+                           {"[StepLR(step_size=1, gamma=1e+308)] the lr of epoch 2"});
 }
 
 TEST(LrSchedule, DescribesItselfAsItsConstructorTakesIt) {

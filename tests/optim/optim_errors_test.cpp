@@ -95,7 +95,8 @@ TEST_P(OptimErrors, ClipAcrossDevices) {
       [&] {
         optim::clip_grad_norm_({a, b}, 1.0);
       },
-      {"[clip_grad_norm_] gradients are on different devices", "parameter 1's on " + other.str()});
+      {"[clip_grad_norm_] gradients are on different devices", "parameter 1's on " + other.str(),
+       "Move the parameters to one device", "each then by its own norm, not the norm of them all"});
 }
 
 TEST_P(OptimErrors, NegativeMaxNorm) {

@@ -31,7 +31,7 @@ class TESSERA_API Adam : public Optimizer {
   /// Optimizer for the checks on `params`.
   Adam(std::vector<Tensor> params, AdamOptions options = {});
 
-  /// One fused kernel per parameter with a grad (its moments are zero-filled on its first
+  /// Updates every parameter with a grad, as SGD::step (its moments are zero-filled on its first
   /// step); bias corrections are host scalars, or, when capturable, computed by the kernel
   /// from a step count on the device. Never waits.
   void step() override { step_unless(Tensor()); }

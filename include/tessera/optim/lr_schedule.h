@@ -16,7 +16,8 @@ class TESSERA_API LrSchedule {
   virtual ~LrSchedule() = default;
   /// The lr of epoch `epoch` (0-based: the epochs trained before it) for an optimizer made
   /// with `base_lr`, as PyTorch's scheduler gives after `epoch` calls of step(). Error for a
-  /// negative epoch, or a base_lr that is negative or not finite.
+  /// negative epoch, a base_lr that is negative or not finite, or an lr that is not finite
+  /// (a factor above 1 grows past the largest double after enough epochs).
   double lr(double base_lr, int epoch) const;
   /// The schedule as its constructor takes it, each number written to read back exactly,
   /// e.g. "StepLR(step_size=30, gamma=0.1)": equal strings mean equal schedules.

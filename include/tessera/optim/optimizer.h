@@ -1,7 +1,8 @@
 #pragma once
 /// Optimizer: the base of SGD, Adam and AdamW. An optimizer holds handles to leaf parameters
-/// (e.g. module.parameters()) and updates them in place on their own devices, one fused
-/// kernel per parameter; its state (momentum, moments) lives beside each parameter and is
+/// (e.g. module.parameters()) and updates them in place on their own devices, all of a
+/// device's parameters in one queued task on a CPU device and one fused kernel per 16 of
+/// them on a GPU; its state (momentum, moments) lives beside each parameter and is
 /// allocated at the first step that reaches it. Parameters without a grad are skipped.
 #include <cstddef>
 #include <map>

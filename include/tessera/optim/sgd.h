@@ -25,7 +25,8 @@ class TESSERA_API SGD final : public Optimizer {
   /// d + momentum * buf with nesterov); then p -= lr * d.
   SGD(std::vector<Tensor> params, SgdOptions options = {});
 
-  /// One fused kernel per parameter with a grad; never waits.
+  /// Updates every parameter with a grad (one task per CPU device, one fused kernel per 16
+  /// parameters on a GPU); never waits.
   void step() override { step_unless(Tensor()); }
   /// With a found_inf, a momentum buffer that no step has written yet keeps a flag on the
   /// device until one does (one tiny op per such parameter and step), so that a skipped
