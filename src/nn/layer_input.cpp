@@ -13,9 +13,8 @@ void check_input_dtype(const Module& m, const Tensor& x, Dtype params, UnderAuto
   const auto castable = [](Dtype d) { return d == kFloat32 || is_half(d); };
   const bool autocast_on = autocast_dtype(x.device().kind()).has_value();
   const bool autocast =
-      autocast_on && (rule == UnderAutocast::kCastsBoth
-                          ? castable(x.dtype()) && castable(params)
-                          : is_half(x.dtype()) && params == kFloat32);
+      autocast_on && (rule == UnderAutocast::kCastsBoth ? castable(x.dtype()) && castable(params)
+                                                        : is_half(x.dtype()) && params == kFloat32);
   if (x.dtype() != params && !autocast) {
     // A model converts to floating dtypes only: for an integer input the input must move.
     const std::string model_too =

@@ -252,21 +252,19 @@ Tensor BatchNorm::forward(const Tensor& x) {
   // Without running statistics the batch's are used in evaluation too (PyTorch's rule).
   const bool batch_stats = is_training() || !running_mean.defined();
   // A batch's variance may be 0: then eps is all that keeps the division finite.
-  TESSERA_CHECK(std::isfinite(norm.eps) && (norm.eps > 0 || (norm.eps == 0 && !batch_stats)),
-                Error,
+  TESSERA_CHECK(std::isfinite(norm.eps) && (norm.eps > 0 || (norm.eps == 0 && !batch_stats)), Error,
                 "[{}] {} has norm.eps={}; it is added to the variance and must be finite and "
                 "{} (the default is 1e-5)",
                 type_name(), path(), norm.eps,
                 batch_stats ? "> 0 when the batch's statistics are used" : ">= 0");
   const std::int64_t per_channel = num_features == 0 ? 0 : x.numel() / num_features;
-  TESSERA_CHECK(!batch_stats || per_channel != 1, ShapeError,
-                "[{}] {} normalizes each channel by its batch's mean and variance{}, which needs "
-                "more than 1 value per channel; input {} has 1. {}",
-                type_name(), path(),
-                is_training() ? "" : " in eval() too (it keeps no running statistics)",
-                x.shape().str(),
-                is_training()
-                    ? "Train with batches of 2 or more on each device (in data-parallel training "
+  TESSERA_CHECK(
+      !batch_stats || per_channel != 1, ShapeError,
+      "[{}] {} normalizes each channel by its batch's mean and variance{}, which needs "
+      "more than 1 value per channel; input {} has 1. {}",
+      type_name(), path(), is_training() ? "" : " in eval() too (it keeps no running statistics)",
+      x.shape().str(),
+      is_training() ? "Train with batches of 2 or more on each device (in data-parallel training "
                       "each device gets its share of a batch: drop a short last batch with "
                       "LoaderOptions::drop_last, tessera train --drop-last), or call eval() on "
                       "the model to use the running statistics"

@@ -395,12 +395,17 @@ TEST_P(Normalization, ErrorsNameTheLayerTheShapesAndTheFix) {
   // The public options are checked where the layer can be named.
   auto& norm2d = net.at<nn::BatchNorm2d>(0);
   norm2d.norm.momentum = 2;
-  expect_throw_with<Error>([&] { (void)net(zeros({2, 3, 2, 2}, f32)); },
-                           {"[BatchNorm2d] Sequential[0] has norm.momentum=2", "[0, 1]"});
+  expect_throw_with<Error>(
+      [&] {
+        (void)net(zeros({2, 3, 2, 2}, f32));
+      },
+      {"[BatchNorm2d] Sequential[0] has norm.momentum=2", "[0, 1]"});
   norm2d.norm.momentum = 0.1;
   norm2d.norm.eps = 0;
   expect_throw_with<Error>(
-      [&] { (void)net(zeros({2, 3, 2, 2}, f32)); },
+      [&] {
+        (void)net(zeros({2, 3, 2, 2}, f32));
+      },
       {"[BatchNorm2d] Sequential[0] has norm.eps=0", "> 0 when the batch's statistics are used"});
   net.eval();
   EXPECT_NO_THROW((void)net(zeros({2, 3, 2, 2}, f32))) << "eval() with running statistics";
