@@ -81,8 +81,10 @@ TESSERA_API Tensor silu(const Tensor& a);
 // ---- reductions: over all elements, or over `dims` (negative counts from the end) ----
 // An empty `dims` reduces no dim, as NumPy's axis=() (LibTorch's x.sum({}) reduces every
 // dim: call sum(x) for that).
-/// Sum; bool and integer inputs sum to int64. Floating inputs are summed in float64, float64
-/// inputs with compensation (Neumaier's) on the CPU, so long sums keep their digits.
+/// Sum; bool and integer inputs sum to int64. Floating inputs are summed in float64; float64
+/// inputs on the CPU add each block of 256 contiguous elements plainly and the blocks' sums
+/// with compensation (Neumaier's), so a long sum's error does not grow with its length (but
+/// values that cancel within one block lose digits, as in any plain sum).
 TESSERA_API Tensor sum(const Tensor& a);
 TESSERA_API Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim = false);
 /// Mean; floating inputs only (DtypeError otherwise). Empty input gives NaN.

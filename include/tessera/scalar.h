@@ -5,8 +5,10 @@
 /// int64 tensor; a bool tensor gives int64), a floating one makes it float32
 /// (uint8_image - 128.0 is float32, not wrapped uint8), and a bool scalar keeps a bool
 /// tensor bool (mask * false). A floating tensor keeps its dtype either way. Integers keep
-/// every bit (a 64-bit constant past 2^53 too). Comparisons (x == 2.0) compare exactly,
-/// whatever the scalar's type.
+/// every bit (a 64-bit constant past 2^53 too). Comparisons go by the scalar's value,
+/// whatever its type: against an integer or bool tensor exactly (int64 x == 2^53 + 1;
+/// x < 2.5 is x <= 2; uint8 x < 256 is true), against a floating tensor in its dtype, the
+/// scalar rounded to it first as in PyTorch (float32 x == 0.1 is x == 0.1f).
 #include <concepts>
 #include <cstdint>
 #include <limits>

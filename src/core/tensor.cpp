@@ -124,16 +124,30 @@ const Shape& Tensor::shape() const {
   check_defined(*this, "shape");
   return impl_->shape;
 }
+namespace {
+
+// wrap_dim lets a 0-dim tensor's reductions name dim 0 or -1; a size or a stride cannot:
+// there was none to read, and the value past the end of the shape came back.
+int existing_dim(int d, int rank, const char* op) {
+  TESSERA_CHECK(rank > 0, ShapeError,
+                "[{}] dim {} of a 0-dim tensor: it has no dims (shape []), only its one value, "
+                "which item() reads",
+                op, d);
+  return wrap_dim(d, rank, op);
+}
+
+}  // namespace
+
 std::int64_t Tensor::size(int d) const {
   const Shape& s = shape();
-  return s[wrap_dim(d, s.size(), "size")];
+  return s[existing_dim(d, s.size(), "size")];
 }
 std::int64_t Tensor::numel() const { return shape().numel(); }
 const Strides& Tensor::strides() const {
   check_defined(*this, "strides");
   return impl_->strides;
 }
-std::int64_t Tensor::stride(int d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+std::int64_t Tensor::stride(int d) const { return strides()[existing_dim(d, dim(), "stride")]; }
 std::int64_t Tensor::storage_offset() const {
   check_defined(*this, "storage_offset");
   return impl_->offset;

@@ -272,9 +272,15 @@ void HeaderParser::finish_tensor() {
   }
   const std::uint64_t begin = offsets_[0], end = offsets_[1];
   const std::uint64_t bytes = numel_ * itemsize(d->dtype);
-  if (end < begin || end - begin != bytes) {
+  if (end < begin) {
+    refuse(
+        fmt::format("{} has data_offsets [{}, {}], which end before they begin; the file is "
+                    "damaged or was not written by a safetensors writer",
+                    tensor(), begin, end));
+  }
+  if (end - begin != bytes) {
     refuse(fmt::format("{} ({} {}) needs {} bytes but its data_offsets [{}, {}] span {}", tensor(),
-                       dtype_, shape_.str(), bytes, begin, end, end < begin ? 0 : end - begin));
+                       dtype_, shape_.str(), bytes, begin, end, end - begin));
   }
   out_.entries.push_back({name_, d->dtype, shape_, begin, end});
 }

@@ -10,6 +10,7 @@
 #include "core/code_names.h"
 #include "core/device_registry.h"
 #include "core/tensor_impl.h"
+#include "ops/broadcast.h"
 #include "tessera/autograd.h"
 
 namespace tessera::nn {
@@ -168,6 +169,13 @@ Parameter& Parameter::operator=(const Tensor& value) {
                 "[{}] a parameter must be floating to take gradients, got {}; convert the "
                 "value with .to(kFloat32)",
                 kOp, dtype_name(value.dtype()));
+  // Taken, an expanded value trained until the optimizer's step and loaded nowhere (both
+  // refused it later, as "not contiguous" or "an expanded view").
+  TESSERA_CHECK(detail::writable(value), Error,
+                "[{}] the value (shape {}, strides {}) is an expanded view whose elements "
+                "share memory, so an optimizer could not update them one by one; give the "
+                "parameter a tensor of its own (the value's .clone())",
+                kOp, value.shape().str(), value.strides().str());
   // Rebinding the metadata in place is safe only once no queued kernel reads it.
   synchronize(device());
   if (value.device() != device()) synchronize(value.device());
@@ -188,6 +196,15 @@ Module& Module::register_module(const std::string& name, std::shared_ptr<Module>
                                 bool index_style) {
   check_name(name, "child module");
   TESSERA_CHECK(child != nullptr, Error, "[{}] child module '{}' is null", type_name_, name);
+  // A model's root has no parent, so the check below let it be added inside itself (or
+  // inside one of its children), and every later walk of the model recursed until it crashed.
+  for (const Module* m = this; m != nullptr; m = m->parent_) {
+    TESSERA_CHECK(m != child.get(), Error,
+                  "[{}] child module '{}' ({}) is {} or holds it: a module inside itself "
+                  "would make the model endless. Add another module",
+                  type_name_, name, child->type_name_,
+                  m == this ? "this module itself" : "a module that holds this one");
+  }
   TESSERA_CHECK(child->parent_ == nullptr, Error,
                 "[{}] child module '{}' ({}) has its place in a model already, at {}: a module "
                 "has one place (its path names its parameters), so it cannot be added twice. "
@@ -409,13 +426,11 @@ void Module::check_state_dict(const std::map<std::string, TensorLayout>& layouts
                   name, dtype_name(t.dtype()), dtype_name(it->second.dtype));
     // Refused before anything is written: the load leaves the module as it was (a broadcast
     // buffer used to fail only after the tensors before it had been overwritten).
-    for (int d = 0; d < t.dim(); ++d) {
-      TESSERA_CHECK(t.strides()[d] != 0 || t.shape()[d] <= 1, Error,
-                    "[load_state_dict] {} (shape {}, strides {}) is an expanded view whose "
-                    "elements share memory, so it cannot be loaded in place; register a tensor "
-                    "of its own for it (the view's .clone())",
-                    name, t.shape().str(), t.strides().str());
-    }
+    TESSERA_CHECK(detail::writable(t), Error,
+                  "[load_state_dict] {} (shape {}, strides {}) is an expanded view whose "
+                  "elements share memory, so it cannot be loaded in place; register a tensor "
+                  "of its own for it (the view's .clone())",
+                  name, t.shape().str(), t.strides().str());
   }
   for (const auto& [name, layout] : layouts) {
     if (!own_names.contains(name)) unexpected.push_back(name);

@@ -27,8 +27,10 @@
 // rule. A bool scalar keeps a bool tensor bool (mask * false). Comparisons go by the value
 // instead (the result is bool either way): a whole value compares exactly in the integer
 // dtype (int64 2^53 + 1 == 2^53.0 is false), one outside the dtype has one answer for every
-// element (uint8 < 256), a fractional one compares in float32. An integer scalar past 2^53
-// (which a double rounds) reaches the kernels as a 0-dim tensor of the tensor's dtype.
+// element (uint8 < 256), a finite fractional one as the whole value on its side
+// (integer_against_fraction: x < 2.5 is x <= 2, exact where float32 was not). An integer
+// scalar past 2^53 (which a double rounds) reaches the kernels as a 0-dim tensor of the
+// tensor's dtype.
 
 namespace tessera {
 using detail::BinaryOp;
@@ -175,8 +177,35 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   return out;
 }
 
+Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, Scalar scalar, bool scalar_first);
+
+// An integer (or bool) tensor against a finite fractional value, compared exactly: by the
+// whole value on the same side of it (x < 2.5 is x <= 2, x == 2.5 is false), in the tensor's
+// dtype. In float32, int64 16777217 == 16777216.5 was true. nullopt for other comparisons.
+std::optional<Tensor> integer_against_fraction(BinaryOp op, const char* name, const Tensor& a,
+                                               double s, bool scalar_first) {
+  // (Comparisons take the tensor first: lt(x, 2.5), x < 2.5; no op compares s < x.)
+  if (!detail::is_comparison(op) || scalar_first || is_floating(a.dtype()) || !std::isfinite(s) ||
+      s == std::floor(s)) {
+    return std::nullopt;
+  }
+  switch (op) {
+    case BinaryOp::kEq:
+    case BinaryOp::kNe:
+      return full(a.shape(), op == BinaryOp::kNe ? 1.0 : 0.0, {kBool, a.device()});
+    case BinaryOp::kLt:
+    case BinaryOp::kLe:
+      return scalar_op(BinaryOp::kLe, name, a, std::floor(s), false);
+    default:  // kGt, kGe
+      return scalar_op(BinaryOp::kGe, name, a, std::ceil(s), false);
+  }
+}
+
 Tensor scalar_op(BinaryOp op, const char* name, const Tensor& a, Scalar scalar, bool scalar_first) {
   detail::check_defined(a, name);
+  if (auto exact = integer_against_fraction(op, name, a, scalar.value(), scalar_first)) {
+    return *std::move(exact);
+  }
   const Dtype dtype = compute_dtype(op, scalar_dtype(a.dtype(), scalar, detail::is_comparison(op)));
   const double s = scalar.value();
   // (An int64 scalar always fits an int64 tensor: its double may round to 2^63.)

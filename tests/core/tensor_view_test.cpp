@@ -91,6 +91,16 @@ TEST_P(TensorView, ReshapeOfNonContiguousCopiesOnlyWhenItMust) {
 
 TEST_P(TensorView, ViewErrorsNameOpAndValues) {
   const Tensor t = zeros({2, 3}, device());
+  // A 0-dim tensor has no size or stride to read: a value past the end of its shape came
+  // back (10 for a select of arange(10)).
+  const Tensor one = arange(10, device()).select(0, 3);
+  for (const int d : {0, -1}) {
+    expect_throw_with<ShapeError>(
+        [&] { (void)one.size(d); },
+        {"[size] dim " + std::to_string(d) + " of a 0-dim tensor", "item()"});
+    expect_throw_with<ShapeError>([&] { (void)one.stride(d); }, {"[stride]", "0-dim"});
+  }
+  expect_throw_with<ShapeError>([&] { (void)t.size(2); }, {"[size] dim 2 is out of range"});
   expect_throw_with<ShapeError>([&] { t.select(1, 3); }, {"[select]", "index 3", "size 3"});
   expect_throw_with<ShapeError>([&] { t.narrow(0, 1, 2); },
                                 {"[narrow] start 1 + length 2 exceeds dim 0 of size 2"});

@@ -78,6 +78,13 @@ TEST_F(SafetensorsHeaders, NothingMayFollowANulButSpacesMayPad) {
   EXPECT_EQ(load_safetensors(path_).tensors.at("w").shape(), Shape({2}));
 }
 
+TEST_F(SafetensorsHeaders, OffsetsThatEndBeforeTheyBeginAreRefusedAsSuch) {
+  write(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", kEight);
+  expect_refused({"tensor 'w' has data_offsets [8, 0], which end before they begin"});
+  write(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", kEight);
+  expect_refused({"needs 8 bytes but its data_offsets [0, 4] span 4"});
+}
+
 TEST_F(SafetensorsHeaders, KeysGivenTwiceAreRefusedNotOverwritten) {
   write(R"({"w":)" + kTensor + R"(,"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", kEight);
   expect_refused({"the header names 'w' twice"});

@@ -618,6 +618,17 @@ TEST_P(Modules, ASequentialNestsWhenGivenAsAPointer) {
   expect_throw_with<Error>([&] { nn::Sequential twice(shared, nn::ReLU(), shared); },
                            {"child module '2' (Linear) has its place in a model already, at "
                             "Sequential[0]"});
+  // A model's root has no place yet, so it once went inside itself, and the next walk of the
+  // model recursed until it crashed.
+  auto outer = std::make_shared<nn::Sequential>();
+  auto inner = std::make_shared<nn::Sequential>(nn::Linear(2, 2, true, device()));
+  outer->push_back(inner);
+  expect_throw_with<Error>([&] { inner->push_back(outer); },
+                           {"child module '1' (Sequential) is a module that holds this one",
+                            "inside itself would make the model endless"});
+  expect_throw_with<Error>([&] { outer->push_back(outer); }, {"is this module itself"});
+  EXPECT_EQ(outer->parameters().size(), 2u);  // the model as it was
+  EXPECT_EQ(inner->size(), 1u);
 }
 
 TEST_P(Modules, LinearRefusesOperandsOfDifferentDtypes) {

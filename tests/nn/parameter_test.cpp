@@ -89,6 +89,13 @@ TEST_P(Parameters, WhatCannotBeAssignedIsRefused) {
       },
       {"[Parameter::operator=]", "floating", "int64"});
   expect_throw_with<Error>([&] { linear.weight = Tensor(); }, {"[Parameter::operator=]"});
+  // An expanded value was taken, then refused by the optimizer and by every load.
+  expect_throw_with<Error>(
+      [&] {
+        linear.weight = ones({1, 2}, device()).expand({3, 2});
+      },
+      {"[Parameter::operator=] the value (shape [3, 2], strides [0, 1]) is an expanded view",
+       ".clone()"});
   expect_throw_with<Error>([&] { linear.bias = ones({3}, device()); },
                            {"[Parameter::operator=] this parameter is not registered"});
   nn::LazyLinear lazy(4);

@@ -273,6 +273,19 @@ TEST_P(Elementwise, ScalarOpsAndPromotion) {
   EXPECT_EQ((tensor({1.0}, {kFloat32, device()}) + tensor({1.0}, {kFloat64, device()})).dtype(),
             kFloat64);
   EXPECT_EQ((i > 1.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  // A fractional value against integers compares exactly (x < 2.5 is x <= 2), not in
+  // float32, where 16777217 == 16777216.5.
+  const Tensor wide = tensor({16777216LL, 16777217LL, (1LL << 40) + 1}, device());
+  EXPECT_EQ((wide == 16777216.5).to_vector<bool>(), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ((wide != 16777216.5).to_vector<bool>(), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ((wide > 16777216.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ((wide >= 16777216.5).to_vector<bool>(), (std::vector<bool>{false, true, true}));
+  EXPECT_EQ((wide < 16777216.5).to_vector<bool>(), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ((wide <= 1099511627776.5).to_vector<bool>(), (std::vector<bool>{true, true, false}));
+  const Tensor top = tensor({2147483647}, {kInt32, device()});
+  EXPECT_TRUE((top < 2147483647.5).item<bool>());
+  EXPECT_FALSE((top > 2147483647.5).item<bool>());
+  EXPECT_TRUE((tensor({true, false}, device()) > -0.5).to_vector<bool>()[1]);
   EXPECT_EQ((i * 0.5).to_vector<double>(), (std::vector<double>{0.5, 1, 1.5}));
   EXPECT_EQ((10 - i).to_vector<std::int64_t>(), (std::vector<std::int64_t>{9, 8, 7}));
   EXPECT_EQ((6.0 / i).to_vector<double>(), (std::vector<double>{6, 3, 2}));

@@ -168,7 +168,9 @@ class TESSERA_API DataLoader {
   void set_epoch(std::uint64_t epochs_begun) { epoch_ = epochs_begun; }
   /// The epochs begun so far (or set by set_epoch).
   std::uint64_t epochs_begun() const { return epoch_; }
-  /// Batch i of the current epoch; Error for an i outside [0, batches()).
+  /// Batch i of the epoch begun last (begin(), shard(), split()); before the first, of the
+  /// examples in their stored order, unshuffled (set_epoch changes nothing until an epoch
+  /// begins). Error for an i outside [0, batches()).
   Batch batch(std::int64_t i) const;
   /// Examples in batch i: batch_size, or fewer for a short last batch.
   std::int64_t batch_length(std::int64_t i) const;
