@@ -65,7 +65,7 @@ std::shared_ptr<const optim::LrSchedule> schedule_of(const std::string& text, in
   const std::string& kind = parts[0];
   const auto number = [&](std::size_t i, const char* what) {
     const auto v = double_of(parts[i]);
-    if (!v) malformed(text, fmt::format("{} '{}' is not a number", what, parts[i]));
+    if (!v) malformed(text, fmt::format("{} '{}' is not a finite number", what, parts[i]));
     return *v;
   };
   const auto count = [&](const std::string& part, const char* what) {

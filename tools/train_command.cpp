@@ -60,13 +60,23 @@ struct TrainArgs {
   std::string precision = "fp32";
 };
 
+// Device::parse of `text`, its error prefixed with the flag it came from: Device::parse
+// alone named an empty device ('') for "cpu:0," without saying where it was.
+Device parse_flag_device(const char* flag, const std::string& given, const std::string& text) {
+  try {
+    return Device::parse(text);
+  } catch (const DeviceError& e) {
+    throw DeviceError(fmt::format("[train] {} '{}': {}", flag, given, e.what()));
+  }
+}
+
 // "cpu:0,cpu:1" -> the devices, each checked by Device::parse.
 std::vector<Device> parse_devices(const std::string& list) {
   std::vector<Device> out;
   std::size_t start = 0;
   while (start <= list.size()) {
     const std::size_t end = std::min(list.find(',', start), list.size());
-    const Device d = Device::parse(list.substr(start, end - start));
+    const Device d = parse_flag_device("--devices", list, list.substr(start, end - start));
     // In the command line's words (the Trainer's messages speak of its options and of
     // --device).
     for (const Device before : out) {
@@ -243,7 +253,7 @@ void run_train(const TrainArgs& a) {
   if (!a.devices.empty()) {
     options.devices = parse_devices(a.devices);
   } else if (!a.device.empty()) {
-    options.device = Device::parse(a.device);
+    options.device = parse_flag_device("--device", a.device, a.device);
   } else if (a.num_gpus < 0) {
     options.device = ranks ? try_gpu(ProcessGroup::local_rank() % std::max(num_gpus(), 1))
                            : try_gpu();  // the default: the first GPU, else the CPU

@@ -20,7 +20,8 @@ struct TESSERA_API CpuDeviceOptions {
   int threads_per_device = 0;
 };
 
-/// Splits the CPU before first use. Throws Error if a tensor was already created, if count
+/// Splits the CPU before first use. Throws Error if a tensor was already created (or its
+/// memory asked for: a factory refused for its device does not count), if count
 /// is negative or above 64, or if threads_per_device is negative or above 1024. The
 /// environment variable TESSERA_CPU_DEVICES=N does the same at start-up (TESSERA_CPU_ASYNC=0
 /// turns the worker threads off, TESSERA_CPU_THREADS=T sets threads_per_device).

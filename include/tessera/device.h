@@ -18,10 +18,11 @@ enum class DeviceKind : std::uint8_t { kCpu = 0, kCuda = 1 };
 class TESSERA_API Device {
  public:
   constexpr Device() = default;  ///< The CPU.
-  /// Throws DeviceError for a negative index.
+  /// Throws DeviceError for an index outside 0 to 63 (at most 64 devices of a kind).
   Device(DeviceKind kind, int index);
 
-  /// Parses "cpu", "cpu:1", "cuda", "cuda:0", "gpu:1" (= "cuda:1"). Throws DeviceError.
+  /// Parses "cpu", "cpu:1", "cuda", "cuda:0", "gpu:1" (= "cuda:1"); the index is 0 to 63,
+  /// written in decimal digits only. Throws DeviceError naming the text.
   static Device parse(std::string_view text);
 
   constexpr DeviceKind kind() const { return kind_; }

@@ -14,7 +14,7 @@ namespace tessera {
 /// Reseeds the default generator; the following rand/randn calls repeat run after run.
 TESSERA_API void manual_seed(std::uint64_t seed);
 
-/// The seed last given to manual_seed (default 0x7e55e4a).
+/// The seed last given to manual_seed or set_rng_state (default 0x7e55e4a).
 TESSERA_API std::uint64_t initial_seed();
 
 /// Where the default generator stands: its seed and how many numbers it has handed out.

@@ -25,10 +25,21 @@ Device Device::parse(std::string_view text) {
   int index = 0;
   if (colon != std::string_view::npos) {
     const std::string_view digits = text.substr(colon + 1);
+    // Digits only ("-0" and "01" are not indices), read before Device's own range check,
+    // whose message cannot quote the text.
+    const bool digits_only = !digits.empty() &&
+                             digits.find_first_not_of("0123456789") == std::string_view::npos &&
+                             (digits.size() == 1 || digits[0] != '0');
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    TESSERA_CHECK(
-        ec == std::errc() && end == digits.data() + digits.size() && !digits.empty(), DeviceError,
-        "[Device::parse] '{}' has no valid index after ':'; expected e.g. 'cuda:1'", text);
+    TESSERA_CHECK(digits_only && ec == std::errc() && end == digits.data() + digits.size(),
+                  DeviceError,
+                  "[Device::parse] '{}' has no valid index after ':'; expected e.g. 'cuda:1' (an "
+                  "index is 0 to {}, in decimal digits)",
+                  text, detail::kMaxDevicesPerKind - 1);
+    TESSERA_CHECK(index < detail::kMaxDevicesPerKind, DeviceError,
+                  "[Device::parse] '{}' names device {}, past the last one tessera can address "
+                  "({}); devices count from 0",
+                  text, index, detail::kMaxDevicesPerKind - 1);
   }
   if (kind == "cpu") return Device(DeviceKind::kCpu, index);
   if (kind == "cuda" || kind == "gpu") return Device(DeviceKind::kCuda, index);

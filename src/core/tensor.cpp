@@ -76,8 +76,10 @@ std::size_t checked_bytes(const Shape& shape, Dtype dtype, const char* op) {
 
 Tensor new_tensor(const Shape& shape, Dtype dtype, Device device, const char* op, bool pinned,
                   FirstWriter first) {
-  mark_devices_in_use();
+  // Checked first: a call refused for its device made no tensor, and the message it gives
+  // (set TESSERA_CPU_DEVICES or call configure_cpu_devices first) must still be followable.
   if (!is_available(device)) check_device(device, op);
+  mark_devices_in_use();  // the configuration the devices' memory is made under
   auto impl = std::make_shared<TensorImpl>();
   impl->storage =
       std::make_shared<Storage>(device, checked_bytes(shape, dtype, op), op, pinned, first);

@@ -39,6 +39,19 @@ TEST(Device, ParseErrorsNameTheInput) {
                                  {"[Device::parse]", "unknown device 'tpu:0'", "'cuda:N'"});
   expect_throw_with<DeviceError>([] { Device::parse("cuda:x"); }, {"'cuda:x'", "index"});
   expect_throw_with<DeviceError>([] { Device::parse("cuda:"); }, {"'cuda:'"});
+  // Indices are plain decimal, and one out of range is named with the text it came from.
+  for (const char* text : {"cuda:-1", "cpu:-0", "cuda:01", "cpu:+1"}) {
+    expect_throw_with<DeviceError>([&] { Device::parse(text); },
+                                   {"[Device::parse] '" + std::string(text) +
+                                        "' has no valid "
+                                        "index after ':'",
+                                    "0 to 63, in decimal digits"});
+  }
+  expect_throw_with<DeviceError>([] { Device::parse("cuda:99999"); },
+                                 {"[Device::parse] 'cuda:99999' names device 99999",
+                                  "past the last one tessera can address (63)"});
+  EXPECT_EQ(Device::parse("cpu:0"), cpu(0));
+  EXPECT_EQ(Device::parse("cuda:63"), gpu(63));
   expect_throw_with<DeviceError>([] { gpu(-1); }, {"[Device]", "index -1"});
 }
 
