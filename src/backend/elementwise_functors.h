@@ -1,6 +1,7 @@
 #pragma once
 // The math of each elementwise op, written once for every backend and dtype.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "backend/backend.h"
@@ -296,6 +297,75 @@ decltype(auto) dispatch_binary(BinaryOp op, F&& f) {
       return f(GeFn{});
   }
   return f(AddFn{});
+}
+
+// Note [pow by a common exponent]
+// x^2, x^3, sqrt(x), 1/x and x itself are what pow(x, scalar) is mostly asked for (losses,
+// norms, variances), and std::pow per element cost ~100x a multiply on the CPU. They run as
+// that arithmetic in the kernels of both backends, so pow's autograd (elementwise_grad.cpp:
+// g * s * pow(a, s - 1), which lands here too) is untouched. Each gives std::pow's value up
+// to its rounding: x * x, sqrt(x) and 1 / x are correctly rounded (std::pow is within an ulp
+// of that on the CPU; a GPU's powf is documented several ulps off, so the CUDA kernel taking
+// powf for these failed the CPU-pinned test); a float's cube is computed in double, where
+// x * x is exact, and rounded twice (2^-53, then to float); a double's is x * x * x, within
+// an ulp, as PyTorch's. sqrt differs from pow(x, 0.5) at two points, taken as pow takes
+// them: pow(-0, 0.5) = +0 (sqrt: -0; the + 0 makes it +0) and pow(-inf, 0.5) = +inf (sqrt:
+// NaN).
+struct PowSquareFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x, T) const {
+    return static_cast<T>(x * x);
+  }
+};
+struct PowCubeFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x, T) const {
+    if constexpr (std::is_same_v<T, float>) {
+      const double d = x;
+      return static_cast<T>(d * d * d);
+    } else {
+      return static_cast<T>(x * x * x);
+    }
+  }
+};
+struct PowHalfFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x, T) const {
+    return x == -std::numeric_limits<T>::infinity() ? std::numeric_limits<T>::infinity()
+                                                    : static_cast<T>(std::sqrt(x) + T(0));
+  }
+};
+struct PowMinusOneFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x, T) const {
+    return static_cast<T>(T(1) / x);
+  }
+};
+struct PowOneFn {
+  template <typename T>
+  TESSERA_HOST_DEVICE T operator()(T x, T) const {
+    return x;
+  }
+};
+
+// Calls run(fn) with the functor for exponent `e` (a floating T) and returns true when `e`
+// is one of those exponents; false, calling nothing, otherwise.
+template <typename T, typename Run>
+bool pow_by_common_exponent(T e, Run&& run) {
+  if (e == T(2)) {
+    run(PowSquareFn{});
+  } else if (e == T(3)) {
+    run(PowCubeFn{});
+  } else if (e == T(0.5)) {
+    run(PowHalfFn{});
+  } else if (e == T(-1)) {
+    run(PowMinusOneFn{});
+  } else if (e == T(1)) {
+    run(PowOneFn{});
+  } else {
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tessera::detail

@@ -343,46 +343,6 @@ inline void binary_row(Fn fn, std::array<char*, 3> p, std::int64_t n, const Row&
   }
 }
 
-// Note [pow by a common exponent]
-// x^2, x^3, sqrt(x), 1/x and x itself are what pow(x, scalar) is mostly asked for (losses,
-// norms, variances), and std::pow per element cost ~100x a multiply. They run as that
-// arithmetic, here in the kernel, so pow's autograd (elementwise_grad.cpp: g * s * pow(a,
-// s - 1), which lands here too) is untouched. Each gives std::pow's value up to its rounding:
-// x * x, sqrt(x) and 1 / x are correctly rounded (std::pow is within an ulp of that); a
-// float's cube is computed in double, where x * x is exact, and rounded twice (2^-53, then
-// to float); a double's is x * x * x, within an ulp, as PyTorch's. sqrt differs from
-// pow(x, 0.5) at two points, taken as pow takes them: pow(-0, 0.5) = +0 (sqrt: -0; the + 0
-// makes it +0) and pow(-inf, 0.5) = +inf (sqrt: NaN).
-//
-// Calls run(fn) with fn(x, exponent) and returns true when `e` is one of those exponents.
-template <typename T, typename Run>
-bool pow_by_common_exponent(T e, Run&& run) {
-  if (e == T(2)) {
-    run([](T x, T) { return static_cast<T>(x * x); });
-  } else if (e == T(3)) {
-    if constexpr (std::is_same_v<T, float>) {
-      run([](T x, T) {
-        const double d = x;
-        return static_cast<T>(d * d * d);
-      });
-    } else {
-      run([](T x, T) { return static_cast<T>(x * x * x); });
-    }
-  } else if (e == T(0.5)) {
-    run([](T x, T) {
-      return x == -std::numeric_limits<T>::infinity() ? std::numeric_limits<T>::infinity()
-                                                      : static_cast<T>(std::sqrt(x) + T(0));
-    });
-  } else if (e == T(-1)) {
-    run([](T x, T) { return static_cast<T>(T(1) / x); });
-  } else if (e == T(1)) {
-    run([](T x, T) { return x; });
-  } else {
-    return false;
-  }
-  return true;
-}
-
 template <typename T, typename Fn>
 void binary_typed(Fn fn, bool comparison, const StridedLayout<3>& layout, std::array<char*, 3> ptrs,
                   std::int64_t numel) {

@@ -32,6 +32,16 @@ bool launch_typed(cudaStream_t stream, BinaryOp op, Dtype dtype, const KernelArg
     using T = typename decltype(tag)::type;
     const T s = convert_to<T>(scalar);
     const Operand<T> x{a, s}, y{b, s};
+    if constexpr (std::is_floating_point_v<T>) {
+      // x^2, x^3, sqrt(x), 1/x, x as the CPU computes them, not powf (Note [pow by a common
+      // exponent] in elementwise_functors.h).
+      if (op == BinaryOp::kPow && a != nullptr && b == nullptr &&
+          pow_by_common_exponent(
+              s, [&](auto fn) { launch_map<T, T, T, 2>(stream, "binary", fn, out, x, y); })) {
+        launched = true;
+        return;
+      }
+    }
     dispatch_binary(op, [&](auto fn) {
       using Fn = decltype(fn);
       if constexpr (kBinaryReachable<T, Fn>) {
