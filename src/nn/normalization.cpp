@@ -61,6 +61,14 @@ Dtype compute_dtype(const char* op, const Tensor& x,
   return widen ? kFloat32 : x.dtype();
 }
 
+// Whether x's last dims are `last` (layer_norm's and LayerNorm's check).
+bool ends_with(const Tensor& x, const Shape& last) {
+  const int k = last.size();
+  bool fits = x.dim() >= k;
+  for (int i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == last[i];
+  return fits;
+}
+
 Tensor in_dtype(const Tensor& t, Dtype dtype) {
   return !t.defined() || t.dtype() == dtype ? t : t.to(dtype);
 }
@@ -156,9 +164,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   check_same_device(kOp, x, weight, "weight");
   check_same_device(kOp, x, bias, "bias");
   const int k = normalized_shape.size();
-  bool fits = k >= 1 && x.dim() >= k;
-  for (int i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == normalized_shape[i];
-  TESSERA_CHECK(fits, ShapeError,
+  TESSERA_CHECK(k >= 1 && ends_with(x, normalized_shape), ShapeError,
                 "[{}] normalized_shape {} must be 1 dim or more and equal the input's last dims; "
                 "input has shape {}",
                 kOp, normalized_shape.str(), x.shape().str());
@@ -301,10 +307,7 @@ LayerNorm::LayerNorm(Shape shape, double eps_value, bool elementwise_affine, Ten
 Tensor LayerNorm::forward(const Tensor& x) {
   detail::check_defined(x, "LayerNorm", "input");
   // layer_norm checks this too, but cannot name the layer.
-  const int k = normalized_shape.size();
-  bool fits = x.dim() >= k;
-  for (int i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == normalized_shape[i];
-  TESSERA_CHECK(fits, ShapeError,
+  TESSERA_CHECK(ends_with(x, normalized_shape), ShapeError,
                 "[LayerNorm] {} normalizes over the last dims {}, but the input has shape {}; "
                 "give it inputs that end in {}, or make the layer for the input's last dims",
                 path(), normalized_shape.str(), x.shape().str(), normalized_shape.str());
