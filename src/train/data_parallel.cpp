@@ -7,14 +7,19 @@
 
 #include "core/check.h"
 #include "ops/rank_errors.h"
+#include "tessera/autograd.h"
 #include "tessera/collectives.h"
+#include "tessera/factories.h"
 #include "tessera/nn/loss.h"
+#include "tessera/operators.h"
 #include "tessera/optim/clip.h"
 #include "tessera/random.h"
+#include "tessera/sync_guard.h"
 #include "train/gradient_reducer.h"
 #include "train/loop_parts.h"
 #include "train/rank_checks.h"
 #include "train/step_graph.h"
+#include "train/step_record.h"
 
 // Note [Data-parallel steps]
 // Each of R ranks gathers only its part of each batch of B (DataLoader::shard: B / R rows,
@@ -26,8 +31,8 @@
 // its norm is the global norm, so clipping on each replica clips identically, and every
 // optimizer takes the same step from the same values (broadcast from replica 0 at the
 // start). The host only queues work: each device runs its replica's forward and backward
-// while the host queues the next replica's. Metrics and the loss log stay on each device and
-// are read once per epoch (and once per fit), as on one device.
+// while the host queues the next replica's. Metrics and each step's loss stay on each device
+// and are read once per epoch, as on one device.
 
 // Note [Buffers across replicas]
 // A buffer that training changes (BatchNorm's running statistics) takes each replica's own
@@ -270,8 +275,9 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
       },
       std::size_t{25} << 20, std::move(agree_used));
 
-  std::vector<loop::StepLog> logs;  // each replica's share of each step's loss
-  for (std::size_t r = 0; r < k; ++r) logs.emplace_back(devices_[r]);
+  std::vector<loop::StepRecord> records;  // each replica's
+  for (std::size_t r = 0; r < k; ++r) records.emplace_back(devices_[r]);
+  std::vector<double> step_losses;  // this rank's replicas' shares of each step's loss
   loop::MetricsLog metrics(options_, lead);
   std::vector<optim::GradScaler> scalers;  // one per replica, on its device
   for (std::size_t r = 0; r < k; ++r) scalers.push_back(loop::scaler_for(options_.precision));
@@ -338,22 +344,21 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
 
   // Each step's loss: the replicas' and ranks' shares summed (every rank calls this at once).
   const auto all_step_losses = [&] {
-    AllowSync deliberate;  // the fit's last reads, and its last exchange
-    Tensor total = logs[0].to_host();
-    for (std::size_t r = 1; r < k; ++r) total = total + logs[r].to_host();
-    if (group != nullptr) host->all_reduce(total);  // each rank logged its shards' share
-    return total;
+    if (group == nullptr) return loop::step_losses_tensor(step_losses);
+    AllowSync deliberate;  // the fit's last exchange
+    const Tensor total = from_vector(step_losses, {static_cast<std::int64_t>(step_losses.size())},
+                                     {kFloat64, cpu()});
+    host->all_reduce(total);  // each rank logged its shards' share
+    return loop::step_losses_tensor(total.to_vector<double>());
   };
   std::vector<EpochMetrics> history;
   for (int epoch = done_before + 1; epoch <= options_.max_epochs; ++epoch) {
     const auto start = loop::Clock::now();
     if (scheduled.begin_epoch(epoch)) graph.reset();  // Note [Scheduled learning rates]
     if (group != nullptr) set_rng_state(stream_of_rank(rng_state(), static_cast<int>(rank)));
-    std::vector<loop::DeviceSums> sums;
     for (std::size_t r = 0; r < k; ++r) {
       tasks[r]->model().train();
-      sums.emplace_back(devices_[r]);
-      logs[r].begin_epoch(train.batches());
+      records[r].begin(train.batches());
     }
     loop::Progress progress(options_.progress && lead, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
@@ -384,10 +389,8 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
         warmed_up = warmed_up || full;
       }
       for (std::size_t r = 0; r < k; ++r) {
-        sums[r].add(results[r], sizes[r]);
-        NoGradGuard no_grad;
         const double share = static_cast<double>(sizes[r]) / static_cast<double>(batch);
-        logs[r].next_slot().copy_((results[r].loss.detach().to(kFloat32) * share).reshape({1}));
+        records[r].add(results[r], sizes[r], share);
       }
       progress.update(++done);
     }
@@ -396,9 +399,17 @@ std::vector<EpochMetrics> Trainer::fit_replicas(Task& task, data::DataLoader& tr
     EpochMetrics m;
     m.epoch = epoch;
     m.lr = scheduled.lr();
-    std::vector<const loop::DeviceSums*> parts;
-    for (const auto& s : sums) parts.push_back(&s);
-    std::tie(m.train_loss, m.train_acc) = loop::DeviceSums::average(parts, host);
+    std::vector<loop::PassTotals> parts;
+    const std::size_t first = step_losses.size();  // this epoch's first step
+    for (const loop::StepRecord& record : records) {
+      const loop::StepRecord::Read pass = record.read();
+      parts.push_back(pass.totals);
+      step_losses.resize(first + pass.step_losses.size());
+      for (std::size_t i = 0; i < pass.step_losses.size(); ++i) {
+        step_losses[first + i] += pass.step_losses[i];
+      }
+    }
+    std::tie(m.train_loss, m.train_acc) = loop::PassTotals::average(parts, host);
     m.train_seconds = loop::seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {

@@ -19,8 +19,12 @@
 #include "io/atomic_file.h"
 #include "io/files.h"
 #include "io/printable.h"
+#include "tessera/autograd.h"
+#include "tessera/factories.h"
+#include "tessera/operators.h"
 #include "tessera/random.h"
 #include "tessera/safetensors.h"
+#include "tessera/sync_guard.h"
 #include "tessera/train/training_state.h"
 #include "train/state_metadata.h"
 

@@ -1,7 +1,7 @@
 #pragma once
 // Parts of the training loop shared by the one-device and the data-parallel fit: the
-// progress bar, the metric sums kept on the device (Note [Metrics on the device] in
-// trainer.cpp), and the per-epoch report.
+// progress bar, resuming, the per-epoch report and the metrics file (the metrics kept on the
+// device are train/step_record.h's).
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -9,19 +9,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "tessera/autocast.h"
-#include "tessera/autograd.h"
-#include "tessera/factories.h"
-#include "tessera/operators.h"
 #include "tessera/optim/grad_scaler.h"
 #include "tessera/optim/lr_schedule.h"
-#include "tessera/sync_guard.h"
 #include "tessera/train/trainer.h"
 
 namespace tessera::train::loop {
@@ -99,85 +94,6 @@ class Progress {
 // correct count that is not one integer), naming the step (`step`: "training_step" or
 // "validation_step"): the errors came from the Trainer's own ops ("[add_] ...").
 void check_step_result(const StepResult& r, const char* step);
-
-// Running sums on the device for one pass over a loader, in float64: a float32 sum of a
-// float64 model's losses drifted by about 3e-6 over 20,000 steps.
-struct DeviceSums {
-  Tensor loss, correct;
-  std::int64_t examples = 0;
-  bool has_correct = false;
-  explicit DeviceSums(Device d) : loss(zeros({}, {kFloat64, d})), correct(zeros({}, {kInt64, d})) {}
-  void add(const StepResult& r, std::int64_t batch_size) {
-    NoGradGuard no_grad;
-    loss.add_(r.loss.detach().reshape({}).to(kFloat64) * static_cast<double>(batch_size));
-    if (r.correct.defined()) {
-      correct.add_(r.correct.reshape({}));
-      has_correct = true;
-    }
-    examples += batch_size;
-  }
-  // The one read of a pass: mean loss and accuracy.
-  std::pair<double, double> read() const { return average({this}); }
-  // The same over several devices' sums (data-parallel replicas): one read per device; and
-  // over every rank of `group` when given (one small all-reduce).
-  static std::pair<double, double> average(const std::vector<const DeviceSums*>& parts,
-                                           const ProcessGroup* group = nullptr) {
-    AllowSync deliberate;
-    double loss_sum = 0, correct_sum = 0, n = 0, any_correct = 0;
-    for (const DeviceSums* p : parts) {
-      loss_sum += p->loss.item<double>();
-      if (p->has_correct) correct_sum += static_cast<double>(p->correct.item<std::int64_t>());
-      any_correct = any_correct + (p->has_correct ? 1 : 0);
-      n += static_cast<double>(p->examples);
-    }
-    if (group != nullptr) {
-      const Tensor all = from_vector(std::vector<double>{loss_sum, correct_sum, n, any_correct},
-                                     {4}, {kFloat64, cpu()});
-      group->all_reduce(all);
-      const std::vector<double> v = all.to_vector<double>();
-      loss_sum = v[0], correct_sum = v[1], n = v[2], any_correct = v[3];
-    }
-    const double count = std::max(n, 1.0);
-    return {loss_sum / count,
-            any_correct > 0 ? correct_sum / count : std::numeric_limits<double>::quiet_NaN()};
-  }
-};
-
-// One device's per-step loss log, grown an epoch at a time: a run of many epochs asks for
-// memory as it goes, never for all of it up front. Writes are queued ops; to_host() is the
-// deliberate read at the end of a fit (one copy per epoch's piece).
-class StepLog {
- public:
-  explicit StepLog(Device device) : device_(device) {}
-  void begin_epoch(std::int64_t steps) {
-    pieces_.push_back(zeros({steps}, device_));
-    used_ = 0;
-  }
-  // The next step's slot, a 1-element view of the current epoch's piece.
-  Tensor next_slot() { return pieces_.back().narrow(0, used_++, 1); }
-  // Every logged step, in order, float32 on the CPU.
-  Tensor to_host() const {
-    AllowSync deliberate;
-    std::int64_t total = 0;
-    for (std::size_t i = 0; i < pieces_.size(); ++i) total += used_in(i);
-    Tensor out = empty({total}, cpu());
-    std::int64_t offset = 0;
-    for (std::size_t i = 0; i < pieces_.size(); ++i) {
-      const std::int64_t n = used_in(i);
-      if (n > 0) out.narrow(0, offset, n).copy_(pieces_[i].narrow(0, 0, n));
-      offset += n;
-    }
-    return out;
-  }
-
- private:
-  std::int64_t used_in(std::size_t i) const {
-    return i + 1 == pieces_.size() ? used_ : pieces_[i].size(0);
-  }
-  Device device_;
-  std::vector<Tensor> pieces_;
-  std::int64_t used_ = 0;
-};
 
 // Makes an optimizer capturable for one fit when `on` (TrainerOptions::graph), and gives it
 // back as it was.

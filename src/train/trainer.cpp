@@ -24,21 +24,21 @@
 #include "tessera/sync_guard.h"
 #include "train/loop_parts.h"
 #include "train/step_graph.h"
+#include "train/step_record.h"
 
 // Note [Metrics on the device]
 // Reading a loss with item() makes the host wait for the device, which starves a GPU of
-// queued work every step. The trainer instead adds each step's loss (times its batch size)
-// and correct count into 0-dim device tensors, and copies each step's loss into the next
-// slot of a device log grown an epoch at a time (loop::StepLog). All of these are queued
-// ops; the sums are read once per epoch and the log at the end of the fit, inside AllowSync
-// scopes (the deliberate reads). The
-// progress bar therefore shows batches and time, not the running loss.
+// queued work every step. The trainer instead copies each step's loss and correct count into
+// the next slots of device buffers sized for the pass (loop::StepRecord): two queued copies
+// a step, and nothing else. The buffers are read once per pass, inside an AllowSync scope
+// (the deliberate read); the host then makes the pass's sums in float64, in step order, and
+// keeps each step's loss for step_losses(). The progress bar therefore shows batches and
+// time, not the running loss.
 
 namespace tessera::train {
 namespace {
 
 using loop::Clock;
-using loop::DeviceSums;
 using loop::Progress;
 using loop::seconds_since;
 
@@ -243,16 +243,17 @@ EpochMetrics Trainer::evaluate(Task& task, data::DataLoader& loader) {
     }
   } restore{model, model.is_training()};
   model.eval();
-  DeviceSums sums(device());
+  loop::StepRecord record(device());
+  record.begin(loader.batches());
   for (const data::Batch& b : loader) {
     const data::Batch on_device = prepare_batch(b);
     const AutocastGuard precision = loop::precision_scope(device(), options_.precision);
     const StepResult r = task.validation_step(on_device);
     loop::check_step_result(r, "validation_step");
-    sums.add(r, b.examples());
+    record.add(r, b.examples());
   }
   EpochMetrics m;
-  std::tie(m.val_loss, m.val_acc) = sums.read();
+  std::tie(m.val_loss, m.val_acc) = loop::PassTotals::average({record.read().totals});
   return m;
 }
 
@@ -287,7 +288,8 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
   if (!model.all_built()) task.build(prepare_batch(train.batch(0), device()));  // lazy layers
   optim::Optimizer& opt = task.optimizer();
   const std::vector<Tensor> params = model.parameters();
-  loop::StepLog log(device());
+  loop::StepRecord record(device());
+  std::vector<double> step_losses;  // every epoch's, read with its metrics
   loop::MetricsLog metrics(options_, true);
   optim::GradScaler scaler = loop::scaler_for(options_.precision);
   const auto one_step = [&](const data::Batch& batch) {
@@ -318,8 +320,7 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
     const auto start = Clock::now();
     if (scheduled.begin_epoch(epoch)) graph.reset();  // Note [Scheduled learning rates]
     model.train();
-    log.begin_epoch(train.batches());
-    DeviceSums sums(device());
+    record.begin(train.batches());
     Progress progress(options_.progress, epoch, options_.max_epochs, train.batches());
     std::int64_t done = 0;
     for (const data::Batch& b : train) {
@@ -339,18 +340,16 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
         r = one_step(on_device);
         warmed_up = warmed_up || full;
       }
-      sums.add(r, examples);
-      {
-        NoGradGuard no_grad;
-        log.next_slot().copy_(r.loss.detach().to(kFloat32).reshape({1}));
-      }
+      record.add(r, examples);
       progress.update(++done);
     }
     progress.finish();
     EpochMetrics m;
     m.epoch = epoch;
     m.lr = scheduled.lr();
-    std::tie(m.train_loss, m.train_acc) = sums.read();
+    const loop::StepRecord::Read pass = record.read();
+    step_losses.insert(step_losses.end(), pass.step_losses.begin(), pass.step_losses.end());
+    std::tie(m.train_loss, m.train_acc) = loop::PassTotals::average({pass.totals});
     m.train_seconds = seconds_since(start);  // the read waited for the devices
     m.val_loss = m.val_acc = std::numeric_limits<double>::quiet_NaN();
     if (val != nullptr) {
@@ -364,13 +363,12 @@ std::vector<EpochMetrics> Trainer::fit(Task& task, data::DataLoader& train, data
       loop::report_epoch(m, options_.max_epochs, options_.progress, val != nullptr, metrics,
                          options_.lr_schedule != nullptr);
     } catch (const NonFiniteError&) {
-      AllowSync deliberate;  // the diverged run's steps: which one went NaN
-      step_losses_ = log.to_host();
+      step_losses_ = loop::step_losses_tensor(step_losses);  // which step went NaN
       throw;
     }
     loop::save_state(options_, task, scaler, train, epoch, true, scheduled.base_description());
   }
-  step_losses_ = log.to_host();
+  step_losses_ = loop::step_losses_tensor(step_losses);
   return history;
 }
 
