@@ -296,6 +296,16 @@ void run_train(const TrainArgs& a) {
     nn::load_checkpoint(net, a.load);
     std::cout << "loaded " << a.load << "\n";
   }
+  // Read before the banner: a --resume file that is corrupt or no safetensors is refused
+  // first, not after a line that says training starts. A safetensors file that is no training
+  // state says nothing here: fit() refuses it, saying why.
+  std::optional<std::string> resumed_epochs;
+  if (lead && !a.resume.empty()) {
+    const auto meta = read_safetensors_header(a.resume).metadata;
+    if (const auto done = meta.find(train::kEpochKey); done != meta.end()) {
+      resumed_epochs = done->second;
+    }
+  }
   const int world = group != nullptr ? group->size() : 1;
   if (lead) {
     std::cout << fmt::format(
@@ -305,13 +315,9 @@ void run_train(const TrainArgs& a) {
         a.seed, a.graph ? ", recorded step replayed as a graph" : "",
         a.precision == "fp32" ? "" : fmt::format(", {} autocast", dtype_name(options.precision)));
   }
-  if (lead && !a.resume.empty()) {
-    // A file that is no training state says nothing here: fit() refuses it, saying why.
-    const auto meta = read_safetensors_header(a.resume).metadata;
-    if (const auto done = meta.find(train::kEpochKey); done != meta.end()) {
-      std::cout << fmt::format("resuming {} ({} of {} epochs done)\n", a.resume, done->second,
-                               a.epochs);
-    }
+  if (resumed_epochs) {
+    std::cout << fmt::format("resuming {} ({} of {} epochs done)\n", a.resume, *resumed_epochs,
+                             a.epochs);
   }
   // The Trainer writes its epoch lines to stderr, unbuffered: these lines must come first
   // also when both streams go to one file.
