@@ -21,8 +21,8 @@ std::pair<double, double> PassTotals::average(const std::vector<PassTotals>& par
     any_correct += p.has_correct ? 1 : 0;
   }
   if (group != nullptr) {
-    const Tensor all = from_vector(std::vector<double>{loss_sum, correct_sum, n, any_correct},
-                                   {4}, {kFloat64, cpu()});
+    const Tensor all = from_vector(std::vector<double>{loss_sum, correct_sum, n, any_correct}, {4},
+                                   {kFloat64, cpu()});
     group->all_reduce(all);
     const std::vector<double> v = all.to_vector<double>();
     loss_sum = v[0], correct_sum = v[1], n = v[2], any_correct = v[3];
