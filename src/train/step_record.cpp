@@ -21,6 +21,7 @@ std::pair<double, double> PassTotals::average(const std::vector<PassTotals>& par
     any_correct += p.has_correct ? 1 : 0;
   }
   if (group != nullptr) {
+    AllowSync deliberate;  // the pass's one exchange between the ranks
     const Tensor all = from_vector(std::vector<double>{loss_sum, correct_sum, n, any_correct}, {4},
                                    {kFloat64, cpu()});
     group->all_reduce(all);
