@@ -2,8 +2,8 @@
 /// Trainer: the book's Trainer(max_epochs, num_gpus, gradient_clip_val) in C++. It moves the
 /// model to its first GPU (prepare_model) and each batch there (prepare_batch), and keeps
 /// every metric on the device: a training step makes no host wait and no transfer besides
-/// its batch; the sums are read once per epoch and the per-step loss log, kept in a device
-/// tensor, is moved to the host in one piece ("log on the device, move only larger logs").
+/// its batch; each step's loss and correct count are copied into device buffers, moved to
+/// the host in one piece per epoch ("log on the device, move only larger logs").
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -169,7 +169,8 @@ class TESSERA_API Classifier : public Task {
 /// the examples trained), taken as the steps ran, so with the weights changing during the
 /// epoch; train_acc the count of argmax == label over those examples, the same way.
 /// val_loss and val_acc are the same over the validation data after the epoch, with the
-/// epoch's final weights. Sums are kept in float64 on the device and read once per epoch.
+/// epoch's final weights. Each step's loss is kept in float64 on the device, and the sums
+/// are made in float64 after the epoch's one read.
 /// The metrics file writes null for a value that is NaN or infinite.
 struct TESSERA_API EpochMetrics {
   int epoch = 0;  ///< 1-based
