@@ -20,8 +20,9 @@ void throw_index_out_of_range(IndexOp op, std::int64_t value, std::int64_t posit
   const char* name = op == IndexOp::kIndexSelect ? "index_select" : "index_add";
   throw IndexError(fmt::format(
       "[{}] index[{}] is {}, out of range for dim {} of size {}: indices must be in [0, {}) "
-      "(negative ones are refused, as in PyTorch). Found by the kernel, so reported at the "
-      "first wait for the device after the op; the op's result is not valid",
+      "(negative ones are refused, as in PyTorch). Found by the kernel: reported by the op on "
+      "the plain CPU, elsewhere at the first wait for the device after it; the op's result is "
+      "not valid",
       name, position, value, dim, size, size));
 }
 

@@ -2,6 +2,7 @@
 #include "tessera/data/loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -65,9 +66,14 @@ DataLoader::DataLoader(Tensor images, Tensor labels, LoaderOptions options) : op
                 "[DataLoader] the data set is empty (images {}): there is nothing to train or "
                 "evaluate on, and a loop over it would report a loss of 0. Check the data",
                 images.shape().str());
-  TESSERA_CHECK(options_.batch_size > 0 && options_.std > 0, Error,
-                "[DataLoader] batch_size ({}) and std ({}) must be positive", options_.batch_size,
-                options_.std);
+  TESSERA_CHECK(options_.batch_size > 0, Error, "[DataLoader] batch_size ({}) must be positive",
+                options_.batch_size);
+  // A NaN or infinite mean or std made every batch NaN, infinite or zero, with no error.
+  TESSERA_CHECK(std::isfinite(options_.mean) && std::isfinite(options_.std) && options_.std > 0,
+                Error,
+                "[DataLoader] mean ({}) and std ({}) must be finite numbers and std positive: "
+                "images are normalized as (pixel / 255 - mean) / std",
+                options_.mean, options_.std);
   TESSERA_CHECK(options_.prefetch >= -1, Error,
                 "[DataLoader] prefetch ({}) must be -1 (2 with a GPU, else 0), 0 (each batch "
                 "gathered on the iterating thread) or a number of batches to gather ahead",
@@ -133,7 +139,8 @@ DataLoader::DataLoader(std::vector<Tensor> tensors, LoaderOptions options)
 
 std::int64_t DataLoader::batches() const {
   const std::int64_t b = options_.batch_size;
-  return options_.drop_last ? n_ / b : (n_ + b - 1) / b;
+  // Not (n + b - 1) / b: that overflows for a batch_size near INT64_MAX ("all in one batch").
+  return n_ / b + (!options_.drop_last && n_ % b != 0 ? 1 : 0);
 }
 
 DataLoader::iterator DataLoader::begin() { return begin_epoch(0, 1); }
@@ -217,12 +224,13 @@ DataLoader::iterator DataLoader::begin_epoch(std::int64_t part, std::int64_t par
   if (prefetch_ == 0 || batches() == 0 || into_devices) {
     return iterator(this, 0, order_, part, parts, std::move(devices));
   }
-  // The thread gathers from its own copies of the handles and of this epoch's order (Note
-  // [Prefetching batches] in prefetcher.cpp); `this` only gives the gathering code.
+  // The thread gathers with its own copy of the loader: handles to the same sources, this
+  // epoch's order, the options (Note [Prefetching batches] in prefetcher.cpp). An iterator
+  // may outlive its loader; its thread, still gathering ahead, then read the freed loader.
   auto prefetcher = std::make_shared<detail::Prefetcher>(
       batches(), prefetch_, epoch_ - 1,  // counted from 0, as set_epoch and the seed count
-      [this, sources = sources_, order = order_, part, parts, devices](std::int64_t i) {
-        return gather(sources, *order, i, part, parts, devices);
+      [self = std::make_shared<const DataLoader>(*this), part, parts, devices](std::int64_t i) {
+        return self->gather(self->sources_, *self->order_, i, part, parts, devices);
       });
   return iterator(this, 0, order_, part, parts, std::move(devices), std::move(prefetcher));
 }

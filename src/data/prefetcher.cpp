@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "core/check.h"
+#include "tessera/error.h"
+#include "tessera/graph.h"
+#include "tessera/sync_guard.h"
 
 // Note [Prefetching batches]
 // A DataLoader epoch with prefetch > 0 gathers its batches on one background thread, up to
@@ -43,6 +46,12 @@ namespace {
     throw OutOfMemoryError(context + e.what());
   } catch (const IOError& e) {
     throw IOError(context + e.what());
+  } catch (const IndexError& e) {
+    throw IndexError(context + e.what());
+  } catch (const GraphCaptureError& e) {
+    throw GraphCaptureError(context + e.what());
+  } catch (const SyncError& e) {
+    throw SyncError(context + e.what());
   } catch (const NonFiniteError& e) {
     throw NonFiniteError(context + e.what());
   } catch (const Error& e) {

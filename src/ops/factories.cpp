@@ -62,8 +62,8 @@ Tensor filled(const Shape& shape, double value, const TensorOptions& options, co
   return t;
 }
 
-TensorOptions like(const Tensor& t, TensorOptions options) {
-  detail::check_defined(t, "*_like");
+TensorOptions like(const Tensor& t, TensorOptions options, const char* op) {
+  detail::check_defined(t, op);
   if (!options.device) options.device = t.device();
   if (!options.dtype) options.dtype = t.dtype();
   return options;
@@ -187,11 +187,19 @@ Tensor ones(const Shape& shape, TensorOptions options) { return filled(shape, 1,
 Tensor full(const Shape& shape, double value, TensorOptions options) {
   return filled(shape, value, options, "full");
 }
-Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.shape(), like(t, o)); }
-Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.shape(), like(t, o)); }
-Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.shape(), like(t, o)); }
+// Errors name the op the user called ("[full_like] the value 1e+19 does not fit int64").
+Tensor empty_like(const Tensor& t, TensorOptions o) {
+  const TensorOptions options = like(t, o, "empty_like");
+  return make_tensor(t.shape(), dtype_of_options(options), device_of(options), "empty_like");
+}
+Tensor zeros_like(const Tensor& t, TensorOptions o) {
+  return filled(t.shape(), 0, like(t, o, "zeros_like"), "zeros_like");
+}
+Tensor ones_like(const Tensor& t, TensorOptions o) {
+  return filled(t.shape(), 1, like(t, o, "ones_like"), "ones_like");
+}
 Tensor full_like(const Tensor& t, double value, TensorOptions o) {
-  return full(t.shape(), value, like(t, o));
+  return filled(t.shape(), value, like(t, o, "full_like"), "full_like");
 }
 
 Tensor arange(Scalar end, TensorOptions options) { return arange(0, end, 1, options); }

@@ -386,6 +386,13 @@ TEST_P(Factories, UniformStaysBelowHighAndArangeCountsExactly) {
         (void)full({2}, 300, {kUInt8, device()});
       },
       {"[full] the value 300 does not fit uint8", "in its options"});
+  // The *_like factories name themselves, not the factory they share code with.
+  expect_throw_with<DtypeError>(
+      [&] {
+        (void)full_like(zeros({2}, {kInt64, device()}), 1e19);
+      },
+      {"[full_like] the value 1e+19 does not fit int64", "in its options"});
+  expect_throw_with<Error>([&] { (void)zeros_like(Tensor()); }, {"[zeros_like]"});
   expect_throw_with<DtypeError>(
       [&] {
         (void)full({2}, 1e6, {kFloat16, device()});

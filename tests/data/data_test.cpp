@@ -6,12 +6,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "support/device_test.h"
 #include "support/fifo.h"
+#include "support/random_images.h"
 #include "support/temp_dir.h"
 
 namespace tessera {
@@ -294,7 +298,40 @@ TEST(DataLoader, BatchesCoverEveryExampleOnceAndRepeatWithTheSeed) {
       {"tensors[0] is [4, 3], tensors[1] is [5]"});
   expect_throw_with<Error>(
       [&] { data::DataLoader(images, from_vector(labels, {n}), {.batch_size = 0}); },
-      {"batch_size (0) and std (1) must be positive"});
+      {"[DataLoader] batch_size (0) must be positive"});
+  // A NaN or infinite mean or std made every batch NaN, infinite or zero, with no error.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& [mean, sd, shown] :
+       std::vector<std::tuple<double, double, std::string>>{{nan, 1, "mean (nan) and std (1)"},
+                                                            {inf, 1, "mean (inf) and std (1)"},
+                                                            {0, inf, "mean (0) and std (inf)"},
+                                                            {0, nan, "mean (0) and std (nan)"},
+                                                            {0, 0, "mean (0) and std (0)"}}) {
+    expect_throw_with<Error>(
+        [&] { data::DataLoader(images, from_vector(labels, {n}), {.mean = mean, .std = sd}); },
+        {"[DataLoader] " + shown + " must be finite numbers and std positive",
+         "(pixel / 255 - mean) / std"});
+  }
+}
+
+// "All the data in one batch" by a batch_size of INT64_MAX: (n + b - 1) / b overflowed to no
+// batches, or to -1, an epoch that never ended.
+TEST(DataLoader, ABatchSizeNearTheLargestIntegerGivesOneBatch) {
+  const auto [images, labels] = testing::random_images(10);
+  for (const std::int64_t b :
+       {std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max() - 5}) {
+    data::DataLoader loader(images, labels, {.batch_size = b, .shuffle = false});
+    EXPECT_EQ(loader.batches(), 1);
+    std::int64_t steps = 0, seen = 0;
+    for (const data::Batch& batch : loader) {
+      ++steps;
+      seen += batch.examples();
+    }
+    EXPECT_EQ(steps, 1);
+    EXPECT_EQ(seen, 10);
+    EXPECT_EQ(data::DataLoader(images, labels, {.batch_size = b, .drop_last = true}).batches(), 0);
+  }
 }
 
 TEST(DataLoader, AnEpochKeepsItsOrderWhenTheLoaderBeginsAnother) {
