@@ -266,6 +266,14 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
   meta.grad = sole_owner ? std::move(g) : g.clone();
 }
 
+// Calls a copy of the leaf's hook: a hook may remove or replace itself
+// (set_grad_ready_hook), which destroyed the function, and the state it captured, while it
+// still ran.
+void call_grad_ready_hook(const AutogradMeta& meta, const Tensor& leaf) {
+  const std::function<void(const Tensor&)> hook = meta.grad_ready;
+  hook(leaf);
+}
+
 }  // namespace
 
 // Note [Grad-ready hooks]
@@ -302,7 +310,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
   const AutogradMeta& root_meta = *root.impl()->autograd;
   if (!root_meta.grad_fn) {
     accumulate(*root.impl(), Tensor(gradient));
-    if (root_meta.grad_ready) root_meta.grad_ready(root);
+    if (root_meta.grad_ready) call_grad_ready_hook(root_meta, root);
     return;
   }
   // Count the edges into each node reachable from the root, and check what each saved (and
@@ -362,7 +370,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
         }
       }
       if (e.leaf && e.leaf->autograd->grad_ready && --leaf_pending[e.leaf.get()] == 0) {
-        e.leaf->autograd->grad_ready(Tensor(e.leaf));
+        call_grad_ready_hook(*e.leaf->autograd, Tensor(e.leaf));
       }
       if (e.node && --pending[e.node.get()] == 0) ready.push_back(e.node.get());
     }

@@ -1,6 +1,8 @@
 #include "io/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -31,6 +33,23 @@ void require_regular_file(const std::filesystem::path& path, const char* op) {
     throw IOError(fmt::format("[{}] '{}' is {}, not a regular file; give the path of a data file",
                               op, path.string(), file_kind(st.st_mode)));
   }
+}
+
+int open_for_reading(const std::filesystem::path& path, const char* op) {
+  require_regular_file(path, op);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw IOError(
+        fmt::format("[{}] '{}': cannot open it: {}", op, path.string(), std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = st.st_mode != 0 ? file_kind(st.st_mode) : std::strerror(errno);
+    ::close(fd);
+    throw IOError(fmt::format("[{}] '{}' is {}, not a regular file; give the path of a data file",
+                              op, path.string(), kind));
+  }
+  return fd;
 }
 
 bool exists(const std::filesystem::path& path, const char* op) {

@@ -16,6 +16,11 @@ std::string file_kind(mode_t mode);
 // block the reader for ever, a directory or a device is no data file. Call before opening.
 void require_regular_file(const std::filesystem::path& path, const char* op);
 
+// A descriptor of `path` opened for reading (O_CLOEXEC), checked to be a regular file both
+// before the open (a FIFO would block it) and through the descriptor. IOError naming `op`,
+// the path and the reason otherwise. The caller closes it.
+int open_for_reading(const std::filesystem::path& path, const char* op);
+
 // Whether `path` exists (following links); false when it does not. IOError for any other
 // failure (permission denied, a loop of links, a name too long), naming the path and reason.
 bool exists(const std::filesystem::path& path, const char* op);

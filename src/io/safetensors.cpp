@@ -9,12 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <source_location>
@@ -46,12 +44,6 @@ const char* safetensors_name(Dtype dtype) {
     if (d.dtype == dtype) return d.name;
   }
   return "?";
-}
-
-std::string system_reason() { return std::strerror(errno); }
-
-[[noreturn]] void fail(const char* op, const std::filesystem::path& path, const std::string& what) {
-  throw IOError(fmt::format("[{}] '{}': {}", op, io::printable(path.string()), what));
 }
 
 // ---- writing ----
@@ -124,8 +116,8 @@ std::int64_t first_non_finite(const char* bytes, std::size_t n) {
 using Entry = io::SafetensorsEntry;
 using Header = io::SafetensorsLayout;
 
-Header read_header(std::ifstream& in, const std::filesystem::path& path) {
-  return io::read_safetensors_layout(in, path);
+Header read_header(int fd, const std::filesystem::path& path) {
+  return io::read_safetensors_layout(fd, path);
 }
 
 }  // namespace
@@ -285,26 +277,20 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path, Device devic
 namespace io {
 
 SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(path) {
-  io::require_regular_file(path, "load_safetensors");  // a FIFO would block the read for ever
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("load_safetensors", path, "cannot open it: " + system_reason());
-  Header h = read_header(in, path);
-  std::uint64_t size = h.data_start;
-  for (Entry& e : h.entries) {
-    size = std::max(size, h.data_start + e.end);
-    items_.push_back(
-        {std::move(e.name), e.dtype, std::move(e.shape), h.data_start + e.begin, e.end - e.begin});
-  }
-  metadata_ = std::move(h.metadata);
-  // The data is read with pread on a descriptor of its own; it must be the file whose header
-  // was just checked.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("load_safetensors", path, "cannot open it: " + system_reason());
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
+  // Header and data through one descriptor: they come from one file, even when a save
+  // replaces the path meanwhile (read_safetensors_layout).
+  fd_ = io::open_for_reading(path, "load_safetensors");
+  try {
+    Header h = read_header(fd_, path);
+    for (Entry& e : h.entries) {
+      items_.push_back({std::move(e.name), e.dtype, std::move(e.shape), h.data_start + e.begin,
+                        e.end - e.begin});
+    }
+    metadata_ = std::move(h.metadata);
+  } catch (...) {
     ::close(fd_);
     fd_ = -1;
-    fail("load_safetensors", path, "the file changed while it was being opened; try again");
+    throw;
   }
 }
 

@@ -1,6 +1,9 @@
 // The safetensors header: read, parsed and checked before any tensor data is read.
 #include "io/safetensors_header.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "io/files.h"
+#include "io/parallel_read.h"
 #include "io/printable.h"
 #include "tessera/error.h"
 #include "tessera/safetensors.h"
@@ -287,17 +291,18 @@ void HeaderParser::finish_tensor() {
 
 }  // namespace
 
-SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesystem::path& path) {
-  std::error_code ec;
-  const std::uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail(path, "cannot read its size: " + ec.message());
+SafetensorsLayout read_safetensors_layout(int fd, const std::filesystem::path& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    fail(path, std::string("cannot read its size: ") + std::strerror(errno));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size < 8) {
     fail(path, fmt::format("is {} bytes, too short for a safetensors file (the header length "
                            "alone takes 8)",
                            size));
   }
   unsigned char len_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) fail(path, "cannot read the header length");
+  read_span(fd, {0, 8, reinterpret_cast<char*>(len_bytes)}, path, "load_safetensors");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
   if (n > kMaxSafetensorsHeader) {
@@ -311,7 +316,7 @@ SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesyst
                            n, size - 8));
   }
   std::string text(n, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(n))) fail(path, "cannot read the header");
+  read_span(fd, {8, static_cast<std::size_t>(n), text.data()}, path, "load_safetensors");
   if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
     fail(path, fmt::format("the header holds a NUL byte at offset {} of {}; a header is JSON text, "
                            "padded with spaces only",
@@ -351,10 +356,12 @@ SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesyst
 namespace tessera {
 
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
-  io::require_regular_file(path, "load_safetensors");  // a FIFO would block the read for ever
-  std::ifstream in(path, std::ios::binary);
-  if (!in) io::fail(path, std::string("cannot open it: ") + std::strerror(errno));
-  io::SafetensorsLayout layout = io::read_safetensors_layout(in, path);
+  const int fd = io::open_for_reading(path, "load_safetensors");
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_it{fd};
+  io::SafetensorsLayout layout = io::read_safetensors_layout(fd, path);
   SafetensorsHeader out;
   out.metadata = std::move(layout.metadata);
   for (io::SafetensorsEntry& e : layout.entries) {

@@ -37,8 +37,12 @@ struct SafetensorsLayout {
   std::uint64_t data_start = 0;  // where the data section starts in the file
 };
 
-// Reads the header from `in` (positioned at the file's start) and checks all of it against
-// the file's size: throws IOError naming `path` and the first problem.
-SafetensorsLayout read_safetensors_layout(std::ifstream& in, const std::filesystem::path& path);
+// Reads the header through `fd`, a descriptor of the file `path` names, and checks all of it
+// against that file's size: throws IOError naming `path` and the first problem. Whoever then
+// reads the data reads it through the same descriptor: opening the path again could open
+// another file, one that a save put there since (an atomic rename), with a header of its
+// own; of the same size, it passed every check, and a load returned one file's header with
+// the other's data.
+SafetensorsLayout read_safetensors_layout(int fd, const std::filesystem::path& path);
 
 }  // namespace tessera::io

@@ -71,6 +71,39 @@ TEST_P(GradReadyHook, ARootLeafFiresToo) {
   EXPECT_EQ(fired, 1);
 }
 
+// A hook may remove or replace itself (a one-shot hook): that destroyed the running
+// function and what it captured (ASan: heap-use-after-free; a plain build read garbage).
+TEST_P(GradReadyHook, AHookMayRemoveOrReplaceItself) {
+  const std::string tag(100, 'x');
+  std::vector<std::string> seen;
+  for (const bool root : {false, true}) {
+    Tensor w = tensor({3.0, 4.0}, device()).requires_grad_();
+    set_grad_ready_hook(w, [tag, &seen](const Tensor& leaf) {
+      set_grad_ready_hook(leaf, {});  // removes itself
+      seen.push_back(tag);            // reads what it captured, after that
+    });
+    const auto pass = [&] {
+      if (root) {
+        w.backward(ones_like(w));
+      } else {
+        (w * 3.0).sum().backward();
+      }
+    };
+    pass();
+    pass();  // the hook is gone
+    set_grad_ready_hook(w, [tag, &seen](const Tensor& leaf) {
+      set_grad_ready_hook(leaf, [&seen](const Tensor&) { seen.push_back("second"); });
+      seen.push_back(tag + "!");
+    });
+    pass();  // the first hook runs and puts the second in its place
+    pass();
+  }
+  const std::vector<std::string> once{tag, tag + "!", "second"};
+  std::vector<std::string> expected = once;
+  expected.insert(expected.end(), once.begin(), once.end());
+  EXPECT_EQ(seen, expected);
+}
+
 TEST_P(GradReadyHook, OnlyLeavesThatRequireGradTakeHooks) {
   Tensor plain = ones({2}, device());
   expect_throw_with<Error>([&] { set_grad_ready_hook(plain, [](const Tensor&) {}); },
