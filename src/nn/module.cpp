@@ -47,7 +47,14 @@ void convert_in_place(const std::vector<Tensor>& tensors, Convert convert) {
   auto note = [&](Device d) {
     if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
   };
+  std::vector<const Tensor*> seen;
   for (const Tensor& t : tensors) {
+    // A tensor registered under several names (tied weights) is converted once: each name
+    // made its own copy, so a move that fits in memory ran out of it (3 names, 3 copies).
+    if (std::any_of(seen.begin(), seen.end(), [&](const Tensor* s) { return s->is_same(t); })) {
+      continue;
+    }
+    seen.push_back(&t);
     Tensor value = convert(t);
     if (value.is_same(t)) continue;
     const Tensor grad = t.grad();

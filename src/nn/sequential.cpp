@@ -14,10 +14,12 @@ Module& Sequential::push_back(std::shared_ptr<Module> module) {
 Module& Sequential::operator[](std::size_t i) const {
   // A negative index arrives as a huge one (size_t): say so rather than print 2^64 - 1.
   constexpr std::size_t kNegative = std::size_t{1} << 63;
-  TESSERA_CHECK(i < kNegative, Error,
-                "[Sequential] {}[{}]: indices count from 0 and cannot be negative; the last "
-                "module is [size() - 1], here [{}]",
-                path(), static_cast<std::int64_t>(i), layers_.size() - 1);
+  TESSERA_CHECK(
+      i < kNegative, Error, "[Sequential] {}[{}]: indices count from 0 and cannot be negative; {}",
+      path(), static_cast<std::int64_t>(i),
+      layers_.empty()
+          ? std::string("this Sequential is empty")
+          : fmt::format("the last module is [size() - 1], here [{}]", layers_.size() - 1));
   TESSERA_CHECK(i < layers_.size(), Error, "[Sequential] {} has {} modules, there is no [{}]",
                 path(), layers_.size(), i);
   return *layers_[i];

@@ -85,6 +85,12 @@ TEST_P(Modules, SequentialIsIndexableAndNamesItsParameters) {
   EXPECT_EQ(printed.str(), net.str());
   expect_throw_with<Error>([&] { net.at<nn::Linear>(1); }, {"Sequential[1] is a ReLU"});
   expect_throw_with<Error>([&] { net[3]; }, {"has 3 modules", "[3]"});
+  expect_throw_with<Error>(
+      [&] { net[static_cast<std::size_t>(-1)]; },
+      {"[-1]", "cannot be negative", "the last module is [size() - 1], here [2]"});
+  // An empty one has no last module (it printed [18446744073709551615]).
+  expect_throw_with<Error>([&] { nn::Sequential()[static_cast<std::size_t>(-1)]; },
+                           {"cannot be negative; this Sequential is empty"});
   expect_throw_with<Error>([&] { net.tensor("0.scale"); },
                            {"[Module::tensor] Sequential[0] (Linear) has no parameter or "
                             "buffer 'scale'",
@@ -450,6 +456,42 @@ TEST_P(Modules, TiedWeightsAreOneParameterWithTwoNames) {
   optim::Adam adam(m.parameters());  // refused the list before: "the same tensor as 0"
   adam.step();
   m.load_state_dict(state);
+}
+
+// A tensor under several names is converted once by to(): each name made its own copy, so a
+// move with room for the model ran out of memory (3 names, 3 copies at the peak).
+TEST_P(Modules, TiedWeightsMoveOnce) {
+  if (device().is_cuda()) GTEST_SKIP() << "the CPU's limit is exact enough to place";
+  struct Tied : nn::Module {
+    std::shared_ptr<nn::Linear> enc;
+    explicit Tied(Device d) : nn::Module("Tied") {
+      enc = std::make_shared<nn::Linear>(500, 500, false, d);
+      register_module("enc", enc);
+      register_parameter("w", enc->weight);
+      register_parameter("w2", enc->weight);
+    }
+    Tensor forward(const Tensor& x) override { return (*enc)(x); }
+  };
+  const std::vector<Device> devices = same_kind_devices();
+  const Device to = devices.size() > 1 ? devices[1] : device();
+  Tied m(device());
+  const std::size_t weight = 500 * 500 * 4;
+  // Room for one copy of the weight, not two (float64: twice the bytes).
+  const auto with_room_for_one = [&](Device on, std::size_t copy,
+                                     const std::function<void()>& move) {
+    synchronize(on);
+    set_memory_limit(on, memory_stats(on).in_use + copy * 3 / 2);
+    EXPECT_NO_THROW(move());
+    set_memory_limit(on, SIZE_MAX);
+  };
+  if (to != device()) {
+    with_room_for_one(to, weight, [&] { m.to(to); });
+    EXPECT_EQ(m.enc->weight.device(), to);
+  }
+  with_room_for_one(to, 2 * weight, [&] { m.to(kFloat64); });
+  EXPECT_EQ(m.enc->weight.dtype(), kFloat64);
+  EXPECT_TRUE(m.tensor("w").is_same(m.enc->weight));
+  EXPECT_TRUE(m.tensor("w2").is_same(m.enc->weight));
 }
 
 TEST_P(Modules, FlattenAndActivations) {
