@@ -62,8 +62,8 @@ class TESSERA_API Graph {
   /// Queues one run of the recorded work on each device's current stream or queue. No host
   /// wait.
   void replay() const;
-  /// The (first) device it was recorded on.
-  Device device() const { return devices_.front(); }
+  /// The (first) device it was recorded on. Throws GraphCaptureError on a graph moved from.
+  Device device() const;
   const std::vector<Device>& devices() const { return devices_; }
   /// Number of operations (kernels, copies, collectives' parts) in the graph.
   std::size_t node_count() const;

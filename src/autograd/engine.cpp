@@ -7,6 +7,7 @@
 
 #include "autograd/autograd_meta.h"
 #include "autograd/record.h"
+#include "core/capture_undo.h"
 #include "core/check.h"
 #include "core/code_names.h"
 #include "core/device_rules.h"
@@ -224,7 +225,8 @@ void check_not_freed(const Node& n) {
                 n.name);
 }
 
-void accumulate(TensorImpl& leaf, Tensor&& g) {
+void accumulate(const std::shared_ptr<TensorImpl>& leaf_ptr, Tensor&& g) {
+  TensorImpl& leaf = *leaf_ptr;
   AutogradMeta& meta = *leaf.autograd;
   // In the leaf's dtype, as PyTorch's engine casts every gradient to its input's: a formula
   // run under autocast (backward() inside an AutocastGuard) sums a bfloat16 bias's gradient
@@ -264,6 +266,11 @@ void accumulate(TensorImpl& leaf, Tensor&& g) {
                           detail::impl_of(g).storage.use_count() == 1 && g.is_contiguous() &&
                           !detail::impl_of(g).autograd;
   meta.grad = sole_owner ? std::move(g) : g.clone();
+  // Recorded, that grad is memory no kernel has written: a capture that throws takes it back
+  // (Note [A refused capture's host state]).
+  if (detail::is_capturing(leaf.device())) {
+    detail::note_undo([leaf_ptr] { leaf_ptr->autograd->grad = Tensor(); });
+  }
 }
 
 // Calls a copy of the leaf's hook: a hook may remove or replace itself
@@ -309,7 +316,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
   if (gradient.dtype() != root.dtype()) gradient = gradient.to(root.dtype());
   const AutogradMeta& root_meta = *root.impl()->autograd;
   if (!root_meta.grad_fn) {
-    accumulate(*root.impl(), Tensor(gradient));
+    accumulate(root.impl_ptr(), Tensor(gradient));
     if (root_meta.grad_ready) call_grad_ready_hook(root_meta, root);
     return;
   }
@@ -363,7 +370,7 @@ void run_backward(const Tensor& root, const Tensor& gradient_in, bool retain_gra
       const Edge& e = n->next[i];
       if (inputs[i].defined()) {
         if (e.leaf) {
-          accumulate(*e.leaf, std::move(inputs[i]));
+          accumulate(e.leaf, std::move(inputs[i]));
         } else if (e.node) {
           Tensor& slot = grads[e.node.get()];
           slot = slot.defined() ? slot + inputs[i] : inputs[i];

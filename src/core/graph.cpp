@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "backend/backend.h"
+#include "core/capture_undo.h"
 #include "core/check.h"
 #include "core/device_registry.h"
 #include "core/device_rules.h"
@@ -83,10 +84,12 @@ Graph Graph::capture(const std::vector<Device>& devices, const std::function<voi
   const std::vector<std::uint64_t> before = detail::d2d_moves(devices.front().kind());
   backend.begin_capture(indices);
   const detail::CaptureCount counted;  // until the recording is ended or dropped
+  detail::CaptureUndo undo;            // Note [A refused capture's host state]
   try {
     record();
   } catch (...) {
     backend.abort_capture(indices);
+    undo.roll_back();
     throw;
   }
   Graph graph(devices, backend.end_capture(indices));
@@ -114,6 +117,12 @@ void Graph::replay() const {
   }
   work_->replay();
   detail::add_d2d_moves(devices_.front().kind(), replay_moves_, /*sign=*/1);
+}
+
+Device Graph::device() const {
+  TESSERA_CHECK(!devices_.empty(), GraphCaptureError,
+                "[Graph::device] this graph was moved from; ask the graph it was moved to");
+  return devices_.front();
 }
 
 std::size_t Graph::node_count() const { return work_ ? work_->node_count() : 0; }

@@ -88,6 +88,8 @@ TEST_P(Graphs, TensorsMadeDuringCaptureHoldTheLatestReplay) {
   { Graph gone = std::move(graph); }
   EXPECT_DOUBLE_EQ(max(y).item<double>(), 11.0);
   EXPECT_THROW(graph.replay(), GraphCaptureError);  // moved from
+  expect_throw_with<GraphCaptureError>([&] { (void)graph.device(); },
+                                       {"[Graph::device] this graph was moved from"});
 }
 
 // Note [Memory of CPU graphs] (and the CUDA pool): a temporary the capture made and dropped
@@ -465,6 +467,28 @@ TEST_P(Graphs, ReplayedBackwardAccumulatesIntoAnExistingGradient) {
 // State an optimizer or a scaler makes on its first step would be made again by every
 // replay (Adam's moments back to zero, the scale back to its start): refused, and the refused
 // capture leaves them as they were, so the eager steps after it equal steps without it.
+// Note [A refused capture's host state]: backward()'s first gradient of a leaf, recorded
+// and never computed, stayed the leaf's grad() after a capture that threw; the next eager
+// backward added to whatever that memory held (12345 + 2 where 2 was right).
+TEST_P(Graphs, ARefusedCaptureLeavesNoGradientItNeverComputed) {
+  const Tensor x = full({3}, 2.0, device());
+  Tensor w = ones({3}, device()).requires_grad_();
+  optim::Adam adam({w}, {.lr = 0.1});
+  adam.step();  // no gradient: nothing moves, and the state exists
+  { const Tensor junk = full({3}, 12345.0, device()); }  // memory the capture may take
+  expect_throw_with<GraphCaptureError>(
+      [&] {
+        Graph::capture(device(), [&] {
+          (w * x).sum().backward();
+          adam.step();  // not capturable: refused after the backward was recorded
+        });
+      },
+      {"[Adam.step]"});
+  EXPECT_FALSE(w.grad().defined()) << "a gradient the refused recording never computed";
+  (w * x).sum().backward();
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+}
+
 TEST_P(Graphs, FirstStepStateAndHostStepCountsAreRefused) {
   const Tensor x = full({4}, 0.5, device());
   const auto run = [&](bool try_captures) {
