@@ -5,9 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
-#include "tessera/error.h"
-#include "tessera/graph.h"
-#include "tessera/sync_guard.h"
+#include "core/rethrow.h"
 
 // Note [Prefetching batches]
 // A DataLoader epoch with prefetch > 0 gathers its batches on one background thread, up to
@@ -32,33 +30,7 @@ namespace {
 // `error` again, as the same tessera type, with `context` in front of its message.
 [[noreturn]] void rethrow_with_context(const std::exception_ptr& error,
                                        const std::string& context) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const DeviceMismatchError& e) {
-    throw DeviceMismatchError(context + e.what());
-  } catch (const DeviceError& e) {
-    throw DeviceError(context + e.what());
-  } catch (const ShapeError& e) {
-    throw ShapeError(context + e.what());
-  } catch (const DtypeError& e) {
-    throw DtypeError(context + e.what());
-  } catch (const OutOfMemoryError& e) {
-    throw OutOfMemoryError(context + e.what());
-  } catch (const IOError& e) {
-    throw IOError(context + e.what());
-  } catch (const IndexError& e) {
-    throw IndexError(context + e.what());
-  } catch (const GraphCaptureError& e) {
-    throw GraphCaptureError(context + e.what());
-  } catch (const SyncError& e) {
-    throw SyncError(context + e.what());
-  } catch (const NonFiniteError& e) {
-    throw NonFiniteError(context + e.what());
-  } catch (const Error& e) {
-    throw Error(context + e.what());
-  }
-  // Anything else (std::bad_alloc, an internal error) propagated above as it was.
-  std::rethrow_exception(error);
+  rethrow_reworded(error, [&](const std::string& what) { return context + what; });
 }
 
 }  // namespace

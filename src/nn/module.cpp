@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <ostream>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "core/check.h"
 #include "core/code_names.h"
 #include "core/device_registry.h"
+#include "core/rethrow.h"
 #include "core/tensor_impl.h"
 #include "ops/broadcast.h"
 #include "tessera/autograd.h"
@@ -100,10 +102,25 @@ Module::Module(Module&& other) noexcept
   for (Child& c : children_) c.module->parent_ = this;
 }
 
+// Note [Errors name the layer]
+// An op's error inside a model ("[conv2d] the kernel (5 along H) is larger than the padded
+// input") did not say which of the model's layers failed; Linear's own checks did, the
+// functions the other layers call could not. The innermost module inside a model that sees
+// an error which does not name it yet adds where it is ("in Sequential[1], a Conv2d"), as
+// the same error type; the modules around it then find their path in it and add nothing.
 Tensor Module::operator()(const Tensor& x) {
   detail::check_defined(x, type_name_.c_str(), "input");
   check_input_device(x);
-  return forward(x);
+  if (parent_ == nullptr) return forward(x);
+  try {
+    return forward(x);
+  } catch (const Error& e) {
+    const std::string where = path();
+    if (std::string_view(e.what()).find(where) != std::string_view::npos) throw;
+    detail::rethrow_reworded(std::current_exception(), [&](const std::string& what) {
+      return fmt::format("{} (in {}, a {})", what, where, type_name_);
+    });
+  }
 }
 
 void Module::check_input_device(const Tensor& x) const {

@@ -546,6 +546,49 @@ TEST_P(Modules, ShapeErrorsNameTheLayer) {
   EXPECT_THROW(nn::Linear(0, 3), ShapeError);
 }
 
+// Note [Errors name the layer]: an op's error inside a model says which layer it came from,
+// once, as the same error type; Linear's own message (which names its path) is not repeated,
+// and a layer called on its own is no model's layer.
+TEST_P(Modules, ErrorsInsideAModelNameTheLayer) {
+  auto block = std::make_shared<nn::Sequential>(nn::Conv2d(1, 1, 5, {}, true, device()));
+  nn::Sequential net(nn::ReLU(), block, nn::MaxPool2d(5), nn::Flatten(4));
+  expect_throw_with<ShapeError>(
+      [&] {
+        net(ones({1, 1, 3, 3}, device()));
+      },
+      {"[conv2d] the kernel (5 along H)", "(in Sequential[1][0], a Conv2d)"});
+  try {
+    net(ones({1, 1, 3, 3}, device()));
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()).find("(in Sequential[1],"), std::string::npos) << e.what();
+  }
+  nn::Sequential pool(nn::ReLU(), nn::MaxPool2d(5));
+  expect_throw_with<ShapeError>(
+      [&] {
+        pool(ones({1, 1, 3, 3}, device()));
+      },
+      {"[max_pool2d]", "(in Sequential[1], a MaxPool2d)"});
+  nn::Sequential flat(nn::Flatten(4));
+  expect_throw_with<Error>(
+      [&] {
+        flat(ones({2, 3}, device()));
+      },
+      {"[flatten]", "(in Sequential[0], a Flatten)"});
+  nn::Sequential lin(nn::Linear(4, 2, true, device()));
+  try {
+    lin(ones({3, 5}, device()));
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()).find("(in Sequential[0]"), std::string::npos) << e.what();
+  }
+  try {
+    nn::MaxPool2d(5)(ones({1, 1, 3, 3}, device()));
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()).find("(in "), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(Modules, InitializersHaveTheirStatisticsAndStayOnTheDevice) {
   const Device d = device();
   manual_seed(11);
